@@ -1,0 +1,84 @@
+// Entry point: flags → one of the modes of CONTRACT §2.
+import { readFileSync } from 'node:fs';
+import { pino, type Logger } from 'pino';
+import { handleLegacyChain, makeReconciler, runAgent } from './agent.js';
+import { parseArgs, type AgentOptions } from './cli/flags.js';
+import { compile } from './compile.js';
+import { loadConfig } from './config/index.js';
+import { NftError, runNft } from './nftables/addon.js';
+import { renderReplace } from './nftables/render.js';
+import { AgentMetrics } from './server/metrics.js';
+
+export function version(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
+    version: string;
+  };
+  return pkg.version;
+}
+
+/** --render: needs no privileges and never loads the addon. */
+async function render(options: AgentOptions): Promise<number> {
+  const loadOptions = { enableIPv6: options.enableIPv6, nomasqAllReservedRanges: options.nomasqAllReservedRanges };
+  const result = await loadConfig(options.config, loadOptions);
+  for (const warning of result.warnings) process.stderr.write(`warning: ${warning}\n`);
+  if (!result.ok) {
+    process.stderr.write(`invalid config: ${result.error.message}\n`);
+    return 1;
+  }
+  process.stdout.write(renderReplace(compile(result.config, options, 1)));
+  return 0;
+}
+
+async function once(options: AgentOptions, logger: Logger): Promise<number> {
+  const metrics = new AgentMetrics();
+  await handleLegacyChain(options, logger, metrics);
+  const reconciler = makeReconciler(options, logger, metrics);
+  const outcome = await reconciler.sync();
+  const status = reconciler.status(true);
+  if (!outcome.ok) {
+    logger.error({ err: outcome.error }, 'kernel write failed');
+    return 1;
+  }
+  return status.configError === null ? 0 : 1;
+}
+
+async function cleanup(options: AgentOptions, logger: Logger): Promise<number> {
+  for (const family of ['ip', 'ip6'] as const) {
+    try {
+      await runNft(`delete table ${family} ${options.table}`);
+      logger.info({ table: `${family} ${options.table}` }, 'deleted');
+    } catch (err) {
+      if (!(err instanceof NftError && err.isNotFound())) {
+        logger.error({ err }, `could not delete table ${family} ${options.table}`);
+        return 1;
+      }
+    }
+  }
+  if (options.removeLegacyChain) await handleLegacyChain(options, logger, new AgentMetrics());
+  return 0;
+}
+
+export async function main(argv: readonly string[]): Promise<number | undefined> {
+  const parsed = parseArgs(argv);
+  if (!parsed.ok) {
+    process.stderr.write(`${parsed.message}\n`);
+    return parsed.exitCode;
+  }
+  const { options } = parsed;
+  if (options.mode === 'version') {
+    process.stdout.write(`ipmasq-agent ${version()}\n`);
+    return 0;
+  }
+  if (options.mode === 'render') return render(options);
+  const logger = pino({ level: options.logLevel, base: { pid: process.pid } });
+  for (const warning of parsed.warnings) logger.warn(warning);
+  switch (options.mode) {
+    case 'once':
+      return once(options, logger);
+    case 'cleanup':
+      return cleanup(options, logger);
+    case 'run':
+      await runAgent(options, logger);
+      return undefined;
+  }
+}

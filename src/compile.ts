@@ -1,0 +1,113 @@
+// Config + flags → the agent's desired tables (pure). CONTRACT §5.
+import type { Config } from './config/types.js';
+import type { Chain, Family, Table } from './nftables/types.js';
+
+export interface PortRangeLike {
+  readonly first: number;
+  readonly last: number;
+}
+
+export interface CompileOptions {
+  readonly table: string;
+  readonly masqChain: string;
+  readonly randomFully: boolean;
+  readonly toPorts: readonly PortRangeLike[];
+  readonly enableIPv6: boolean;
+}
+
+export const BASE_CHAIN = 'postrouting';
+export const NONMASQ_SET = 'nonmasq';
+export const MASQ_SET = 'masq';
+
+export function tableComment(generation: number, configHash: string): string {
+  return `ipmasq-agent generation ${generation} config sha256:${configHash}`;
+}
+
+/** Reads the generation back from a listed table's comment; undefined when it is not ours. */
+export function parseTableComment(listing: string): { generation: number; hash: string } | undefined {
+  const match = /comment "ipmasq-agent generation (\d+) config sha256:([0-9a-f]*)"/.exec(listing);
+  if (!match?.[1] || match[2] === undefined) return undefined;
+  return { generation: Number(match[1]), hash: match[2] };
+}
+
+function integer(n: number, what: string): string {
+  if (!Number.isSafeInteger(n) || n < 0) throw new Error(`${what} is not a non-negative integer: ${n}`);
+  return String(n);
+}
+
+/**
+ * The masquerade statements in order. With --to-ports, tcp/udp/sctp go to one of the ranges, each
+ * chosen in proportion to its size: rule i takes size_i out of what the ranges from i on hold, so the
+ * chained draws give every range its share; other protocols fall through to a plain masquerade.
+ */
+export function masqueradeRules(randomFully: boolean, toPorts: readonly PortRangeLike[]): string[] {
+  const flags = randomFully ? ' fully-random' : '';
+  const sizes = toPorts.map((r) => r.last - r.first + 1);
+  const rules = toPorts.map((range, i) => {
+    const ports =
+      range.first === range.last
+        ? integer(range.first, 'port')
+        : `${integer(range.first, 'port')}-${integer(range.last, 'port')}`;
+    const remaining = sizes.slice(i).reduce((a, b) => a + b, 0);
+    const draw =
+      i < toPorts.length - 1 ? ` numgen random mod ${remaining} < ${integer(sizes[i] ?? 0, 'size')}` : '';
+    return `meta l4proto { tcp, udp, sctp }${draw} masquerade to :${ports}${flags}`;
+  });
+  rules.push(`masquerade${flags}`);
+  return rules;
+}
+
+function compileFamily(
+  family: Family,
+  config: Config,
+  options: CompileOptions,
+  generation: number,
+): Table {
+  const v4 = family === 'ip';
+  const addressType = v4 ? 'ipv4_addr' : 'ipv6_addr';
+  const masquerade = masqueradeRules(options.randomFully, options.toPorts);
+  const decision: Chain = {
+    name: options.masqChain,
+    rules: [
+      ...masquerade.map((rule) => `${family} daddr @${MASQ_SET} ${rule}`),
+      `${family} daddr @${NONMASQ_SET} return`,
+      ...masquerade,
+    ],
+  };
+  return {
+    family,
+    name: options.table,
+    comment: tableComment(generation, config.hash),
+    sets: [
+      {
+        name: NONMASQ_SET,
+        type: addressType,
+        flags: ['interval'],
+        elements: v4 ? config.nonMasquerade.ipv4 : config.nonMasquerade.ipv6,
+      },
+      {
+        name: MASQ_SET,
+        type: addressType,
+        flags: ['interval'],
+        elements: v4 ? config.masquerade.ipv4 : config.masquerade.ipv6,
+      },
+    ],
+    chains: [
+      {
+        name: BASE_CHAIN,
+        base: { type: 'nat', hook: 'postrouting', priority: 'srcnat', policy: 'accept' },
+        rules: [`fib daddr type != local jump ${options.masqChain}`],
+      },
+      decision,
+    ],
+  };
+}
+
+/** The desired tables: `ip`, and `ip6` with --enable-ipv6. */
+export function compile(config: Config, options: CompileOptions, generation: number): Table[] {
+  if (options.masqChain === BASE_CHAIN) {
+    throw new Error(`--masq-chain may not be ${BASE_CHAIN}: the base chain has that name`);
+  }
+  const families: Family[] = options.enableIPv6 ? ['ip', 'ip6'] : ['ip'];
+  return families.map((family) => compileFamily(family, config, options, generation));
+}

@@ -1,0 +1,81 @@
+// Renders typed tables into nft script text. The nested block form is also what `nft list table`
+// prints, so the same text serves as the write and as the expectation a read-back is compared with.
+import type { Chain, NamedSet, Table, TableRef } from './types.js';
+
+const NAME = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
+
+/** Throws unless every name is a plain identifier and no comment can break out of its quotes. */
+export function validateTable(table: Table): void {
+  const names = [table.name, ...table.sets.map((s) => s.name), ...table.chains.map((c) => c.name)];
+  for (const name of names) {
+    if (!NAME.test(name)) throw new Error(`invalid nftables name ${JSON.stringify(name)}`);
+  }
+  if (!/^[A-Za-z0-9 .:_-]{0,128}$/.test(table.comment)) {
+    throw new Error(`invalid table comment ${JSON.stringify(table.comment)}`);
+  }
+  for (const set of table.sets) {
+    for (const element of set.elements) {
+      if (!/^[0-9a-f.:]+\/\d{1,3}$/.test(element)) {
+        throw new Error(`set ${set.name}: element ${JSON.stringify(element)} is not a formatted prefix`);
+      }
+    }
+  }
+}
+
+/** nft prints a full-length prefix as a bare address; write it the same way. */
+function elementText(element: string, type: NamedSet['type']): string {
+  const full = type === 'ipv4_addr' ? '/32' : '/128';
+  return element.endsWith(full) ? element.slice(0, -full.length) : element;
+}
+
+function renderSet(set: NamedSet): string[] {
+  const lines = [`\tset ${set.name} {`, `\t\ttype ${set.type}`];
+  if (set.flags.length > 0) lines.push(`\t\tflags ${set.flags.join(',')}`);
+  if (set.elements.length > 0) {
+    lines.push(`\t\telements = { ${set.elements.map((e) => elementText(e, set.type)).join(', ')} }`);
+  }
+  lines.push('\t}');
+  return lines;
+}
+
+function renderChain(chain: Chain): string[] {
+  const lines = [`\tchain ${chain.name} {`];
+  if (chain.base) {
+    const { type, hook, priority, policy } = chain.base;
+    lines.push(`\t\ttype ${type} hook ${hook} priority ${priority}; policy ${policy};`);
+  }
+  for (const rule of chain.rules) lines.push(`\t\t${rule}`);
+  lines.push('\t}');
+  return lines;
+}
+
+/** The table as one nested block: elements inside the set block, which keeps nft's cache fill away. */
+export function renderTable(table: Table): string {
+  validateTable(table);
+  const body = [
+    `\tcomment "${table.comment}"`,
+    ...table.sets.flatMap(renderSet),
+    ...table.chains.flatMap(renderChain),
+  ];
+  return [`table ${table.family} ${table.name} {`, ...body, '}'].join('\n') + '\n';
+}
+
+/**
+ * One transaction that replaces each table whole (add makes the delete safe when it is absent)
+ * and deletes the stale ones: a packet sees the old ruleset or the new one, never a mix.
+ */
+export function renderReplace(tables: readonly Table[], stale: readonly TableRef[] = []): string {
+  const parts: string[] = [];
+  for (const table of tables) {
+    parts.push(`add table ${table.family} ${table.name}`);
+    parts.push(`delete table ${table.family} ${table.name}`);
+    parts.push(renderTable(table));
+  }
+  for (const ref of stale) parts.push(`delete table ${ref.family} ${ref.name}`);
+  return parts.join('\n') + '\n';
+}
+
+/** Whitespace-insensitive form of a table listing, for comparing a read-back with a rendering. */
+export function normaliseListing(text: string): string {
+  return text.replace(/\s+/g, ' ').trim();
+}

@@ -1,0 +1,163 @@
+// CONTRACT §3–§5 on the wire: the agent applies a config (--once) in the node namespace, and the
+// remote reports which source each new flow from the pod arrived with.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { listTable, runAgentOnce } from '../helpers/agent.js';
+import { requireRoot } from '../helpers/netns.js';
+import {
+  makeTopology,
+  NODE_IPV4,
+  NODE_IPV6,
+  POD_IPV4,
+  POD_IPV6,
+  probeSources,
+  REMOTE_TARGETS_IPV4 as V4,
+  REMOTE_TARGETS_IPV6 as V6,
+} from '../helpers/topology.js';
+
+if (requireRoot(t)) {
+  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-semantics-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const topo = await makeTopology(t, { ipv6: true });
+  let n = 0;
+
+  /** Applies `config` (or no file at all) with flags, then maps each destination to 'node' or 'pod'. */
+  async function apply(config: string | null, flags: string[] = []): Promise<void> {
+    const file = join(dir, `config-${n++}`);
+    if (config !== null) writeFileSync(file, config);
+    const result = await runAgentOnce(topo.node, ['--once', '--config', file, ...flags]);
+    if (result.code !== 0) throw new Error(`--once exited ${result.code}: ${result.stdout}${result.stderr}`);
+  }
+  async function seen(destinations: string[], proto: 'udp' | 'tcp' = 'udp'): Promise<Record<string, string>> {
+    const sources = await probeSources(topo, destinations, proto);
+    const named: Record<string, string> = {};
+    destinations.forEach((dst, i) => {
+      const address = sources[i]?.address;
+      named[dst] =
+        address === NODE_IPV4 || address === NODE_IPV6
+          ? 'node'
+          : address === POD_IPV4 || address === POD_IPV6
+            ? 'pod'
+            : `unexpected ${address}`;
+    });
+    return named;
+  }
+  const expectAll = (destinations: string[], who: string) =>
+    Object.fromEntries(destinations.map((d) => [d, who]));
+
+  t.test('defaults: private ranges and link-local exempt, the rest masqueraded', async (t) => {
+    await apply(null);
+    const exempt = [V4.private10, V4.private172, V4.private192, V4.linkLocal];
+    const masqueraded = [V4.publicA, V4.publicB, V4.sharedCgnat, V4.testNet3, V4.classE];
+    t.same(await seen([...exempt, ...masqueraded]), {
+      ...expectAll(exempt, 'pod'),
+      ...expectAll(masqueraded, 'node'),
+    });
+    t.same(await seen([V4.publicA, V4.private10], 'tcp'), { [V4.publicA]: 'node', [V4.private10]: 'pod' });
+  });
+
+  t.test('a custom list replaces the defaults', async (t) => {
+    await apply('nonMasqueradeCIDRs:\n  - 8.8.4.0/24\n  - 10.9.0.0/16\n');
+    t.same(await seen([V4.publicA, V4.private10, V4.private10Other, V4.publicB, V4.private192, V4.linkLocal]), {
+      [V4.publicA]: 'pod',
+      [V4.private10]: 'pod',
+      [V4.private10Other]: 'node',
+      [V4.publicB]: 'node',
+      [V4.private192]: 'node',
+      [V4.linkLocal]: 'pod',
+    });
+  });
+
+  const reserved = [
+    V4.sharedCgnat,
+    V4.ietfProtocol,
+    V4.relay6to4,
+    V4.benchmarking,
+    V4.testNet2,
+    V4.testNet3,
+    V4.classE,
+  ];
+
+  t.test('--nomasq-all-reserved-ranges alone exempts every reserved range', async (t) => {
+    await apply(null, ['--nomasq-all-reserved-ranges']);
+    t.same(await seen([...reserved, V4.private10, V4.publicA]), {
+      ...expectAll([...reserved, V4.private10], 'pod'),
+      [V4.publicA]: 'node',
+    });
+  });
+
+  t.test('--nomasq-all-reserved-ranges with a config list: the list replaces it', async (t) => {
+    await apply('nonMasqueradeCIDRs: [10.0.0.0/8]\n', ['--nomasq-all-reserved-ranges']);
+    t.same(await seen([...reserved, V4.private10]), { ...expectAll(reserved, 'node'), [V4.private10]: 'pod' });
+  });
+
+  t.test('masqLinkLocal: true masquerades link-local', async (t) => {
+    await apply('masqLinkLocal: true\n');
+    t.same(await seen([V4.linkLocal, V4.private10]), { [V4.linkLocal]: 'node', [V4.private10]: 'pod' });
+  });
+
+  t.test('masqueradeCIDRs inside a non-masquerade range are masqueraded', async (t) => {
+    await apply('masqueradeCIDRs: [10.9.0.0/16]\n');
+    t.same(await seen([V4.private10, V4.private10Other, V4.publicA]), {
+      [V4.private10]: 'node',
+      [V4.private10Other]: 'pod',
+      [V4.publicA]: 'node',
+    });
+  });
+
+  t.test('IPv6 with --enable-ipv6', async (t) => {
+    await apply('nonMasqueradeCIDRs: [10.0.0.0/8, "fd12::/16"]\nmasqueradeCIDRs: ["2001:db8:ff::1/128"]\n', [
+      '--enable-ipv6',
+    ]);
+    t.same(await seen([V6.uniqueLocal, V6.documentation, V6.public, V4.private10, V4.publicA]), {
+      [V6.uniqueLocal]: 'pod',
+      [V6.documentation]: 'node',
+      [V6.public]: 'node',
+      [V4.private10]: 'pod',
+      [V4.publicA]: 'node',
+    });
+    t.ok(await listTable(topo.node, 'ip6'), 'ip6 table present');
+  });
+
+  t.test('IPv6 turned off again: the stale ip6 table is deleted', async (t) => {
+    await apply(null);
+    t.equal(await listTable(topo.node, 'ip6'), null);
+  });
+
+  t.test('--to-ports: tcp and udp leave from the given ranges, in proportion', async (t) => {
+    await apply(null, ['--to-ports', '20000-20099,30000-30299']);
+    const destinations = Array.from({ length: 40 }, () => V4.publicA);
+    for (const proto of ['udp', 'tcp'] as const) {
+      const sources = await probeSources(topo, destinations, proto);
+      const ports = sources.map((s) => s.port);
+      t.ok(
+        sources.every((s) => s.address === NODE_IPV4),
+        `${proto}: masqueraded`,
+      );
+      t.ok(
+        ports.every((p) => (p >= 20000 && p <= 20099) || (p >= 30000 && p <= 30299)),
+        `${proto}: every port in a range (${ports.join(',')})`,
+      );
+      const high = ports.filter((p) => p >= 30000).length;
+      // 3/4 of the ports are in the second range; 40 draws put it above 1/3 with near certainty.
+      t.ok(high > 13 && high < 40, `${proto}: both ranges used, the larger more (${high}/40)`);
+    }
+  });
+
+  t.test('--random-fully=false still masquerades, without fully-random', async (t) => {
+    await apply(null, ['--random-fully=false']);
+    t.same(await seen([V4.publicA, V4.private10]), { [V4.publicA]: 'node', [V4.private10]: 'pod' });
+    t.notMatch(await listTable(topo.node, 'ip'), /fully-random/);
+  });
+
+  t.test('an empty list masquerades everything but link-local', async (t) => {
+    await apply('nonMasqueradeCIDRs: []\n');
+    t.same(await seen([V4.private10, V4.publicA, V4.linkLocal]), {
+      [V4.private10]: 'node',
+      [V4.publicA]: 'node',
+      [V4.linkLocal]: 'pod',
+    });
+  });
+}

@@ -1,0 +1,118 @@
+// Runs the built agent (bin/ipmasq-agent.js → dist/) inside a test namespace and observes it: its
+// JSON log lines, its tables as nft lists them, and its HTTP answers (fetched from inside the namespace).
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { join } from 'node:path';
+import { inNetns, packageRoot, type TapTest } from './netns.js';
+
+export const agentBin = join(packageRoot, 'bin', 'ipmasq-agent.js');
+
+export interface RunningAgent {
+  child: ChildProcess;
+  logs: Array<Record<string, unknown> & { msg?: string; level?: number }>;
+  stderr: string[];
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+/** Starts the agent in ns (optionally under a wrapper such as setpriv); SIGKILLed at teardown. */
+export function startAgent(t: TapTest, ns: string, args: string[], wrapper: string[] = []): RunningAgent {
+  const child = spawn('ip', ['netns', 'exec', ns, ...wrapper, process.execPath, agentBin, ...args], {
+    cwd: packageRoot,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const agent: RunningAgent = {
+    child,
+    logs: [],
+    stderr: [],
+    exited: new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal }))),
+  };
+  let partial = '';
+  child.stdout?.on('data', (chunk: Buffer) => {
+    const lines = (partial + chunk.toString('utf8')).split('\n');
+    partial = lines.pop() ?? '';
+    for (const line of lines) {
+      try {
+        agent.logs.push(JSON.parse(line));
+      } catch {
+        agent.logs.push({ msg: line });
+      }
+    }
+  });
+  child.stderr?.on('data', (chunk: Buffer) => agent.stderr.push(chunk.toString('utf8')));
+  t.teardown(() => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  });
+  return agent;
+}
+
+/** Runs the agent to completion (e.g. --once, --render) in ns; never rejects. */
+export function runAgentOnce(
+  ns: string,
+  args: string[],
+  wrapper: string[] = [],
+): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(
+      'ip',
+      ['netns', 'exec', ns, ...wrapper, process.execPath, agentBin, ...args],
+      { cwd: packageRoot, timeout: 60_000, maxBuffer: 64 * 1024 * 1024 },
+      (err, stdout, stderr) => {
+        const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
+        resolve({ code, stdout, stderr });
+      },
+    );
+  });
+}
+
+/** Polls until check() returns a value other than undefined, at most timeoutMs. */
+export async function waitFor<T>(
+  what: string,
+  check: () => Promise<T | undefined> | T | undefined,
+  timeoutMs = 10_000,
+  intervalMs = 50,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+/** `nft list table` in ns, or null when the table does not exist. */
+export async function listTable(ns: string, family: string, table = 'ipmasq'): Promise<string | null> {
+  try {
+    return (await inNetns(ns, 'nft', ['list', 'table', family, table])).stdout;
+  } catch (err) {
+    if (/No such file or directory/.test(String(err))) return null;
+    throw err;
+  }
+}
+
+export function generationOf(listing: string | null): number | undefined {
+  const match = listing ? /ipmasq-agent generation (\d+) /.exec(listing) : null;
+  return match?.[1] ? Number(match[1]) : undefined;
+}
+
+/** GET http://127.0.0.1:port/path from inside ns. */
+export async function httpGet(
+  ns: string,
+  port: number,
+  path: string,
+): Promise<{ status: number; body: string }> {
+  const script =
+    'import sys,urllib.request,urllib.error\n' +
+    'try:\n r=urllib.request.urlopen(sys.argv[1],timeout=5); print(r.status); print(r.read().decode())\n' +
+    'except urllib.error.HTTPError as e:\n print(e.code); print(e.read().decode())\n';
+  const { stdout } = await inNetns(ns, 'python3', ['-c', script, `http://127.0.0.1:${port}${path}`]);
+  const newline = stdout.indexOf('\n');
+  return { status: Number(stdout.slice(0, newline)), body: stdout.slice(newline + 1) };
+}
+
+/** The value of one series in a Prometheus text exposition, or undefined. */
+export function metricValue(text: string, series: string): number | undefined {
+  for (const line of text.split('\n')) {
+    if (line.startsWith(`${series} `)) return Number(line.slice(series.length + 1));
+  }
+  return undefined;
+}

@@ -1,0 +1,64 @@
+// A transactional stand-in for the kernel, for fast reconciler tests: it understands the scripts
+// the renderer writes (add/delete table, nested table blocks), keeps listings as nft would print
+// them, and moves a generation id on every commit. Real behaviour is proven by the kernel tests.
+import type { Kernel } from '../../src/reconcile/kernel.js';
+import type { TableRef } from '../../src/nftables/types.js';
+
+export class FakeKernel implements Kernel {
+  tables = new Map<string, string>();
+  genId = 1;
+  reads = 0;
+  applies: string[] = [];
+  failWrites: Error | undefined;
+
+  private static key(ref: TableRef): string {
+    return `${ref.family} ${ref.name}`;
+  }
+
+  async listTable(ref: TableRef): Promise<string | null> {
+    this.reads++;
+    return this.tables.get(FakeKernel.key(ref)) ?? null;
+  }
+
+  async generationId(): Promise<number> {
+    return this.genId;
+  }
+
+  async apply(script: string): Promise<void> {
+    if (this.failWrites) throw this.failWrites;
+    const next = new Map(this.tables);
+    const lines = script.split('\n');
+    for (let i = 0; i < lines.length; i++) {
+      const line = lines[i] ?? '';
+      let m: RegExpExecArray | null;
+      if ((m = /^add table (ip6?) (\S+)$/.exec(line))) {
+        const key = `${m[1]} ${m[2]}`;
+        if (!next.has(key)) next.set(key, `table ${key} {\n}\n`);
+      } else if ((m = /^delete table (ip6?) (\S+)$/.exec(line))) {
+        const key = `${m[1]} ${m[2]}`;
+        if (!next.delete(key)) throw new Error(`Error: No such file or directory\n${line}`);
+      } else if ((m = /^table (ip6?) (\S+) \{$/.exec(line))) {
+        const end = lines.indexOf('}', i);
+        next.set(`${m[1]} ${m[2]}`, lines.slice(i, end + 1).join('\n') + '\n');
+        i = end;
+      } else if (line.trim() !== '') {
+        throw new Error(`fake kernel: cannot run ${JSON.stringify(line)}`);
+      }
+    }
+    this.tables = next;
+    this.applies.push(script);
+    this.genId++;
+  }
+
+  /** Another tool's commit: changes the generation id, and optionally our table. */
+  tamper(ref: TableRef, edit?: (listing: string) => string | null): void {
+    const key = FakeKernel.key(ref);
+    const listing = this.tables.get(key);
+    if (edit && listing !== undefined) {
+      const edited = edit(listing);
+      if (edited === null) this.tables.delete(key);
+      else this.tables.set(key, edited);
+    }
+    this.genId++;
+  }
+}

@@ -1,0 +1,183 @@
+// The compiler's output for a range of configs, compared as text with reviewed files under
+// test/fixtures/compile. Regenerate with UPDATE_FIXTURES=1 and review the diff.
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import t from 'tap';
+import {
+  compile,
+  masqueradeRules,
+  parseTableComment,
+  tableComment,
+  type CompileOptions,
+} from '../../src/compile.js';
+import type { Config } from '../../src/config/types.js';
+import { normaliseListing, renderReplace, renderTable } from '../../src/nftables/render.js';
+
+const fixtures = new URL('../fixtures/compile/', import.meta.url);
+
+function config(over: Partial<Config> = {}): Config {
+  return {
+    nonMasquerade: {
+      ipv4: ['10.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.168.0.0/16'],
+      ipv6: [],
+    },
+    masquerade: { ipv4: [], ipv6: [] },
+    masqLinkLocal: false,
+    masqLinkLocalIPv6: false,
+    cidrLimit: 64,
+    resyncIntervalMs: 60_000,
+    hash: 'ab'.repeat(32),
+    sources: [],
+    ...over,
+  };
+}
+
+const flags: CompileOptions = {
+  table: 'ipmasq',
+  masqChain: 'IP-MASQ-AGENT',
+  randomFully: true,
+  toPorts: [],
+  enableIPv6: false,
+};
+
+const cases: Array<[string, Config, Partial<CompileOptions>]> = [
+  ['defaults', config(), {}],
+  [
+    'masq-link-local',
+    config({
+      nonMasquerade: { ipv4: ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16'], ipv6: [] },
+    }),
+    {},
+  ],
+  ['empty-list', config({ nonMasquerade: { ipv4: ['169.254.0.0/16'], ipv6: [] } }), {}],
+  [
+    'masquerade-cidrs',
+    config({ masquerade: { ipv4: ['10.9.0.0/16', '192.168.5.1/32'], ipv6: [] } }),
+    {},
+  ],
+  [
+    'ipv6',
+    config({
+      nonMasquerade: { ipv4: ['10.0.0.0/8'], ipv6: ['fd00::/8', 'fe80::/10'] },
+      masquerade: { ipv4: [], ipv6: ['fd12::1/128'] },
+    }),
+    { enableIPv6: true },
+  ],
+  ['no-random-fully', config(), { randomFully: false }],
+  [
+    'to-ports-two',
+    config(),
+    {
+      toPorts: [
+        { first: 1024, last: 29999 },
+        { first: 32768, last: 65535 },
+      ],
+    },
+  ],
+  [
+    'to-ports-three-and-single',
+    config(),
+    {
+      toPorts: [
+        { first: 2000, last: 2999 },
+        { first: 8000, last: 8000 },
+        { first: 40000, last: 40999 },
+      ],
+    },
+  ],
+  ['custom-names', config(), { table: 'masq_v2', masqChain: 'IP-MASQ' }],
+];
+
+for (const [name, cfg, over] of cases) {
+  t.test(`compile: ${name}`, async (t) => {
+    const script = renderReplace(compile(cfg, { ...flags, ...over }, 7));
+    const file = new URL(`${name}.nft`, fixtures);
+    if (process.env.UPDATE_FIXTURES === '1' || !existsSync(file)) writeFileSync(file, script);
+    t.equal(script, readFileSync(file, 'utf8'), `${name}.nft`);
+  });
+}
+
+t.test('every table has both sets, the base chain and the decision chain', async (t) => {
+  const tables = compile(config(), { ...flags, enableIPv6: true }, 1);
+  t.same(
+    tables.map((x) => x.family),
+    ['ip', 'ip6'],
+  );
+  for (const table of tables) {
+    t.same(
+      table.sets.map((s) => s.name),
+      ['nonmasq', 'masq'],
+    );
+    t.same(table.chains[0]?.base, {
+      type: 'nat',
+      hook: 'postrouting',
+      priority: 'srcnat',
+      policy: 'accept',
+    });
+    t.equal(table.chains[0]?.rules[0], 'fib daddr type != local jump IP-MASQ-AGENT');
+  }
+});
+
+t.test('the decision order: masq set, then nonmasq set, then masquerade', async (t) => {
+  const [table] = compile(config(), flags, 1);
+  t.same(table?.chains[1]?.rules, [
+    'ip daddr @masq masquerade fully-random',
+    'ip daddr @nonmasq return',
+    'masquerade fully-random',
+  ]);
+});
+
+t.test('to-ports draws give each range its share of the ports', async (t) => {
+  const ranges = [
+    { first: 1000, last: 1999 },
+    { first: 5000, last: 7999 },
+    { first: 9000, last: 9999 },
+  ];
+  const rules = masqueradeRules(true, ranges);
+  // Rule i matches with probability size_i / remaining_i; the product of misses before it gives its share.
+  let miss = 1;
+  const shares = rules.slice(0, ranges.length).map((rule) => {
+    const m = / mod (\d+) < (\d+)/.exec(rule);
+    const p = m ? Number(m[2]) / Number(m[1]) : 1;
+    const share = miss * p;
+    miss *= 1 - p;
+    return share;
+  });
+  t.same(
+    shares.map((s) => Math.round(s * 5000)),
+    [1000, 3000, 1000],
+  );
+  t.equal(
+    rules.at(-1),
+    'masquerade fully-random',
+    'other protocols fall through to a plain masquerade',
+  );
+});
+
+t.test('the table comment carries generation and hash, and parses back', async (t) => {
+  const listing = `table ip ipmasq {\n\tcomment "${tableComment(42, 'cd'.repeat(32))}"\n}`;
+  t.same(parseTableComment(listing), { generation: 42, hash: 'cd'.repeat(32) });
+  t.equal(parseTableComment('table ip ipmasq {\n}'), undefined);
+});
+
+t.test('a full-length prefix is written as nft prints it, a bare address', async (t) => {
+  const [table] = compile(config({ masquerade: { ipv4: ['192.168.5.1/32'], ipv6: [] } }), flags, 1);
+  t.match(renderTable(table!), /elements = \{ 192\.168\.5\.1 \}/);
+});
+
+t.test('the renderer refuses text that did not come from the formatter', async (t) => {
+  const bad = config({ nonMasquerade: { ipv4: ['10.0.0.0/8 } ; flush ruleset ; {'], ipv6: [] } });
+  t.throws(() => renderReplace(compile(bad, flags, 1)), /not a formatted prefix/);
+  t.throws(
+    () => renderReplace(compile(config(), { ...flags, table: 'x; flush ruleset' }, 1)),
+    /invalid nftables name/,
+  );
+  t.throws(
+    () => compile(config(), { ...flags, masqChain: 'postrouting' }, 1),
+    /may not be postrouting/,
+  );
+});
+
+t.test('normaliseListing ignores only whitespace', async (t) => {
+  t.equal(normaliseListing('a {\n\t\tb, c\n\n}'), normaliseListing('a { b,\n\t c }'));
+  t.not(normaliseListing('a { b, c }'), normaliseListing('a { b, d }'));
+});

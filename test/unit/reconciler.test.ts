@@ -1,0 +1,221 @@
+// The reconciler against the fake kernel: when it reads, when it writes, what it counts and logs.
+import { pino } from 'pino';
+import t from 'tap';
+import type { Config, LoadResult } from '../../src/config/types.js';
+import { ConfigError } from '../../src/config/types.js';
+import { Reconciler } from '../../src/reconcile/reconciler.js';
+import { AgentMetrics } from '../../src/server/metrics.js';
+import { FakeKernel } from '../helpers/fake-kernel.js';
+
+const ip = { family: 'ip', name: 'ipmasq' } as const;
+
+function config(
+  ipv4: string[],
+  hash = ipv4.join(',').length.toString(16).padStart(64, '0'),
+): Config {
+  return {
+    nonMasquerade: { ipv4, ipv6: [] },
+    masquerade: { ipv4: [], ipv6: [] },
+    masqLinkLocal: false,
+    masqLinkLocalIPv6: false,
+    cidrLimit: 64,
+    resyncIntervalMs: 60_000,
+    hash,
+    sources: [],
+  };
+}
+
+function setup(
+  kernel = new FakeKernel(),
+  first: LoadResult = { ok: true, config: config(['10.0.0.0/8']), warnings: [] },
+) {
+  const logs: Array<{ level: number; msg: string }> = [];
+  const logger = pino({ level: 'debug' }, { write: (line: string) => logs.push(JSON.parse(line)) });
+  const metrics = new AgentMetrics();
+  let current = first;
+  const reconciler = new Reconciler({
+    configPath: '/cfg',
+    loadOptions: { enableIPv6: false, nomasqAllReservedRanges: false },
+    compileOptions: {
+      table: 'ipmasq',
+      masqChain: 'IP-MASQ-AGENT',
+      randomFully: true,
+      toPorts: [],
+      enableIPv6: false,
+    },
+    loadConfig: async () => current,
+    kernel,
+    logger,
+    metrics,
+    largeSetThreshold: 3,
+  });
+  const metric = async (name: string, labels: Record<string, string> = {}) => {
+    const m = await metrics.registry.getSingleMetric(name)?.get();
+    return m?.values.find((v) => Object.entries(labels).every(([k, x]) => v.labels[k] === x))
+      ?.value;
+  };
+  return {
+    kernel,
+    reconciler,
+    logs,
+    metric,
+    setConfig: (next: LoadResult) => (current = next),
+  };
+}
+
+const invalid: LoadResult = {
+  ok: false,
+  error: new ConfigError('/cfg', 'nonMasqueradeCIDRs[0]: "x" is not a CIDR'),
+  warnings: [],
+};
+
+t.test('first sync writes generation 1; an idle resync neither reads nor writes', async (t) => {
+  const { kernel, reconciler, metric } = setup();
+  t.same(await reconciler.sync(), { ok: true });
+  t.equal(kernel.applies.length, 1);
+  t.match(kernel.tables.get('ip ipmasq'), /generation 1 config/);
+  t.equal(reconciler.status(true).generation, 1);
+  const reads = kernel.reads;
+  for (let i = 0; i < 5; i++) await reconciler.sync();
+  t.equal(kernel.applies.length, 1, 'no writes');
+  t.equal(kernel.reads, reads, 'no reads while the generation id is unchanged');
+  t.equal(await metric('ipmasq_syncs_total', { result: 'unchanged' }), 5);
+  t.equal(await metric('ipmasq_generation'), 1);
+  t.ok(reconciler.status(true).ready);
+});
+
+t.test('another tool commits elsewhere: one read, no write, then no reads again', async (t) => {
+  const { kernel, reconciler } = setup();
+  await reconciler.sync();
+  kernel.tamper({ family: 'ip', name: 'other' });
+  const reads = kernel.reads;
+  await reconciler.sync();
+  t.equal(kernel.reads, reads + 2, 'read ip and ip6 once');
+  await reconciler.sync();
+  t.equal(kernel.reads, reads + 2);
+  t.equal(kernel.applies.length, 1);
+});
+
+t.test('drift is repaired, warned about and counted', async (t) => {
+  const drifts: Array<[string, (s: string) => string | null]> = [
+    ['table deleted', () => null],
+    ['set flushed', (s) => s.replace(/\t\telements = .*\n/, '')],
+    ['rule deleted', (s) => s.replace(/\t\tip daddr @nonmasq return\n/, '')],
+  ];
+  for (const [name, edit] of drifts) {
+    const { kernel, reconciler, logs, metric } = setup();
+    await reconciler.sync();
+    const good = kernel.tables.get('ip ipmasq')!;
+    kernel.tamper(ip, edit);
+    t.not(kernel.tables.get('ip ipmasq'), good, `${name}: tampered`);
+    await reconciler.sync();
+    t.equal(
+      kernel.tables.get('ip ipmasq'),
+      good.replace('generation 1', 'generation 2'),
+      `${name}: repaired`,
+    );
+    t.equal(await metric('ipmasq_drift_repairs_total'), 1, `${name}: counted`);
+    t.ok(
+      logs.some((l) => l.level === 40 && /drifted/.test(l.msg)),
+      `${name}: warned`,
+    );
+  }
+});
+
+t.test('a restart adopts a right table without writing and continues the count', async (t) => {
+  const first = setup();
+  await first.reconciler.sync();
+  first.setConfig({ ok: true, config: config(['10.0.0.0/8', '192.168.0.0/16']), warnings: [] });
+  await first.reconciler.sync();
+  t.equal(first.reconciler.status(true).generation, 2);
+
+  const second = setup(first.kernel, {
+    ok: true,
+    config: config(['10.0.0.0/8', '192.168.0.0/16']),
+    warnings: [],
+  });
+  await second.reconciler.sync();
+  t.equal(first.kernel.applies.length, 2, 'no write');
+  t.equal(second.reconciler.status(true).generation, 2);
+
+  const third = setup(first.kernel, { ok: true, config: config(['172.16.0.0/12']), warnings: [] });
+  await third.reconciler.sync();
+  t.equal(first.kernel.applies.length, 3);
+  t.equal(third.reconciler.status(true).generation, 3);
+  t.equal(
+    await third.metric('ipmasq_drift_repairs_total'),
+    0,
+    'a config change while down is not drift',
+  );
+});
+
+t.test(
+  'an invalid config keeps the last good ruleset, still drift-repaired, error logged once',
+  async (t) => {
+    const { kernel, reconciler, logs, metric, setConfig } = setup();
+    await reconciler.sync();
+    const good = kernel.tables.get('ip ipmasq');
+    setConfig(invalid);
+    for (let i = 0; i < 4; i++) await reconciler.sync();
+    t.equal(kernel.tables.get('ip ipmasq'), good, 'unchanged');
+    t.equal(logs.filter((l) => l.level === 50).length, 1, 'one error line');
+    t.equal(await metric('ipmasq_config_valid'), 0);
+    const status = reconciler.status(true);
+    t.match(status.configError, /is not a CIDR/);
+    t.notOk(status.ready);
+    kernel.tamper(ip, () => null);
+    await reconciler.sync();
+    t.match(kernel.tables.get('ip ipmasq'), /10\.0\.0\.0\/8/, 'repaired to the last good config');
+    setConfig({ ok: true, config: config(['10.0.0.0/8']), warnings: [] });
+    await reconciler.sync();
+    t.ok(reconciler.status(true).ready);
+    t.equal(reconciler.status(true).configError, null);
+  },
+);
+
+t.test('invalid at start with no table of ours: nothing is applied', async (t) => {
+  const { kernel, reconciler } = setup(new FakeKernel(), invalid);
+  await reconciler.sync();
+  t.equal(kernel.applies.length, 0);
+  t.equal(kernel.tables.size, 0);
+  t.match(reconciler.status(true).notReadyReason, /nothing applied/);
+});
+
+t.test('a failed write is an error outcome and unhealthy; the next success recovers', async (t) => {
+  const { kernel, reconciler, metric } = setup();
+  kernel.failWrites = new Error('Operation not permitted');
+  const outcome = await reconciler.sync();
+  t.equal(outcome.ok, false);
+  t.equal(reconciler.status(true).lastWriteOk, false);
+  t.match(reconciler.status(true).lastError, /not permitted/);
+  t.equal(await metric('ipmasq_syncs_total', { result: 'error' }), 1);
+  kernel.failWrites = undefined;
+  t.same(await reconciler.sync(), { ok: true });
+  t.equal(reconciler.status(true).lastWriteOk, true);
+  t.equal(reconciler.status(true).generation, 1);
+});
+
+t.test('with IPv6 off, a stale ip6 table of ours is deleted in the same transaction', async (t) => {
+  const kernel = new FakeKernel();
+  kernel.tables.set('ip6 ipmasq', 'table ip6 ipmasq {\n}\n');
+  const { reconciler } = setup(kernel);
+  await reconciler.sync();
+  t.notOk(kernel.tables.has('ip6 ipmasq'));
+  t.match(kernel.applies[0], /delete table ip6 ipmasq\n$/);
+  t.ok(kernel.tables.has('ip ipmasq'));
+});
+
+t.test('a large set sets the warning gauge and logs once', async (t) => {
+  const { reconciler, logs, metric, setConfig } = setup();
+  await reconciler.sync();
+  t.equal(await metric('ipmasq_large_set_warning'), 0);
+  setConfig({
+    ok: true,
+    config: config(['1.0.0.0/24', '2.0.0.0/24', '3.0.0.0/24', '4.0.0.0/24']),
+    warnings: [],
+  });
+  await reconciler.sync();
+  await reconciler.sync();
+  t.equal(await metric('ipmasq_large_set_warning'), 1);
+  t.equal(logs.filter((l) => /set is large/.test(l.msg)).length, 1);
+});
