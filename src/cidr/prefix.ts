@@ -1,0 +1,110 @@
+// CIDR prefixes: strict parsing (host bits must be clear) and canonical printing.
+import {
+  ADDRESS_BITS,
+  CidrError,
+  type Family,
+  formatAddress,
+  parseIPv4,
+  parseIPv6,
+} from './address.js';
+
+export interface Prefix {
+  readonly family: Family;
+  readonly addr: bigint;
+  readonly len: number;
+}
+
+function hostMask(family: Family, len: number): bigint {
+  return (1n << BigInt(ADDRESS_BITS[family] - len)) - 1n;
+}
+
+/** [first, last] address covered by the prefix. */
+export function prefixRange(p: Prefix): [bigint, bigint] {
+  return [p.addr, p.addr | hostMask(p.family, p.len)];
+}
+
+export function formatPrefix(p: Prefix): string {
+  return `${formatAddress(p.family, p.addr)}/${p.len}`;
+}
+
+function parseLength(text: string, max: number): number | string {
+  if (text === '') return `has an empty prefix length`;
+  if (!/^[0-9]{1,3}$/.test(text)) return `has an invalid prefix length "${text}"`;
+  if (text.length > 1 && text.startsWith('0')) {
+    return `has a prefix length with a leading zero ("${text}")`;
+  }
+  const len = Number(text);
+  if (len > max) return `has prefix length ${len}, above the maximum of ${max}`;
+  return len;
+}
+
+function reject(text: string, reason: string, suggestion?: string): never {
+  const hint = suggestion === undefined ? '' : ` (did you mean ${suggestion}?)`;
+  throw new CidrError(`${JSON.stringify(text)} ${reason}${hint}`, suggestion);
+}
+
+/** Fast path for the common case, a well-formed IPv4 CIDR; undefined sends the caller to the slow path. */
+function parseIPv4Cidr(text: string, slash: number): Prefix | undefined {
+  const lengthDigits = text.length - slash - 1;
+  if (lengthDigits < 1 || lengthDigits > 2) return undefined;
+  let len = 0;
+  for (let i = slash + 1; i < text.length; i++) {
+    const c = text.charCodeAt(i) - 48;
+    if (c < 0 || c > 9) return undefined;
+    len = len * 10 + c;
+  }
+  if (len > 32 || (lengthDigits === 2 && len < 10)) return undefined;
+  const v4 = parseIPv4(text.slice(0, slash));
+  if (typeof v4 === 'string' || v4 % 2 ** (32 - len) !== 0) return undefined;
+  return { family: 4, addr: BigInt(v4), len };
+}
+
+/** Strict parse of "ADDRESS/LENGTH"; throws CidrError naming the input and what is wrong with it. */
+export function parseCidr(text: string): Prefix {
+  const slash = text.indexOf('/');
+  if (slash > 0 && !text.includes(':')) {
+    const fast = parseIPv4Cidr(text, slash);
+    if (fast !== undefined) return fast;
+  }
+  return parseCidrSlow(text, slash);
+}
+
+function parseCidrSlow(text: string, slash: number): Prefix {
+  if (/\s/.test(text)) {
+    const trimmed = text.replace(/\s+/g, '');
+    let suggestion: string | undefined;
+    try {
+      suggestion = formatPrefix(parseCidr(trimmed));
+    } catch {
+      suggestion = undefined;
+    }
+    reject(text, 'contains whitespace', suggestion);
+  }
+  if (slash < 0) {
+    const hint = /^[0-9.]+$|:/.test(text) ? ' (write ADDRESS/LENGTH, e.g. 10.0.0.0/8)' : '';
+    reject(text, `is not a CIDR: missing "/length"${hint}`);
+  }
+  const addressText = text.slice(0, slash);
+  const family: Family = addressText.includes(':') ? 6 : 4;
+  let addr: bigint;
+  if (family === 6) {
+    const v6 = parseIPv6(addressText);
+    if (typeof v6 === 'string') reject(text, `is not a CIDR: the address ${v6}`);
+    addr = v6;
+  } else {
+    if (!/^[0-9.]+$/.test(addressText)) {
+      reject(text, 'is not a CIDR (expected ADDRESS/LENGTH, e.g. 10.0.0.0/8)');
+    }
+    const v4 = parseIPv4(addressText);
+    if (typeof v4 === 'string') reject(text, `is not a CIDR: the address ${v4}`);
+    addr = BigInt(v4);
+  }
+  const len = parseLength(text.slice(slash + 1), ADDRESS_BITS[family]);
+  if (typeof len === 'string') reject(text, `is not a CIDR: it ${len}`);
+  const hostBits = addr & hostMask(family, len);
+  if (hostBits !== 0n) {
+    const network = formatPrefix({ family, addr: addr ^ hostBits, len });
+    reject(text, 'is not aligned to its prefix', network);
+  }
+  return { family, addr, len };
+}

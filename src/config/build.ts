@@ -1,0 +1,117 @@
+// Fragments (one per file) + defaults -> the frozen Config. The only place where files are merged.
+import { createHash } from 'node:crypto';
+import { type Prefix, formatPrefix, mergePrefixes, parseCidr } from '../cidr/index.js';
+import type { ConfigFragment } from './fragment.js';
+import {
+  type CidrSets,
+  type Config,
+  ConfigError,
+  type LoadOptions,
+  type LoadResult,
+} from './types.js';
+
+const PRIVATE_RANGES = ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16'];
+const RESERVED_RANGES = [
+  '100.64.0.0/10', // RFC 6598
+  '192.0.0.0/24', // RFC 6890
+  '192.0.2.0/24', // RFC 5737
+  '192.88.99.0/24', // RFC 7526
+  '198.18.0.0/15', // RFC 6815
+  '198.51.100.0/24', // RFC 5737
+  '203.0.113.0/24', // RFC 5737
+  '240.0.0.0/4', // RFC 5735, former class E
+];
+const LINK_LOCAL_V4 = parseCidr('169.254.0.0/16');
+const LINK_LOCAL_V6 = parseCidr('fe80::/10');
+export const DEFAULT_CIDR_LIMIT = 64;
+export const DEFAULT_RESYNC_INTERVAL_MS = 60_000;
+
+export function defaultNonMasqueradeCIDRs(options: LoadOptions): Prefix[] {
+  const texts = options.nomasqAllReservedRanges
+    ? [...PRIVATE_RANGES, ...RESERVED_RANGES]
+    : PRIVATE_RANGES;
+  return texts.map(parseCidr);
+}
+
+function mergedSets(prefixes: readonly Prefix[]): CidrSets {
+  const ipv4: Prefix[] = [];
+  const ipv6: Prefix[] = [];
+  for (const p of prefixes) (p.family === 4 ? ipv4 : ipv6).push(p);
+  return Object.freeze({
+    ipv4: Object.freeze(mergePrefixes(ipv4).map(formatPrefix)),
+    ipv6: Object.freeze(mergePrefixes(ipv6).map(formatPrefix)),
+  });
+}
+
+/** sha256 of the meaning only: the sets are already merged and sorted, so spelling and order vanish. */
+function hashOf(config: Omit<Config, 'hash' | 'sources'>): string {
+  const canonical = JSON.stringify([
+    'ipmasq-config-v1',
+    config.nonMasquerade.ipv4,
+    config.nonMasquerade.ipv6,
+    config.masquerade.ipv4,
+    config.masquerade.ipv6,
+    config.masqLinkLocal,
+    config.masqLinkLocalIPv6,
+    config.cidrLimit,
+    config.resyncIntervalMs,
+  ]);
+  return createHash('sha256').update(canonical).digest('hex');
+}
+
+/**
+ * Merges files as CONTRACT section 4 says: lists unioned, booleans OR'd, the smallest resyncInterval
+ * and the largest cidrLimit among the files that set them, the limit checked against all entries.
+ * `origin` (the file or directory) names the config in errors that no single file causes.
+ */
+export function buildConfig(
+  fragments: readonly ConfigFragment[],
+  options: LoadOptions,
+  origin: string,
+  warnings: readonly string[] = [],
+): LoadResult {
+  const given = <K extends keyof ConfigFragment>(key: K) =>
+    fragments.flatMap((f) =>
+      f[key] === undefined ? [] : [f[key] as NonNullable<ConfigFragment[K]>],
+    );
+  const nonMasqLists = given('nonMasqueradeCIDRs');
+  const nonMasq =
+    nonMasqLists.length > 0 ? nonMasqLists.flat() : defaultNonMasqueradeCIDRs(options);
+  const masq = given('masqueradeCIDRs').flat();
+  const limits = given('cidrLimit');
+  const cidrLimit = limits.length > 0 ? Math.max(...limits) : DEFAULT_CIDR_LIMIT;
+  const intervals = given('resyncIntervalMs');
+  const resyncIntervalMs =
+    intervals.length > 0 ? Math.min(...intervals) : DEFAULT_RESYNC_INTERVAL_MS;
+  const masqLinkLocal = given('masqLinkLocal').some(Boolean);
+  const masqLinkLocalIPv6 = given('masqLinkLocalIPv6').some(Boolean);
+
+  const entries = nonMasq.length + masq.length;
+  if (entries > cidrLimit) {
+    const where = fragments.length > 1 ? ` across ${fragments.length} files` : '';
+    const message = `cidrLimit: ${cidrLimit} is less than the ${entries} entries of nonMasqueradeCIDRs + masqueradeCIDRs${where} (raise cidrLimit to at least ${entries}, or list fewer CIDRs)`;
+    return Object.freeze({
+      ok: false,
+      error: new ConfigError(origin, message),
+      warnings: Object.freeze([...warnings]),
+    });
+  }
+
+  const effectiveNonMasq = [...nonMasq];
+  if (!masqLinkLocal) effectiveNonMasq.push(LINK_LOCAL_V4);
+  if (options.enableIPv6 && !masqLinkLocalIPv6) effectiveNonMasq.push(LINK_LOCAL_V6);
+  const meaning = {
+    nonMasquerade: mergedSets(effectiveNonMasq),
+    masquerade: mergedSets(masq),
+    masqLinkLocal,
+    masqLinkLocalIPv6,
+    cidrLimit,
+    resyncIntervalMs,
+  };
+  const config: Config = Object.freeze({
+    ...meaning,
+    hash: hashOf(meaning),
+    sources: Object.freeze(fragments.map((f) => f.file)),
+  });
+  return Object.freeze({ ok: true, config, warnings: Object.freeze([...warnings]) });
+}

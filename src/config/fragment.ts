@@ -1,0 +1,172 @@
+// One config file's text -> the keys it sets, validated. Merging and defaults live in build.ts.
+import { CidrError, type Prefix, parseCidr } from '../cidr/index.js';
+import { parseGoDuration } from './duration.js';
+import { ConfigError, type LoadOptions } from './types.js';
+import { parseConfigDocument } from './yaml.js';
+
+/** What one file says; a key left out (or null for the scalar keys) is undefined. */
+export interface ConfigFragment {
+  readonly file: string;
+  readonly nonMasqueradeCIDRs?: readonly Prefix[];
+  readonly masqueradeCIDRs?: readonly Prefix[];
+  readonly masqLinkLocal?: boolean;
+  readonly masqLinkLocalIPv6?: boolean;
+  readonly cidrLimit?: number;
+  readonly resyncIntervalMs?: number;
+}
+
+export type FragmentResult =
+  | { ok: true; fragment: ConfigFragment; warnings: string[] }
+  | { ok: false; error: ConfigError; warnings: string[] };
+
+type Mutable<T> = { -readonly [K in keyof T]: T[K] };
+type KeyName = Exclude<keyof ConfigFragment, 'file' | 'resyncIntervalMs'> | 'resyncInterval';
+
+const KEYS: ReadonlyMap<string, KeyName> = new Map(
+  (
+    [
+      'nonMasqueradeCIDRs',
+      'masqueradeCIDRs',
+      'masqLinkLocal',
+      'masqLinkLocalIPv6',
+      'cidrLimit',
+      'resyncInterval',
+    ] as const
+  ).map((name) => [name.toLowerCase(), name]),
+);
+
+const MIN_RESYNC_MS = 1000;
+// setTimeout fires at once for delays above 2^31-1 ms, which would turn a long interval into a busy loop.
+const MAX_RESYNC_MS = 2 ** 31 - 1;
+
+/** Thrown inside this module only; parseFragment turns it into a ConfigError result. */
+class Invalid extends Error {}
+
+function describe(value: unknown): string {
+  if (value === null || value === undefined) return 'null';
+  if (value instanceof Map) return 'a mapping';
+  if (Array.isArray(value)) return 'a list';
+  if (value instanceof Date) return `a date (${value.toISOString().slice(0, 10)})`;
+  if (typeof value === 'string') return `a string (${JSON.stringify(value)})`;
+  return `${typeof value} ${String(value)}`;
+}
+
+function parseCidrList(key: KeyName, value: unknown, options: LoadOptions): Prefix[] {
+  if (value === null || value === undefined) return [];
+  if (!Array.isArray(value)) {
+    const example = typeof value === 'string' ? ` (write a list: [${value}])` : '';
+    throw new Invalid(`${key}: expected a list of CIDR strings, got ${describe(value)}${example}`);
+  }
+  const prefixes: Prefix[] = new Array(value.length);
+  for (let i = 0; i < value.length; i++) {
+    const entry: unknown = value[i];
+    if (typeof entry !== 'string') {
+      throw new Invalid(`${key}[${i}]: expected a CIDR string, got ${describe(entry)}`);
+    }
+    let prefix: Prefix;
+    try {
+      prefix = parseCidr(entry);
+    } catch (err) {
+      if (err instanceof CidrError) throw new Invalid(`${key}[${i}]: ${err.message}`);
+      throw err;
+    }
+    if (prefix.family === 6 && !options.enableIPv6) {
+      throw new Invalid(
+        `${key}[${i}]: ${JSON.stringify(entry)} is an IPv6 CIDR but IPv6 is off (start the agent with --enable-ipv6, or remove it)`,
+      );
+    }
+    prefixes[i] = prefix;
+  }
+  return prefixes;
+}
+
+function parseBoolean(key: KeyName, value: unknown): boolean {
+  if (typeof value === 'boolean') return value;
+  throw new Invalid(`${key}: expected true or false, got ${describe(value)}`);
+}
+
+function parseCidrLimit(value: unknown): number {
+  if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
+  throw new Invalid(`cidrLimit: expected a whole number of 0 or more, got ${describe(value)}`);
+}
+
+function parseResyncInterval(value: unknown, warnings: string[], file: string): number {
+  if (typeof value !== 'string') {
+    const hint =
+      typeof value === 'number' ? ` (write a duration with a unit, e.g. "${value}s")` : '';
+    throw new Invalid(`resyncInterval: expected a duration string, got ${describe(value)}${hint}`);
+  }
+  const ms = parseGoDuration(value);
+  if (typeof ms === 'string') throw new Invalid(`resyncInterval: ${JSON.stringify(value)} ${ms}`);
+  if (ms <= 0) throw new Invalid(`resyncInterval: ${JSON.stringify(value)} must be greater than 0`);
+  if (ms < MIN_RESYNC_MS) {
+    warnings.push(`${file}: resyncInterval: ${JSON.stringify(value)} is below 1s; using 1s`);
+    return MIN_RESYNC_MS;
+  }
+  if (ms > MAX_RESYNC_MS) {
+    warnings.push(`${file}: resyncInterval: ${JSON.stringify(value)} is above 596h; using 596h`);
+    return MAX_RESYNC_MS;
+  }
+  return Math.round(ms);
+}
+
+function readKeys(
+  document: Map<unknown, unknown>,
+  fragment: Mutable<ConfigFragment>,
+  options: LoadOptions,
+  warnings: string[],
+): void {
+  const unknownKeys: string[] = [];
+  const seen = new Map<KeyName, string>();
+  for (const [rawKey, value] of document) {
+    const written = String(rawKey);
+    const key = KEYS.get(written.toLowerCase());
+    if (key === undefined) {
+      unknownKeys.push(written);
+      continue;
+    }
+    const earlier = seen.get(key);
+    if (earlier !== undefined) {
+      throw new Invalid(
+        `${key}: given twice (as ${JSON.stringify(earlier)} and ${JSON.stringify(written)})`,
+      );
+    }
+    seen.set(key, written);
+    if (key === 'nonMasqueradeCIDRs' || key === 'masqueradeCIDRs') {
+      fragment[key] = parseCidrList(key, value, options);
+    } else if (value === null || value === undefined) {
+      continue; // as upstream: a scalar key given as null keeps its default
+    } else if (key === 'masqLinkLocal' || key === 'masqLinkLocalIPv6') {
+      fragment[key] = parseBoolean(key, value);
+    } else if (key === 'cidrLimit') {
+      fragment.cidrLimit = parseCidrLimit(value);
+    } else {
+      fragment.resyncIntervalMs = parseResyncInterval(value, warnings, fragment.file);
+    }
+  }
+  if (unknownKeys.length > 0) {
+    warnings.push(`${fragment.file}: unknown keys ignored: ${unknownKeys.join(', ')}`);
+  }
+}
+
+/** Parses and validates one file's text. Never throws for bad input: it returns a ConfigError. */
+export function parseFragment(text: string, file: string, options: LoadOptions): FragmentResult {
+  const warnings: string[] = [];
+  const parsed = parseConfigDocument(text.startsWith('\uFEFF') ? text.slice(1) : text);
+  if (!parsed.ok) return { ok: false, error: new ConfigError(file, parsed.message), warnings };
+  const fragment: Mutable<ConfigFragment> = { file };
+  const document = parsed.value;
+  if (document === null || document === undefined) return { ok: true, fragment, warnings };
+  if (!(document instanceof Map)) {
+    const message = `expected a mapping of keys such as nonMasqueradeCIDRs, got ${describe(document)}`;
+    return { ok: false, error: new ConfigError(file, message), warnings };
+  }
+  try {
+    readKeys(document, fragment, options, warnings);
+  } catch (err) {
+    if (err instanceof Invalid)
+      return { ok: false, error: new ConfigError(file, err.message), warnings };
+    throw err;
+  }
+  return { ok: true, fragment, warnings };
+}
