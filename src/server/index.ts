@@ -1,0 +1,204 @@
+// The health and metrics server (CONTRACT §7). It only reads: the agent hands it a status function
+// and its metrics, so a probe never waits on the sync loop or on libnftables.
+import Fastify, {
+  LogController,
+  type FastifyBaseLogger,
+  type FastifyInstance,
+  type FastifyPluginAsync,
+  type FastifyReply,
+  type FastifyRequest,
+} from 'fastify';
+import fp from 'fastify-plugin';
+import { AgentMetrics } from './metrics.js';
+
+export { AgentMetrics } from './metrics.js';
+
+export interface AgentStatus {
+  /** The sync loop is alive. */
+  alive: boolean;
+  /** The last kernel write, if one was needed, succeeded. */
+  lastWriteOk: boolean;
+  /** 0 before the first write. */
+  generation: number;
+  configHash: string | null;
+  lastSyncTime: Date | null;
+  lastError: string | null;
+  configError: string | null;
+  /** Entries in the kernel's non-masquerade sets. */
+  nonMasqueradeCIDRs: { ipv4: number; ipv6: number };
+  /** The kernel holds the ruleset of the current, valid config. */
+  ready: boolean;
+  notReadyReason: string | null;
+}
+
+export interface ServerOptions {
+  status: () => AgentStatus;
+  metrics: AgentMetrics;
+}
+
+/** Bad options given to the plugin; thrown at registration, never per request. */
+export class ServerOptionsError extends Error {
+  readonly code = 'IPMASQ_ERR_SERVER_OPTIONS';
+  constructor(message: string) {
+    super(message);
+    this.name = 'ServerOptionsError';
+  }
+}
+
+const nullableString = { type: ['string', 'null'] } as const;
+const count = { type: 'integer', minimum: 0 } as const;
+
+const healthSchema = {
+  type: 'object',
+  required: [
+    'status',
+    'generation',
+    'configHash',
+    'lastSyncTime',
+    'lastError',
+    'configError',
+    'nonMasqueradeCIDRs',
+  ],
+  properties: {
+    status: { type: 'string', enum: ['ok', 'unhealthy'] },
+    generation: count,
+    configHash: nullableString,
+    lastSyncTime: { type: ['string', 'null'], format: 'date-time' },
+    lastError: nullableString,
+    configError: nullableString,
+    nonMasqueradeCIDRs: {
+      type: 'object',
+      required: ['ipv4', 'ipv6'],
+      properties: { ipv4: count, ipv6: count },
+    },
+  },
+} as const;
+
+const readySchema = {
+  type: 'object',
+  required: ['status', 'generation'],
+  properties: { status: { type: 'string', const: 'ready' }, generation: count },
+} as const;
+
+const notReadySchema = {
+  type: 'object',
+  required: ['status', 'reason'],
+  properties: { status: { type: 'string', const: 'not ready' }, reason: { type: 'string' } },
+} as const;
+
+const routes = ['/healthz', '/readyz', '/metrics'];
+const allowedMethods = ['GET', 'HEAD'];
+
+function resolveOptions(opts: Partial<ServerOptions> | undefined): ServerOptions {
+  if (typeof opts?.status !== 'function') {
+    throw new ServerOptionsError('the server needs a status function returning AgentStatus');
+  }
+  // Duck-typed rather than instanceof so a second copy of this module (src vs dist) still works.
+  if (typeof opts.metrics?.registry?.metrics !== 'function') {
+    throw new ServerOptionsError('the server needs an AgentMetrics instance');
+  }
+  return { status: opts.status, metrics: opts.metrics };
+}
+
+const agentServer: FastifyPluginAsync<ServerOptions> = async (app, opts) => {
+  const { status, metrics } = resolveOptions(opts);
+
+  app.get(
+    '/healthz',
+    { schema: { response: { 200: healthSchema, 503: healthSchema } } },
+    async (_request, reply) => {
+      const s = status();
+      const healthy = s.alive && s.lastWriteOk;
+      return reply.code(healthy ? 200 : 503).send({
+        status: healthy ? 'ok' : 'unhealthy',
+        generation: s.generation,
+        configHash: s.configHash,
+        lastSyncTime: s.lastSyncTime?.toISOString() ?? null,
+        lastError: s.lastError,
+        configError: s.configError,
+        nonMasqueradeCIDRs: { ipv4: s.nonMasqueradeCIDRs.ipv4, ipv6: s.nonMasqueradeCIDRs.ipv6 },
+      });
+    },
+  );
+
+  app.get(
+    '/readyz',
+    { schema: { response: { 200: readySchema, 503: notReadySchema } } },
+    async (_request, reply) => {
+      const s = status();
+      if (s.ready) return reply.code(200).send({ status: 'ready', generation: s.generation });
+      return reply.code(503).send({
+        status: 'not ready',
+        reason: s.notReadyReason ?? 'the kernel does not hold the current config yet',
+      });
+    },
+  );
+
+  app.get('/metrics', async (_request, reply) => {
+    const text = await metrics.registry.metrics();
+    return reply.type(metrics.registry.contentType).send(text);
+  });
+
+  // Fastify answers an unrouted method with 404; HTTP wants 405 and an Allow header. Answering in
+  // onRequest comes before body parsing, so a POST with an odd body still gets 405, not 415.
+  const otherMethods = app.supportedMethods.filter((m) => !allowedMethods.includes(m));
+  const methodNotAllowed = async (request: FastifyRequest, reply: FastifyReply) => {
+    return reply
+      .code(405)
+      .header('allow', allowedMethods.join(', '))
+      .send({
+        statusCode: 405,
+        error: 'Method Not Allowed',
+        message: `${request.method} ${request.routeOptions.url ?? request.url}: use GET or HEAD`,
+      });
+  };
+  for (const url of routes) {
+    app.route({
+      method: otherMethods,
+      url,
+      onRequest: methodNotAllowed,
+      handler: methodNotAllowed,
+    });
+  }
+};
+
+export const agentServerPlugin = fp(agentServer, { name: 'ipmasq-agent-server', fastify: '5.x' });
+
+// Kubelet probes every few seconds: per-request lines go to debug so they never drown the agent's
+// own logs. Server errors (5xx) stay at error.
+class ProbeLogController extends LogController {
+  override incomingRequest(request: FastifyRequest): void {
+    request.log.debug({ req: request }, 'incoming request');
+  }
+  override requestCompleted(
+    error: Error | null | undefined,
+    request: FastifyRequest,
+    reply: FastifyReply,
+  ): void {
+    if (error) reply.log.error({ res: reply, err: error }, 'request errored');
+    else reply.log.debug({ res: reply, responseTime: reply.elapsedTime }, 'request completed');
+  }
+  override routeNotFound(request: FastifyRequest): void {
+    request.log.debug(`route ${request.method} ${request.url} not found`);
+  }
+  override defaultErrorLog(error: Error, request: FastifyRequest, reply: FastifyReply): void {
+    if (reply.statusCode >= 500) {
+      reply.log.error({ req: request, res: reply, err: error }, error.message);
+    } else {
+      reply.log.debug({ res: reply, err: error }, error.message);
+    }
+  }
+}
+
+/** A server with the plugin registered; `logger` is a pino logger, or false for none. */
+export async function buildServer(
+  opts: ServerOptions & { logger?: FastifyBaseLogger | false },
+): Promise<FastifyInstance> {
+  const { logger, ...pluginOptions } = opts;
+  const logController = new ProbeLogController();
+  const app: FastifyInstance = logger
+    ? Fastify({ loggerInstance: logger, logController })
+    : Fastify({ logger: false });
+  await app.register(agentServerPlugin, pluginOptions);
+  return app;
+}

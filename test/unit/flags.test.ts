@@ -1,0 +1,325 @@
+import t from 'tap';
+import { parseArgs, usage, type AgentOptions } from '../../src/cli/flags.js';
+
+function options(argv: string[]): AgentOptions {
+  const result = parseArgs(argv);
+  if (!result.ok) throw new Error(`expected ${JSON.stringify(argv)} to parse: ${result.message}`);
+  return result.options;
+}
+
+function failure(argv: string[]): string {
+  const result = parseArgs(argv);
+  if (result.ok) throw new Error(`expected ${JSON.stringify(argv)} to fail`);
+  if (result.exitCode !== 2) throw new Error(`exit code ${String(result.exitCode)}`);
+  return result.message;
+}
+
+t.test('defaults', async (t) => {
+  const result = parseArgs([]);
+  t.same(result, {
+    ok: true,
+    warnings: [],
+    options: {
+      config: '/etc/config/ip-masq-agent',
+      masqChain: 'IP-MASQ-AGENT',
+      nomasqAllReservedRanges: false,
+      enableIPv6: false,
+      randomFully: true,
+      toPorts: [],
+      table: 'ipmasq',
+      listen: { host: '0.0.0.0', port: 9410 },
+      mode: 'run',
+      removeLegacyChain: false,
+      logLevel: 'info',
+    },
+  });
+});
+
+t.test('value flags in every spelling', async (t) => {
+  const spellings: [string, string[]][] = [
+    ['--flag value', ['--config', '/cfg']],
+    ['--flag=value', ['--config=/cfg']],
+    ['-flag value', ['-config', '/cfg']],
+    ['-flag=value', ['-config=/cfg']],
+  ];
+  for (const [name, argv] of spellings) t.equal(options(argv).config, '/cfg', name);
+  t.equal(options(['--config=/a=b']).config, '/a=b', 'only the first "=" splits');
+  t.equal(options(['--table', 't1', '--table=t2']).table, 't2', 'last one wins, as in Go');
+});
+
+t.test('every value flag sets its option', async (t) => {
+  const parsed = options([
+    '--masq-chain=IP-MASQ',
+    '-table',
+    'my_table-2',
+    '--to-ports',
+    '8000',
+    '--listen=[::1]:9999',
+    '-log-level=debug',
+  ]);
+  t.equal(parsed.masqChain, 'IP-MASQ');
+  t.equal(parsed.table, 'my_table-2');
+  t.same(parsed.toPorts, [{ first: 8000, last: 8000 }]);
+  t.same(parsed.listen, { host: '::1', port: 9999 });
+  t.equal(parsed.logLevel, 'debug');
+});
+
+t.test('boolean flags', async (t) => {
+  const flags: [string, keyof AgentOptions, boolean][] = [
+    ['nomasq-all-reserved-ranges', 'nomasqAllReservedRanges', false],
+    ['enable-ipv6', 'enableIPv6', false],
+    ['random-fully', 'randomFully', true],
+    ['remove-legacy-chain', 'removeLegacyChain', false],
+  ];
+  const trueSpellings = ['1', 't', 'T', 'TRUE', 'true', 'True'];
+  const falseSpellings = ['0', 'f', 'F', 'FALSE', 'false', 'False'];
+  for (const [flag, key, byDefault] of flags) {
+    t.equal(options([])[key], byDefault, `${flag} default`);
+    t.equal(options([`--${flag}`])[key], true, `bare --${flag}`);
+    t.equal(options([`-${flag}`])[key], true, `bare -${flag}`);
+    for (const s of trueSpellings) t.equal(options([`--${flag}=${s}`])[key], true, `${flag}=${s}`);
+    for (const s of falseSpellings) t.equal(options([`-${flag}=${s}`])[key], false, `${flag}=${s}`);
+  }
+  t.equal(options(['--random-fully=false']).randomFully, false);
+});
+
+t.test('a bare boolean does not take the next argument', async (t) => {
+  const parsed = options(['--enable-ipv6', '--table', 'x']);
+  t.equal(parsed.enableIPv6, true);
+  t.equal(parsed.table, 'x');
+  const message = failure(['--random-fully', 'false']);
+  t.match(message, /unexpected argument "false"/);
+  t.match(message, /--random-fully=false/, 'hints at the "=" form');
+});
+
+t.test('upstream manifest arguments', async (t) => {
+  const manifests: [string[], Partial<AgentOptions>, string[]][] = [
+    [
+      ['--masq-chain=IP-MASQ', '--nomasq-all-reserved-ranges'],
+      { masqChain: 'IP-MASQ', nomasqAllReservedRanges: true },
+      [],
+    ],
+    [['--v=2', '--logtostderr'], {}, ['-v', '--logtostderr']],
+    [
+      ['--nomasq-all-reserved-ranges', '--v=2', '--logtostderr', '--enable-ipv6'],
+      { nomasqAllReservedRanges: true, enableIPv6: true },
+      ['-v', '--logtostderr'],
+    ],
+  ];
+  for (const [argv, expected, klog] of manifests) {
+    const result = parseArgs(argv);
+    t.ok(result.ok, argv.join(' '));
+    if (!result.ok) continue;
+    t.match(result.options, expected, argv.join(' '));
+    t.equal(result.warnings.length, klog.length === 0 ? 0 : 1, 'at most one warning');
+    for (const flag of klog) t.match(result.warnings[0] ?? '', flag);
+  }
+});
+
+t.test('klog flags are ignored with one warning naming them', async (t) => {
+  const spellings = [
+    ['--v=2'],
+    ['-v=2'],
+    ['-v', '2'],
+    ['--v', '2'],
+    ['-v'],
+    ['--logtostderr'],
+    ['--logtostderr=true'],
+    ['-logtostderr=false'],
+    ['--alsologtostderr'],
+    ['--stderrthreshold=INFO'],
+    ['-stderrthreshold', '2'],
+    ['--log_dir=/var/log'],
+    ['--log_dir', '/var/log'],
+    ['--log_file=/tmp/x.log'],
+    ['--vmodule=foo=2,bar=3'],
+    ['--vmodule'],
+  ];
+  for (const argv of spellings) {
+    const result = parseArgs([...argv, '--table=after']);
+    t.ok(result.ok, argv.join(' '));
+    if (!result.ok) continue;
+    t.equal(result.options.table, 'after', `${argv.join(' ')} leaves the next flag alone`);
+    t.equal(result.warnings.length, 1);
+  }
+  const all = parseArgs([
+    '-v',
+    '4',
+    '--logtostderr',
+    '--alsologtostderr=false',
+    '--stderrthreshold',
+    'ERROR',
+    '-log_dir=/l',
+    '--log_file',
+    '/f',
+    '--vmodule=x=1',
+    '--v=5',
+  ]);
+  t.ok(all.ok);
+  if (all.ok) {
+    t.equal(all.warnings.length, 1, 'one warning in total');
+    const warning = all.warnings[0] ?? '';
+    for (const flag of [
+      '-v',
+      '--logtostderr',
+      '--alsologtostderr',
+      '--stderrthreshold',
+      '--log_dir',
+      '--log_file',
+      '--vmodule',
+    ]) {
+      t.ok(warning.includes(flag), `warning names ${flag}`);
+    }
+    t.same(all.options, options([]), 'nothing else changed');
+  }
+});
+
+t.test('modes', async (t) => {
+  t.equal(options([]).mode, 'run');
+  for (const mode of ['once', 'render', 'cleanup', 'version'] as const) {
+    t.equal(options([`--${mode}`]).mode, mode);
+    t.equal(options([`-${mode}`]).mode, mode);
+    t.equal(options([`--${mode}=true`]).mode, mode);
+    t.equal(options([`--${mode}=false`]).mode, 'run');
+  }
+  t.equal(options(['--once', '--once']).mode, 'once', 'the same mode twice is one mode');
+  t.match(failure(['--once', '--render']), /--once and --render cannot be used together/);
+  t.match(failure(['--cleanup', '-version']), /--cleanup and --version/);
+  t.equal(options(['--once', '--render', '--render=false']).mode, 'once');
+});
+
+t.test('--to-ports', async (t) => {
+  t.same(options(['--to-ports=1024-29999,32768-65535']).toPorts, [
+    { first: 1024, last: 29999 },
+    { first: 32768, last: 65535 },
+  ]);
+  t.same(
+    options(['--to-ports', '32768-65535,1024-29999']).toPorts,
+    [
+      { first: 1024, last: 29999 },
+      { first: 32768, last: 65535 },
+    ],
+    'sorted',
+  );
+  t.same(options(['--to-ports=8000']).toPorts, [{ first: 8000, last: 8000 }]);
+  t.same(options(['--to-ports=1-1,2-3,65535']).toPorts, [
+    { first: 1, last: 1 },
+    { first: 2, last: 3 },
+    { first: 65535, last: 65535 },
+  ]);
+  t.same(options(['--to-ports=']).toPorts, [], 'empty value means no restriction');
+
+  const malformed: [string, RegExp][] = [
+    ['abc', /"abc" is not a port number/],
+    ['80a', /not a port number/],
+    ['0', /port 0 is out of range 1-65535/],
+    ['0-100', /port 0 is out of range/],
+    ['65536', /port 65536 is out of range/],
+    ['1000-70000', /port 70000 is out of range/],
+    ['123456', /not a port number/],
+    ['3000-2000', /first port 3000 is above last 2000/],
+    ['1000-2000,1500-2500', /ranges 1000-2000 and 1500-2500 overlap/],
+    ['2000-3000,1000-2000', /ranges 1000-2000 and 2000-3000 overlap/],
+    ['8000,8000', /overlap/],
+    ['1000-2000,,3000', /item 2 "": empty item/],
+    ['1000,', /empty item/],
+    [',1000', /empty item/],
+    ['1000-', /"" is not a port number/],
+    ['1-2-3', /not a port number/],
+    [' 80', /not a port number/],
+    ['+80', /not a port number/],
+  ];
+  for (const [value, reason] of malformed) {
+    t.match(failure([`--to-ports=${value}`]), reason, JSON.stringify(value));
+  }
+});
+
+t.test('names for --table and --masq-chain', async (t) => {
+  const longest = 'a' + 'b'.repeat(63);
+  for (const flag of ['table', 'masq-chain']) {
+    for (const good of ['a', 'IP-MASQ-AGENT', 'ipmasq_2', longest]) {
+      const parsed = options([`--${flag}=${good}`]);
+      t.equal(flag === 'table' ? parsed.table : parsed.masqChain, good, `${flag} ${good}`);
+    }
+    for (const bad of ['', '1abc', '-x', '_x', 'a b', 'a.b', 'ä', longest + 'c', 'a;b', 'a}']) {
+      t.match(failure([`--${flag}=${bad}`]), new RegExp(`--${flag}: .* is not a valid name`), bad);
+    }
+  }
+});
+
+t.test('--listen', async (t) => {
+  const good: [string, { host: string; port: number }][] = [
+    ['0.0.0.0:9410', { host: '0.0.0.0', port: 9410 }],
+    ['127.0.0.1:0', { host: '127.0.0.1', port: 0 }],
+    ['[::]:9410', { host: '::', port: 9410 }],
+    ['[::1]:9410', { host: '::1', port: 9410 }],
+    ['localhost:8080', { host: 'localhost', port: 8080 }],
+    [':9410', { host: '0.0.0.0', port: 9410 }],
+  ];
+  for (const [value, expected] of good) t.same(options([`--listen=${value}`]).listen, expected);
+  const bad = [
+    '9410',
+    '0.0.0.0',
+    '0.0.0.0:',
+    '0.0.0.0:65536',
+    '0.0.0.0:http',
+    '::1:9410',
+    '[::1]',
+    '[::1]9410',
+    '[1.2.3.4]:80',
+    '[nonsense]:80',
+    '999.1.1.1:80',
+    'bad_host:80',
+    '',
+  ];
+  for (const value of bad) t.match(failure([`--listen=${value}`]), /--listen /, value);
+});
+
+t.test('--log-level', async (t) => {
+  for (const level of ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const) {
+    t.equal(options(['--log-level', level]).logLevel, level);
+  }
+  for (const bad of ['INFO', 'warning', 'verbose', '']) {
+    t.match(failure([`--log-level=${bad}`]), /--log-level: .* is not one of/);
+  }
+});
+
+t.test('errors exit 2 with a reason and the usage', async (t) => {
+  const cases: [string[], RegExp][] = [
+    [['--bogus'], /unknown flag: --bogus/],
+    [['-bogus=1'], /unknown flag: -bogus/],
+    [['--Config=/x'], /unknown flag: --Config/],
+    [['--constructor'], /unknown flag/],
+    [['--log-dir=/x'], /unknown flag: --log-dir/],
+    [['positional'], /unexpected argument "positional"/],
+    [['--once', 'extra'], /unexpected argument "extra"/],
+    [['--', 'extra'], /unexpected argument "extra"/],
+    [['-'], /unexpected argument "-"/],
+    [['---config=/x'], /bad flag syntax/],
+    [['--=x'], /bad flag syntax/],
+    [['--config'], /--config needs a value/],
+    [['--table'], /--table needs a value/],
+    [['--to-ports'], /--to-ports needs a value/],
+    [['--listen'], /--listen needs a value/],
+    [['-log-level'], /--log-level needs a value/],
+    [['--masq-chain', '--once'], /--masq-chain needs a value/],
+    [['--config='], /--config: the path is empty/],
+    [['--enable-ipv6=yes'], /--enable-ipv6: "yes" is not a boolean/],
+    [['--random-fully='], /--random-fully: "" is not a boolean/],
+  ];
+  for (const [argv, reason] of cases) {
+    const message = failure(argv);
+    t.match(message, reason, argv.join(' '));
+    t.ok(message.endsWith(usage), `${argv.join(' ')} includes the usage`);
+  }
+  t.ok(parseArgs(['--']).ok, 'a lone -- ends the flags');
+  t.equal(failure(['--help']), usage, '--help prints the usage alone');
+  t.equal(failure(['-h']), usage);
+});
+
+t.test('parsed options are frozen', async (t) => {
+  const parsed = options(['--to-ports=1-2']);
+  t.ok(Object.isFrozen(parsed));
+  t.ok(Object.isFrozen(parsed.toPorts));
+  t.ok(Object.isFrozen(parsed.listen));
+});

@@ -1,0 +1,227 @@
+import t from 'tap';
+import { register as globalRegistry } from 'prom-client';
+import { buildServer, type AgentStatus } from '../../src/server/index.js';
+import { AgentMetrics } from '../../src/server/metrics.js';
+
+interface Sample {
+  name: string;
+  labels: Record<string, string>;
+  value: number;
+}
+interface MetricFamily {
+  type: string;
+  samples: Sample[];
+}
+
+// Sample names each type may use besides the family name itself.
+const suffixes: Record<string, string[]> = {
+  counter: [''],
+  gauge: [''],
+  histogram: ['_bucket', '_sum', '_count'],
+  summary: ['', '_sum', '_count'],
+};
+
+/** A small parser of the Prometheus text exposition format, strict enough to catch a bad line. */
+function parseExposition(text: string): Map<string, MetricFamily> {
+  const families = new Map<string, MetricFamily>();
+  let current: { name: string; family: MetricFamily } | undefined;
+  for (const line of text.split('\n')) {
+    if (line === '' || line.startsWith('# HELP ')) continue;
+    const typeLine = /^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary)$/.exec(
+      line,
+    );
+    if (typeLine) {
+      const name = typeLine[1]!;
+      if (families.has(name)) throw new Error(`family ${name} declared twice`);
+      current = { name, family: { type: typeLine[2]!, samples: [] } };
+      families.set(name, current.family);
+      continue;
+    }
+    const sampleLine = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: -?\d+)?$/.exec(line);
+    if (!sampleLine) throw new Error(`unparsable line: ${line}`);
+    const [, name, labelText, valueText] = sampleLine;
+    if (!current) throw new Error(`sample before any TYPE: ${line}`);
+    const allowed = suffixes[current.family.type]!.map((s) => current!.name + s);
+    if (!allowed.includes(name!)) throw new Error(`sample ${name} outside family ${current.name}`);
+    const labels: Record<string, string> = {};
+    if (labelText) {
+      const labelPattern = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(?:,|$)/gy;
+      let consumed = 0;
+      for (const match of labelText.matchAll(labelPattern)) {
+        labels[match[1]!] = match[2]!.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c));
+        consumed += match[0].length;
+      }
+      if (consumed !== labelText.length) throw new Error(`bad labels: ${line}`);
+    }
+    // Prometheus reads values with Go's ParseFloat, which takes NaN and Inf in any case.
+    const special = new Map([
+      ['nan', NaN],
+      ['+inf', Infinity],
+      ['inf', Infinity],
+      ['-inf', -Infinity],
+    ]);
+    const value = special.get(valueText!.toLowerCase()) ?? Number(valueText);
+    if (Number.isNaN(value) && valueText!.toLowerCase() !== 'nan') {
+      throw new Error(`bad value: ${line}`);
+    }
+    current.family.samples.push({ name: name!, labels, value });
+  }
+  return families;
+}
+
+const status: AgentStatus = {
+  alive: true,
+  lastWriteOk: true,
+  generation: 0,
+  configHash: null,
+  lastSyncTime: null,
+  lastError: null,
+  configError: null,
+  nonMasqueradeCIDRs: { ipv4: 0, ipv6: 0 },
+  ready: false,
+  notReadyReason: 'starting',
+};
+
+async function scrape(test: { teardown: (fn: () => unknown) => void }, metrics: AgentMetrics) {
+  const app = await buildServer({ status: () => status, metrics });
+  test.teardown(() => app.close());
+  const res = await app.inject('/metrics');
+  if (res.statusCode !== 200) throw new Error(`GET /metrics: ${res.statusCode}`);
+  return parseExposition(res.body);
+}
+
+function valueOf(
+  families: Map<string, MetricFamily>,
+  family: string,
+  labels: Record<string, string> = {},
+  sampleName = family,
+): number | undefined {
+  const samples = families.get(family)?.samples ?? [];
+  const wanted = Object.entries(labels);
+  return samples.find(
+    (s) =>
+      s.name === sampleName &&
+      Object.keys(s.labels).length === wanted.length &&
+      wanted.every(([k, v]) => s.labels[k] === v),
+  )?.value;
+}
+
+const required: [string, string][] = [
+  ['ipmasq_generation', 'gauge'],
+  ['ipmasq_syncs_total', 'counter'],
+  ['ipmasq_sync_duration_seconds', 'histogram'],
+  ['ipmasq_config_valid', 'gauge'],
+  ['ipmasq_config_errors_total', 'counter'],
+  ['ipmasq_drift_repairs_total', 'counter'],
+  ['ipmasq_nonmasquerade_cidrs', 'gauge'],
+  ['ipmasq_last_success_timestamp_seconds', 'gauge'],
+  ['ipmasq_legacy_chain_present', 'gauge'],
+  ['ipmasq_large_set_warning', 'gauge'],
+  ['process_cpu_user_seconds_total', 'counter'],
+  ['nodejs_eventloop_lag_seconds', 'gauge'],
+];
+
+t.test('a fresh agent exposes every series, labelled series at zero', async (t) => {
+  const families = await scrape(t, new AgentMetrics());
+  for (const [name, type] of required) {
+    t.equal(families.get(name)?.type, type, `${name} is a ${type}`);
+  }
+  for (const result of ['applied', 'unchanged', 'error']) {
+    t.equal(valueOf(families, 'ipmasq_syncs_total', { result }), 0, `syncs ${result} = 0`);
+  }
+  t.equal(families.get('ipmasq_syncs_total')?.samples.length, 3, 'no other result label');
+  for (const family of ['ipv4', 'ipv6']) {
+    t.equal(valueOf(families, 'ipmasq_nonmasquerade_cidrs', { family }), 0, `${family} = 0`);
+  }
+  for (const name of [
+    'ipmasq_generation',
+    'ipmasq_config_valid',
+    'ipmasq_config_errors_total',
+    'ipmasq_drift_repairs_total',
+    'ipmasq_legacy_chain_present',
+    'ipmasq_large_set_warning',
+  ]) {
+    t.equal(valueOf(families, name), 0, `${name} starts at 0`);
+  }
+  t.ok(families.has('nodejs_heap_size_used_bytes'), 'other default metrics too');
+});
+
+t.test('every method shows in the scrape', async (t) => {
+  const metrics = new AgentMetrics();
+  metrics.setGeneration(5);
+  metrics.recordSync('applied', 0.003);
+  metrics.recordSync('applied', 0.004);
+  metrics.recordSync('unchanged', 0.0005);
+  metrics.recordSync('error', 2);
+  metrics.setConfigValid(true);
+  metrics.incConfigErrors();
+  metrics.incConfigErrors();
+  metrics.incDriftRepairs();
+  metrics.setNonMasqueradeCount('ipv4', 4);
+  metrics.setNonMasqueradeCount('ipv6', 2);
+  metrics.setLastSuccess(new Date(1_700_000_000_500));
+  metrics.setLegacyChainPresent(true);
+  metrics.setLargeSetWarning(true);
+  const families = await scrape(t, metrics);
+
+  t.equal(valueOf(families, 'ipmasq_generation'), 5);
+  t.equal(valueOf(families, 'ipmasq_syncs_total', { result: 'applied' }), 2);
+  t.equal(valueOf(families, 'ipmasq_syncs_total', { result: 'unchanged' }), 1);
+  t.equal(valueOf(families, 'ipmasq_syncs_total', { result: 'error' }), 1);
+  t.equal(valueOf(families, 'ipmasq_config_valid'), 1);
+  t.equal(valueOf(families, 'ipmasq_config_errors_total'), 2);
+  t.equal(valueOf(families, 'ipmasq_drift_repairs_total'), 1);
+  t.equal(valueOf(families, 'ipmasq_nonmasquerade_cidrs', { family: 'ipv4' }), 4);
+  t.equal(valueOf(families, 'ipmasq_nonmasquerade_cidrs', { family: 'ipv6' }), 2);
+  t.equal(valueOf(families, 'ipmasq_last_success_timestamp_seconds'), 1_700_000_000.5);
+  t.equal(valueOf(families, 'ipmasq_legacy_chain_present'), 1);
+  t.equal(valueOf(families, 'ipmasq_large_set_warning'), 1);
+
+  const histogram = 'ipmasq_sync_duration_seconds';
+  t.equal(valueOf(families, histogram, {}, `${histogram}_count`), 4);
+  t.ok(Math.abs(valueOf(families, histogram, {}, `${histogram}_sum`)! - 2.0075) < 1e-9, 'sum');
+  const bucket = (le: string) => valueOf(families, histogram, { le }, `${histogram}_bucket`);
+  t.equal(bucket('0.001'), 1, 'the 0.5 ms sync');
+  t.equal(bucket('0.005'), 3, 'and the two applied syncs');
+  t.equal(bucket('1'), 3);
+  t.equal(bucket('2.5'), 4, 'the 2 s error');
+  t.equal(bucket('+Inf'), 4);
+  const bounds = families
+    .get(histogram)!
+    .samples.filter((s) => s.name === `${histogram}_bucket` && s.labels['le'] !== '+Inf')
+    .map((s) => Number(s.labels['le']));
+  t.equal(Math.min(...bounds), 0.001, 'buckets start at 1 ms');
+  t.equal(Math.max(...bounds), 10, 'buckets end at 10 s');
+
+  metrics.setConfigValid(false);
+  metrics.setLegacyChainPresent(false);
+  metrics.setLargeSetWarning(false);
+  metrics.setGeneration(6);
+  const after = await scrape(t, metrics);
+  t.equal(valueOf(after, 'ipmasq_config_valid'), 0);
+  t.equal(valueOf(after, 'ipmasq_legacy_chain_present'), 0);
+  t.equal(valueOf(after, 'ipmasq_large_set_warning'), 0);
+  t.equal(valueOf(after, 'ipmasq_generation'), 6);
+});
+
+t.test('each instance has its own registry, apart from the global one', async (t) => {
+  const first = new AgentMetrics();
+  const second = new AgentMetrics();
+  first.setGeneration(3);
+  first.incDriftRepairs();
+  t.not(first.registry, second.registry);
+  t.not(first.registry, globalRegistry);
+  const secondFamilies = await scrape(t, second);
+  t.equal(valueOf(secondFamilies, 'ipmasq_generation'), 0);
+  t.equal(valueOf(secondFamilies, 'ipmasq_drift_repairs_total'), 0);
+  t.equal(globalRegistry.getSingleMetric('ipmasq_generation'), undefined);
+});
+
+t.test('the parser rejects what it should', async (t) => {
+  t.throws(() => parseExposition('ipmasq_generation 1'), /sample before any TYPE/);
+  t.throws(() => parseExposition('# TYPE a gauge\nb 1'), /outside family a/);
+  t.throws(() => parseExposition('# TYPE a gauge\na{x="1"y="2"} 1'), /bad labels/);
+  t.throws(() => parseExposition('# TYPE a gauge\na one'), /bad value/);
+  const parsed = parseExposition('# TYPE a gauge\na{x="q\\"uote",y="2"} 1.5');
+  t.same(parsed.get('a')?.samples, [{ name: 'a', labels: { x: 'q"uote', y: '2' }, value: 1.5 }]);
+});
