@@ -1,0 +1,270 @@
+import t, { type Test } from 'tap';
+import {
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  readlinkSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { watchConfig, type WatchConfigOptions } from '../../src/reconcile/watcher.js';
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+function tempDir(t: Test): string {
+  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-watch-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/** Starts a watcher that records when it was called, with a tap teardown that closes it. */
+function record(t: Test, path: string, opts?: WatchConfigOptions & { onCall?: () => void }) {
+  const calls: number[] = [];
+  const watcher = watchConfig(
+    path,
+    () => {
+      calls.push(performance.now());
+      opts?.onCall?.();
+    },
+    opts,
+  );
+  t.teardown(() => watcher.close());
+  /** Resolves with the time of the first call after `since`, or undefined after timeoutMs. */
+  const callAfter = async (since: number, timeoutMs = 2000): Promise<number | undefined> => {
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      const hit = calls.find((at) => at >= since);
+      if (hit !== undefined || performance.now() > deadline) return hit;
+      await sleep(10);
+    }
+  };
+  return { calls, watcher, callAfter };
+}
+
+/** Acts, then checks onChange follows within 1 s. */
+async function expectCallWithin1s(
+  t: Test,
+  callAfter: (since: number) => Promise<number | undefined>,
+  act: () => void,
+  what: string,
+) {
+  const start = performance.now();
+  act();
+  const at = await callAfter(start);
+  t.ok(at !== undefined && at - start <= 1000, `${what}: onChange within 1 s`, {
+    latencyMs: at === undefined ? 'never' : Math.round(at - start),
+  });
+}
+
+// Lays out a directory the way kubelet's atomic writer does for a ConfigMap volume: a new
+// timestamped directory, a `..data_tmp` symlink renamed over `..data`, then the old directory removed.
+let configMapVersion = 0;
+function configMapWrite(dir: string, content: string): void {
+  const version = `..2026_11_30_01_02_03.${++configMapVersion}`;
+  mkdirSync(join(dir, version));
+  writeFileSync(join(dir, version, 'ip-masq-agent'), content);
+  const previous = existsSync(join(dir, '..data')) ? readlinkSync(join(dir, '..data')) : undefined;
+  symlinkSync(version, join(dir, '..data_tmp'));
+  renameSync(join(dir, '..data_tmp'), join(dir, '..data'));
+  if (previous === undefined) symlinkSync('..data/ip-masq-agent', join(dir, 'ip-masq-agent'));
+  else rmSync(join(dir, previous), { recursive: true });
+}
+
+t.test('file mode: in-place write, rename-write, delete and re-create', async (t) => {
+  const dir = tempDir(t);
+  const file = join(dir, 'ip-masq-agent');
+  writeFileSync(file, 'nonMasqueradeCIDRs: []\n');
+  const { callAfter } = record(t, file);
+
+  await expectCallWithin1s(
+    t,
+    callAfter,
+    () => writeFileSync(file, 'masqLinkLocal: true\n'),
+    'in-place write',
+  );
+  await sleep(200);
+  await expectCallWithin1s(
+    t,
+    callAfter,
+    () => {
+      writeFileSync(join(dir, '.ip-masq-agent.swp'), 'masqLinkLocal: false\n');
+      renameSync(join(dir, '.ip-masq-agent.swp'), file);
+    },
+    'rename over the file',
+  );
+  await sleep(200);
+  await expectCallWithin1s(t, callAfter, () => unlinkSync(file), 'delete');
+  await sleep(200);
+  await expectCallWithin1s(t, callAfter, () => writeFileSync(file, 'cidrLimit: 3\n'), 're-create');
+});
+
+t.test('file mode: a file that does not exist at start is seen when it appears', async (t) => {
+  const dir = tempDir(t);
+  const file = join(dir, 'ip-masq-agent');
+  const { calls, callAfter } = record(t, file);
+  await sleep(200);
+  t.equal(calls.length, 0, 'no call without a change');
+  await expectCallWithin1s(
+    t,
+    callAfter,
+    () => writeFileSync(file, 'cidrLimit: 3\n'),
+    'file created',
+  );
+});
+
+t.test('file mode: a directory that does not exist at start is found and watched', async (t) => {
+  const root = tempDir(t);
+  const dir = join(root, 'etc', 'config');
+  const file = join(dir, 'ip-masq-agent');
+  const { callAfter } = record(t, file);
+  await sleep(100);
+  await expectCallWithin1s(
+    t,
+    callAfter,
+    () => {
+      mkdirSync(dir, { recursive: true });
+      writeFileSync(file, 'cidrLimit: 3\n');
+    },
+    'directory and file created',
+  );
+  await sleep(200);
+  await expectCallWithin1s(
+    t,
+    callAfter,
+    () => writeFileSync(file, 'cidrLimit: 4\n'),
+    'later write',
+  );
+});
+
+t.test('the watched directory deleted and re-created is watched again', async (t) => {
+  const root = tempDir(t);
+  const dir = join(root, 'config');
+  const file = join(dir, 'ip-masq-agent');
+  mkdirSync(dir);
+  writeFileSync(file, 'cidrLimit: 3\n');
+  const { callAfter } = record(t, file, { pollMs: 50 });
+  await expectCallWithin1s(
+    t,
+    callAfter,
+    () => rmSync(dir, { recursive: true }),
+    'directory removed',
+  );
+  await sleep(200);
+  await expectCallWithin1s(
+    t,
+    callAfter,
+    () => {
+      mkdirSync(dir);
+      writeFileSync(file, 'cidrLimit: 4\n');
+    },
+    'directory re-created',
+  );
+  await sleep(200);
+  await expectCallWithin1s(
+    t,
+    callAfter,
+    () => writeFileSync(file, 'cidrLimit: 5\n'),
+    'write into it',
+  );
+
+  // Replaced within one debounce window: the old inode's watch is dead, the new one must be set up.
+  await sleep(200);
+  await expectCallWithin1s(
+    t,
+    callAfter,
+    () => {
+      rmSync(dir, { recursive: true });
+      mkdirSync(dir);
+    },
+    'directory swapped at once',
+  );
+  await sleep(200);
+  await expectCallWithin1s(
+    t,
+    callAfter,
+    () => writeFileSync(file, 'cidrLimit: 6\n'),
+    'write into the swapped directory',
+  );
+});
+
+t.test('ConfigMap volume symlink swap is seen, in file and directory mode', async (t) => {
+  for (const mode of ['file', 'directory'] as const) {
+    const dir = tempDir(t);
+    configMapWrite(dir, 'cidrLimit: 1\n');
+    const file = join(dir, 'ip-masq-agent');
+    let contentSeen = '';
+    const { callAfter } = record(t, mode === 'file' ? file : dir, {
+      onCall: () => (contentSeen = readFileSync(file, 'utf8')),
+    });
+    for (const limit of [2, 3]) {
+      await sleep(200);
+      await expectCallWithin1s(
+        t,
+        callAfter,
+        () => configMapWrite(dir, `cidrLimit: ${limit}\n`),
+        `${mode} mode, update ${limit}`,
+      );
+      t.equal(contentSeen, `cidrLimit: ${limit}\n`, 'the callback reads the new content');
+    }
+  }
+});
+
+t.test('directory mode: a file added to the directory is seen', async (t) => {
+  const dir = tempDir(t);
+  const { callAfter } = record(t, dir);
+  await expectCallWithin1s(
+    t,
+    callAfter,
+    () => writeFileSync(join(dir, 'ip-masq-extra'), 'cidrLimit: 3\n'),
+    'new file',
+  );
+});
+
+t.test(
+  'a burst of 50 writes in 200 ms gives few calls, the last after the last write',
+  async (t) => {
+    const dir = tempDir(t);
+    const file = join(dir, 'ip-masq-agent');
+    writeFileSync(file, '');
+    const { calls } = record(t, file);
+    let lastWrite = 0;
+    for (let i = 0; i < 50; i++) {
+      writeFileSync(file, `cidrLimit: ${i}\n`);
+      lastWrite = performance.now();
+      await sleep(4);
+    }
+    await sleep(1000);
+    t.ok(calls.length >= 1 && calls.length <= 3, `1 to 3 calls (${calls.length})`);
+    t.ok((calls.at(-1) ?? 0) > lastWrite, 'a call after the last write');
+  },
+);
+
+t.test('close() stops callbacks, including one already pending', async (t) => {
+  const dir = tempDir(t);
+  const file = join(dir, 'ip-masq-agent');
+  writeFileSync(file, '');
+  const { calls, watcher } = record(t, file, { debounceMs: 200 });
+  writeFileSync(file, 'cidrLimit: 1\n');
+  await sleep(50); // the event has arrived; its debounced call is pending
+  watcher.close();
+  writeFileSync(file, 'cidrLimit: 2\n');
+  await sleep(500);
+  t.equal(calls.length, 0);
+});
+
+t.test('close() while polling for a missing directory stops the poll', async (t) => {
+  const root = tempDir(t);
+  const dir = join(root, 'later');
+  const { calls, watcher } = record(t, join(dir, 'ip-masq-agent'), { pollMs: 20 });
+  watcher.close();
+  mkdirSync(dir);
+  writeFileSync(join(dir, 'ip-masq-agent'), 'cidrLimit: 1\n');
+  await sleep(300);
+  t.equal(calls.length, 0);
+});
