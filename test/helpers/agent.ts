@@ -3,8 +3,16 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { join } from 'node:path';
 import { inNetns, packageRoot, type TapTest } from './netns.js';
+import { python } from './topology.js';
 
 export const agentBin = join(packageRoot, 'bin', 'ipmasq-agent.js');
+
+/** The agent runs as in production: without tap's loaders and coverage hooks (NODE_OPTIONS). */
+export function agentEnv(): NodeJS.ProcessEnv {
+  return Object.fromEntries(
+    Object.entries(process.env).filter(([key]) => key !== 'NODE_OPTIONS' && !key.startsWith('_TAPJS_')),
+  );
+}
 
 export interface RunningAgent {
   child: ChildProcess;
@@ -17,6 +25,7 @@ export interface RunningAgent {
 export function startAgent(t: TapTest, ns: string, args: string[], wrapper: string[] = []): RunningAgent {
   const child = spawn('ip', ['netns', 'exec', ns, ...wrapper, process.execPath, agentBin, ...args], {
     cwd: packageRoot,
+    env: agentEnv(),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   const agent: RunningAgent = {
@@ -54,7 +63,7 @@ export function runAgentOnce(
     execFile(
       'ip',
       ['netns', 'exec', ns, ...wrapper, process.execPath, agentBin, ...args],
-      { cwd: packageRoot, timeout: 60_000, maxBuffer: 64 * 1024 * 1024 },
+      { cwd: packageRoot, env: agentEnv(), timeout: 60_000, maxBuffer: 64 * 1024 * 1024 },
       (err, stdout, stderr) => {
         const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
         resolve({ code, stdout, stderr });
@@ -104,7 +113,7 @@ export async function httpGet(
     'import sys,urllib.request,urllib.error\n' +
     'try:\n r=urllib.request.urlopen(sys.argv[1],timeout=5); print(r.status); print(r.read().decode())\n' +
     'except urllib.error.HTTPError as e:\n print(e.code); print(e.read().decode())\n';
-  const { stdout } = await inNetns(ns, 'python3', ['-c', script, `http://127.0.0.1:${port}${path}`]);
+  const { stdout } = await inNetns(ns, python, ['-c', script, `http://127.0.0.1:${port}${path}`]);
   const newline = stdout.indexOf('\n');
   return { status: Number(stdout.slice(0, newline)), body: stdout.slice(newline + 1) };
 }
