@@ -73,7 +73,7 @@ function serialised<T>(call: () => Promise<T>): Promise<T> {
 }
 
 /** Run an nft script (what `nft -f` accepts) in one libnftables call, off the JS thread. */
-export function runNft(script: string, options: RunOptions = {}): Promise<string> {
+export async function runNft(script: string, options: RunOptions = {}): Promise<string> {
   const native = addon();
   return serialised(() =>
     native.run(script, options.dryRun ?? false, options.json ?? false).catch((err: unknown) => {

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Both ends of the source-address echo used by the packet tests.
+
+serve PORT LIFETIME ADDRESS...
+                      answer every UDP datagram / TCP connection to PORT with "ADDRESS PORT" of the
+                      peer as seen here; print "ready" once bound; exit when stdin closes (the test
+                      process went away) or after LIFETIME seconds. UDP binds each ADDRESS on its
+                      own, so that a reply leaves from the address the probe was sent to (else
+                      conntrack would not match it to the flow, and NAT would not be undone).
+probe PROTO PORT TIMEOUT ATTEMPTS DST...
+                      for each DST, send one probe from a new socket per attempt (a new source port,
+                      hence a new conntrack entry and a fresh NAT decision) and print one JSON line:
+                      {"dst", "address", "port"} or {"dst", "error"}.
+"""
+
+import json
+import select
+import socket
+import socketserver
+import sys
+import threading
+import time
+
+
+def reply_text(peer):
+    return f"{peer[0]} {peer[1]}\n".encode()
+
+
+class TcpEcho(socketserver.BaseRequestHandler):
+    def handle(self):
+        self.request.settimeout(2)
+        try:
+            self.request.recv(64)
+            self.request.sendall(reply_text(self.client_address))
+        except OSError:
+            pass
+
+
+def server_class(base, family):
+    class Server(base):
+        address_family = family
+        allow_reuse_address = True
+        daemon_threads = True
+
+        def server_bind(self):
+            # Separate IPv4 and IPv6 sockets on one port: the IPv6 one must not claim IPv4 too.
+            if family == socket.AF_INET6:
+                self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            super().server_bind()
+
+    return Server
+
+
+def udp_socket(address, port):
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    sock.bind((address, port))
+    return sock
+
+
+def serve(port, lifetime, addresses):
+    tcp = socketserver.ThreadingTCPServer
+    tcp_servers = [server_class(tcp, socket.AF_INET)(("0.0.0.0", port), TcpEcho)]
+    if any(":" in address for address in addresses):
+        tcp_servers.append(server_class(tcp, socket.AF_INET6)(("::", port), TcpEcho))
+    for server in tcp_servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    udp_sockets = [udp_socket(address, port) for address in addresses]
+    print("ready", flush=True)
+    deadline = time.monotonic() + lifetime
+    while time.monotonic() < deadline:
+        left = deadline - time.monotonic()
+        readable, _, _ = select.select([sys.stdin, *udp_sockets], [], [], max(left, 0))
+        for sock in readable:
+            if sock is sys.stdin:
+                if not sys.stdin.buffer.read1(4096):
+                    return
+                continue
+            try:
+                _data, peer = sock.recvfrom(256)
+                sock.sendto(reply_text(peer), peer)
+            except OSError:
+                pass  # an ICMP error for an earlier reply whose prober had already given up
+
+
+def probe_once(proto, dst, port, timeout):
+    family = socket.AF_INET6 if ":" in dst else socket.AF_INET
+    kind = socket.SOCK_DGRAM if proto == "udp" else socket.SOCK_STREAM
+    with socket.socket(family, kind) as sock:
+        sock.settimeout(timeout)
+        if proto == "udp":
+            sock.sendto(b"probe", (dst, port))
+            data = sock.recv(256)
+        else:
+            sock.connect((dst, port))
+            sock.sendall(b"probe")
+            data = sock.recv(256)
+    address, seen_port = data.decode().split()
+    return {"dst": dst, "address": address, "port": int(seen_port)}
+
+
+def probe(proto, port, timeout, attempts, destinations):
+    for dst in destinations:
+        result = {"dst": dst, "error": "no attempt made"}
+        for _ in range(attempts):
+            try:
+                result = probe_once(proto, dst, port, timeout)
+                break
+            except (OSError, ValueError) as err:
+                result = {"dst": dst, "error": f"{type(err).__name__}: {err}"}
+        print(json.dumps(result), flush=True)
+
+
+def main(argv):
+    if len(argv) >= 4 and argv[0] == "serve":
+        serve(int(argv[1]), float(argv[2]), argv[3:])
+    elif len(argv) >= 6 and argv[0] == "probe" and argv[1] in ("udp", "tcp"):
+        probe(argv[1], int(argv[2]), float(argv[3]), int(argv[4]), argv[5:])
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,252 @@
+// The packet-test topology: pod ── node ── remote, three namespaces joined by two veth pairs, and
+// an echo on the remote that tells which source address a probe arrived with (masqueraded: the
+// node's address; not: the pod's). Every destination tests use is an address on the remote's lo,
+// so probes never leave the namespaces the test created (the remote has no default route, and the
+// pod and node route only toward it). Re-exported by ./netns.ts, which this module imports in
+// turn: use netns.ts's exports only inside functions, never at module load.
+import type { ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { inNetns, makeNetns, type TapTest } from './netns.js';
+
+export const POD_IPV4 = '10.244.1.2';
+export const POD_GATEWAY_IPV4 = '10.244.1.1';
+export const NODE_IPV4 = '192.0.2.1';
+export const REMOTE_IPV4 = '192.0.2.2';
+export const POD_IPV6 = 'fd00:10:244::2';
+export const POD_GATEWAY_IPV6 = 'fd00:10:244::1';
+export const NODE_IPV6 = '2001:db8:1::1';
+export const REMOTE_IPV6 = '2001:db8:1::2';
+export const ECHO_PORT = 9999;
+
+/** IPv4 destinations that exist only on the remote's lo, named by the range they fall in. */
+export const REMOTE_TARGETS_IPV4 = {
+  private10: '10.9.0.1',
+  private10Other: '10.200.0.1',
+  private172: '172.20.0.1',
+  private192: '192.168.5.1',
+  linkLocal: '169.254.10.1',
+  sharedCgnat: '100.64.0.1', // 100.64.0.0/10
+  ietfProtocol: '192.0.0.9', // 192.0.0.0/24
+  testNet1: REMOTE_IPV4, // 192.0.2.0/24: the remote's own veth address
+  relay6to4: '192.88.99.1', // 192.88.99.0/24
+  benchmarking: '198.18.0.1', // 198.18.0.0/15
+  testNet2: '198.51.100.7', // 198.51.100.0/24
+  testNet3: '203.0.113.9', // 203.0.113.0/24
+  classE: '240.0.0.1', // 240.0.0.0/4
+  publicA: '8.8.4.4',
+  publicB: '1.1.1.1',
+} as const;
+
+/** IPv6 destinations on the remote's lo (link-local fe80::/10 does not route, so none here). */
+export const REMOTE_TARGETS_IPV6 = {
+  uniqueLocal: 'fd12::1',
+  documentation: '2001:db8:ff::1',
+  remoteLink: REMOTE_IPV6,
+  public: '2001:4860:4860::8844',
+} as const;
+
+export interface Topology {
+  pod: string;
+  node: string;
+  remote: string;
+  ipv6: boolean;
+}
+
+export interface TopologyOptions {
+  /** Configure IPv6 too (default true). */
+  ipv6?: boolean;
+  /** Upper bound on the echo server's life, in seconds (default 300). */
+  echoLifetimeSeconds?: number;
+}
+
+const echoScript = join(dirname(fileURLToPath(import.meta.url)), 'echo.py');
+// The distribution's interpreter when present: version-manager shims on PATH take ~1 s to start.
+export const python = existsSync('/usr/bin/python3') ? '/usr/bin/python3' : 'python3';
+
+/** Builds pod ── node ── remote with routes and an echo on the remote; all removed at teardown. */
+export async function makeTopology(t: TapTest, opts: TopologyOptions = {}): Promise<Topology> {
+  const ipv6 = opts.ipv6 ?? true;
+  const [pod, node, remote] = await Promise.all([
+    makeNetns(t, 'pod'),
+    makeNetns(t, 'node'),
+    makeNetns(t, 'remote'),
+  ]);
+  const topo: Topology = { pod, node, remote, ipv6 };
+  // Before any link exists: without this, first IPv6 packets are lost to tentative addresses.
+  await Promise.all(
+    [pod, node, remote].map((ns) => {
+      const forwarding = ns === node ? 1 : 0;
+      return inNetns(ns, 'sysctl', [
+        '-q',
+        '-w',
+        `net.ipv4.ip_forward=${forwarding}`,
+        `net.ipv6.conf.all.forwarding=${forwarding}`,
+        'net.ipv6.conf.all.accept_dad=0',
+        'net.ipv6.conf.default.accept_dad=0',
+        `net.ipv6.conf.all.disable_ipv6=${ipv6 ? 0 : 1}`,
+        `net.ipv6.conf.default.disable_ipv6=${ipv6 ? 0 : 1}`,
+      ]);
+    }),
+  );
+  await inNetns(pod, 'ip', `link add eth0 type veth peer name pod0 netns ${node}`.split(' '));
+  await inNetns(node, 'ip', `link add eth0 type veth peer name eth0 netns ${remote}`.split(' '));
+  await Promise.all(
+    Object.entries(addressesAndRoutes(topo)).map(([ns, lines]) =>
+      inNetns(ns, 'ip', ['-batch', '-'], { input: lines.join('\n') + '\n' }),
+    ),
+  );
+  await startEcho(t, topo, opts.echoLifetimeSeconds ?? 300);
+  return topo;
+}
+
+/** `ip -batch` lines per namespace. */
+function addressesAndRoutes({ pod, node, remote, ipv6 }: Topology): Record<string, string[]> {
+  const v6 = (lines: string[]) => (ipv6 ? lines : []);
+  const remoteLo = [
+    ...Object.values(REMOTE_TARGETS_IPV4).filter((a) => a !== REMOTE_IPV4),
+    ...v6(Object.values(REMOTE_TARGETS_IPV6).filter((a) => a !== REMOTE_IPV6)),
+  ];
+  return {
+    [pod]: [
+      'link set lo up',
+      'link set eth0 up',
+      `address add ${POD_IPV4}/24 dev eth0`,
+      `route add default via ${POD_GATEWAY_IPV4}`,
+      ...v6([
+        `address add ${POD_IPV6}/64 dev eth0 nodad`,
+        `route add ::/0 via ${POD_GATEWAY_IPV6}`,
+      ]),
+    ],
+    [node]: [
+      'link set lo up',
+      'link set pod0 up',
+      'link set eth0 up',
+      `address add ${POD_GATEWAY_IPV4}/24 dev pod0`,
+      `address add ${NODE_IPV4}/24 dev eth0`,
+      `route add default via ${REMOTE_IPV4}`,
+      ...v6([
+        `address add ${POD_GATEWAY_IPV6}/64 dev pod0 nodad`,
+        `address add ${NODE_IPV6}/64 dev eth0 nodad`,
+        `route add ::/0 via ${REMOTE_IPV6}`,
+      ]),
+    ],
+    [remote]: [
+      'link set lo up',
+      'link set eth0 up',
+      `address add ${REMOTE_IPV4}/24 dev eth0`,
+      `route add 10.244.0.0/16 via ${NODE_IPV4}`,
+      ...v6([
+        `address add ${REMOTE_IPV6}/64 dev eth0 nodad`,
+        `route add fd00:10:244::/48 via ${NODE_IPV6}`,
+      ]),
+      ...remoteLo.map((address) =>
+        address.includes(':')
+          ? `address add ${address}/128 dev lo nodad`
+          : `address add ${address}/32 dev lo`,
+      ),
+    ],
+  };
+}
+
+async function startEcho(t: TapTest, topo: Topology, lifetimeSeconds: number): Promise<void> {
+  const addresses = [
+    ...Object.values(REMOTE_TARGETS_IPV4),
+    ...(topo.ipv6 ? Object.values(REMOTE_TARGETS_IPV6) : []),
+  ];
+  const args = [echoScript, 'serve', String(ECHO_PORT), String(lifetimeSeconds), ...addresses];
+  const echo = spawn('ip', ['netns', 'exec', topo.remote, python, ...args]);
+  t.teardown(() => echo.kill('SIGKILL'));
+  await waitForReady(echo, 5_000);
+}
+
+function waitForReady(child: ChildProcess, timeoutMs: number): Promise<void> {
+  return new Promise((resolvePromise, reject) => {
+    let stderr = '';
+    const fail = (why: string) => {
+      clearTimeout(timer);
+      reject(new Error(`echo server: ${why}${stderr ? `: ${stderr.trim()}` : ''}`));
+    };
+    const timer = setTimeout(() => fail(`not ready after ${timeoutMs} ms`), timeoutMs);
+    child.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()));
+    child.stdout?.on('data', (chunk: Buffer) => {
+      if (chunk.toString().includes('ready')) {
+        clearTimeout(timer);
+        resolvePromise();
+      }
+    });
+    child.once('exit', (code) => fail(`exited with ${code}`));
+  });
+}
+
+export type ProbeProtocol = 'udp' | 'tcp';
+
+export interface SeenSource {
+  address: string;
+  port: number;
+}
+
+export interface ProbeOptions {
+  /** Per attempt, in ms (default 2000). */
+  timeoutMs?: number;
+  /** Attempts per destination, each from a new socket (default 3). */
+  attempts?: number;
+}
+
+interface ProbeLine {
+  dst: string;
+  address?: string;
+  port?: number;
+  error?: string;
+}
+
+/**
+ * Sends one probe per destination from the pod, each from a new socket (so a new conntrack entry
+ * and a fresh NAT decision), all in one python process; resolves with the source the remote saw,
+ * in the order given. Rejects if any destination did not answer.
+ */
+export async function probeSources(
+  topo: Topology,
+  destinations: readonly string[],
+  proto: ProbeProtocol = 'udp',
+  opts: ProbeOptions = {},
+): Promise<SeenSource[]> {
+  const timeoutMs = opts.timeoutMs ?? 2_000;
+  const attempts = opts.attempts ?? 3;
+  const budgetMs = destinations.length * attempts * timeoutMs + 5_000;
+  const args = [
+    echoScript,
+    'probe',
+    proto,
+    String(ECHO_PORT),
+    String(timeoutMs / 1000),
+    String(attempts),
+    ...destinations,
+  ];
+  const { stdout } = await inNetns(topo.pod, python, args, { timeoutMs: budgetMs });
+  const lines = stdout
+    .split('\n')
+    .filter(Boolean)
+    .map((line) => JSON.parse(line) as ProbeLine);
+  const answered = lines.filter(
+    (line): line is ProbeLine & SeenSource => line.address !== undefined && line.port !== undefined,
+  );
+  if (answered.length !== destinations.length) {
+    throw new Error(`${proto} probes failed: ${stdout.trim() || 'no output'}`);
+  }
+  return answered.map(({ address, port }) => ({ address, port }));
+}
+
+/** The source address:port the remote saw for one new flow from the pod to dst. */
+export async function probeSource(
+  topo: Topology,
+  dst: string,
+  proto: ProbeProtocol = 'udp',
+  opts: ProbeOptions = {},
+): Promise<SeenSource> {
+  const [seen] = await probeSources(topo, [dst], proto, opts);
+  if (!seen) throw new Error(`no probe result for ${dst}`);
+  return seen;
+}
