@@ -8,7 +8,11 @@ import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const run = (cmd, args, env = {}) =>
-  execFileSync(cmd, args, { cwd: root, stdio: ['ignore', 'inherit', 'inherit'], env: { ...process.env, ...env } });
+  execFileSync(cmd, args, {
+    cwd: root,
+    stdio: ['ignore', 'inherit', 'inherit'],
+    env: { ...process.env, ...env },
+  });
 const has = (cmd) => {
   try {
     execFileSync('sh', ['-c', `command -v ${cmd}`], { stdio: 'ignore' });
@@ -46,7 +50,8 @@ const mtime = (p) => (existsSync(p) ? statSync(p).mtimeMs : 0);
 const newest = (dir) => {
   let latest = 0;
   for (const entry of readdirSync(join(root, dir), { withFileTypes: true, recursive: true })) {
-    if (entry.isFile()) latest = Math.max(latest, mtime(join(entry.parentPath ?? entry.path, entry.name)));
+    if (entry.isFile())
+      latest = Math.max(latest, mtime(join(entry.parentPath ?? entry.path, entry.name)));
   }
   return latest;
 };

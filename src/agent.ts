@@ -23,7 +23,10 @@ export function makeReconciler(
 ): Reconciler {
   return new Reconciler({
     configPath: options.config,
-    loadOptions: { enableIPv6: options.enableIPv6, nomasqAllReservedRanges: options.nomasqAllReservedRanges },
+    loadOptions: {
+      enableIPv6: options.enableIPv6,
+      nomasqAllReservedRanges: options.nomasqAllReservedRanges,
+    },
     compileOptions: {
       table: options.table,
       masqChain: options.masqChain,
@@ -50,7 +53,10 @@ export async function handleLegacyChain(
     for (const chain of found) {
       if (options.removeLegacyChain) {
         const rules = await removeLegacyChain(chain);
-        logger.warn({ chain, jumpRulesDeleted: rules }, 'removed the original agent\'s chain from table ip nat');
+        logger.warn(
+          { chain, jumpRulesDeleted: rules },
+          "removed the original agent's chain from table ip nat",
+        );
       } else {
         logger.warn(
           { chain },
@@ -61,7 +67,7 @@ export async function handleLegacyChain(
     }
     metrics.setLegacyChainPresent(found.length > 0 && !options.removeLegacyChain);
   } catch (err) {
-    logger.error({ err }, 'could not check table ip nat for the original agent\'s chain');
+    logger.error({ err }, "could not check table ip nat for the original agent's chain");
   }
 }
 
@@ -74,9 +80,16 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
     intervalMs: () => reconciler.resyncIntervalMs,
     onError: (err) => logger.error({ err }, 'kernel write failed; retrying with backoff'),
   });
-  const server = await buildServer({ status: () => reconciler.status(runner.alive), metrics, logger });
+  const server = await buildServer({
+    status: () => reconciler.status(runner.alive),
+    metrics,
+    logger,
+  });
   await server.listen({ host: options.listen.host, port: options.listen.port });
-  logger.info({ listen: options.listen, config: options.config, table: options.table }, 'ipmasq-agent started');
+  logger.info(
+    { listen: options.listen, config: options.config, table: options.table },
+    'ipmasq-agent started',
+  );
 
   await handleLegacyChain(options, logger, metrics);
   const watcher = watchConfig(options.config, () => runner.trigger('config changed'));

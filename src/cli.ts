@@ -18,7 +18,10 @@ export function version(): string {
 
 /** --render: needs no privileges and never loads the addon. */
 async function render(options: AgentOptions): Promise<number> {
-  const loadOptions = { enableIPv6: options.enableIPv6, nomasqAllReservedRanges: options.nomasqAllReservedRanges };
+  const loadOptions = {
+    enableIPv6: options.enableIPv6,
+    nomasqAllReservedRanges: options.nomasqAllReservedRanges,
+  };
   const result = await loadConfig(options.config, loadOptions);
   for (const warning of result.warnings) process.stderr.write(`warning: ${warning}\n`);
   if (!result.ok) {

@@ -24,14 +24,17 @@ export function tableComment(generation: number, configHash: string): string {
 }
 
 /** Reads the generation back from a listed table's comment; undefined when it is not ours. */
-export function parseTableComment(listing: string): { generation: number; hash: string } | undefined {
+export function parseTableComment(
+  listing: string,
+): { generation: number; hash: string } | undefined {
   const match = /comment "ipmasq-agent generation (\d+) config sha256:([0-9a-f]*)"/.exec(listing);
   if (!match?.[1] || match[2] === undefined) return undefined;
   return { generation: Number(match[1]), hash: match[2] };
 }
 
 function integer(n: number, what: string): string {
-  if (!Number.isSafeInteger(n) || n < 0) throw new Error(`${what} is not a non-negative integer: ${n}`);
+  if (!Number.isSafeInteger(n) || n < 0)
+    throw new Error(`${what} is not a non-negative integer: ${n}`);
   return String(n);
 }
 
@@ -50,7 +53,9 @@ export function masqueradeRules(randomFully: boolean, toPorts: readonly PortRang
         : `${integer(range.first, 'port')}-${integer(range.last, 'port')}`;
     const remaining = sizes.slice(i).reduce((a, b) => a + b, 0);
     const draw =
-      i < toPorts.length - 1 ? ` numgen random mod ${remaining} < ${integer(sizes[i] ?? 0, 'size')}` : '';
+      i < toPorts.length - 1
+        ? ` numgen random mod ${remaining} < ${integer(sizes[i] ?? 0, 'size')}`
+        : '';
     return `meta l4proto { tcp, udp, sctp }${draw} masquerade to :${ports}${flags}`;
   });
   rules.push(`masquerade${flags}`);

@@ -16,7 +16,9 @@ export function validateTable(table: Table): void {
   for (const set of table.sets) {
     for (const element of set.elements) {
       if (!/^[0-9a-f.:]+\/\d{1,3}$/.test(element)) {
-        throw new Error(`set ${set.name}: element ${JSON.stringify(element)} is not a formatted prefix`);
+        throw new Error(
+          `set ${set.name}: element ${JSON.stringify(element)} is not a formatted prefix`,
+        );
       }
     }
   }
@@ -32,7 +34,9 @@ function renderSet(set: NamedSet): string[] {
   const lines = [`\tset ${set.name} {`, `\t\ttype ${set.type}`];
   if (set.flags.length > 0) lines.push(`\t\tflags ${set.flags.join(',')}`);
   if (set.elements.length > 0) {
-    lines.push(`\t\telements = { ${set.elements.map((e) => elementText(e, set.type)).join(', ')} }`);
+    lines.push(
+      `\t\telements = { ${set.elements.map((e) => elementText(e, set.type)).join(', ')} }`,
+    );
   }
   lines.push('\t}');
   return lines;

@@ -33,7 +33,9 @@ export async function findLegacyChains(names: readonly string[]): Promise<string
 /** Handles of POSTROUTING rules in `ip nat` that jump to `chain`. */
 async function jumpRuleHandles(chain: string): Promise<number[]> {
   if (!(await chainExists(POSTROUTING))) return [];
-  const listing = JSON.parse(await runNft(`list chain ${NAT_TABLE} ${POSTROUTING}`, { json: true })) as {
+  const listing = JSON.parse(
+    await runNft(`list chain ${NAT_TABLE} ${POSTROUTING}`, { json: true }),
+  ) as {
     nftables: JsonRule[];
   };
   return listing.nftables.flatMap((item) => {

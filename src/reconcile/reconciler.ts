@@ -113,7 +113,11 @@ export class Reconciler {
       this.deps.metrics.setLastSuccess(this.state.lastSyncTime);
       if (wrote) {
         this.deps.logger.info(
-          { generation: this.generation, nonMasqueradeCIDRs: this.state.counts, durationMs: Math.round(elapsed * 1000) },
+          {
+            generation: this.generation,
+            nonMasqueradeCIDRs: this.state.counts,
+            durationMs: Math.round(elapsed * 1000),
+          },
           'ruleset written to the kernel',
         );
       }
@@ -180,7 +184,8 @@ export class Reconciler {
     }
     const generation = this.generation + 1;
     const tables = compile(config, compileOptions, generation);
-    if (drift) logger.warn({ generation }, 'our tables in the kernel drifted from the config; repairing');
+    if (drift)
+      logger.warn({ generation }, 'our tables in the kernel drifted from the config; repairing');
     await kernel.apply(renderReplace(tables, stale));
     if (drift) metrics.incDriftRepairs();
     this.generation = generation;
@@ -217,7 +222,9 @@ export class Reconciler {
         const listing = listings.get(table.family);
         if (!listing) return false;
         const observed =
-          this.observedListing?.key === key ? this.observedListing.listings.get(table.family) : undefined;
+          this.observedListing?.key === key
+            ? this.observedListing.listings.get(table.family)
+            : undefined;
         const reference = observed
           ? observed.replace(/generation \d+/, `generation ${this.generation}`)
           : renderTable(table);

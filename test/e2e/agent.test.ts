@@ -4,9 +4,23 @@ import { mkdtempSync, rmSync, writeFileSync, renameSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { generationOf, httpGet, listTable, metricValue, startAgent, waitFor, type RunningAgent } from '../helpers/agent.js';
+import {
+  generationOf,
+  httpGet,
+  listTable,
+  metricValue,
+  startAgent,
+  waitFor,
+  type RunningAgent,
+} from '../helpers/agent.js';
 import { inNetns, requireRoot } from '../helpers/netns.js';
-import { makeTopology, NODE_IPV4, POD_IPV4, probeSource, REMOTE_TARGETS_IPV4 as V4 } from '../helpers/topology.js';
+import {
+  makeTopology,
+  NODE_IPV4,
+  POD_IPV4,
+  probeSource,
+  REMOTE_TARGETS_IPV4 as V4,
+} from '../helpers/topology.js';
 
 if (requireRoot(t)) {
   // Agents outlive the subtest that starts them: their teardown belongs to the file.
@@ -28,7 +42,12 @@ if (requireRoot(t)) {
   }
   const generation = async () => generationOf(await listTable(ns, 'ip'));
   const untilGeneration = (n: number, timeoutMs = 5_000) =>
-    waitFor(`generation ${n}`, async () => ((await generation()) === n ? true : undefined), timeoutMs, 20);
+    waitFor(
+      `generation ${n}`,
+      async () => ((await generation()) === n ? true : undefined),
+      timeoutMs,
+      20,
+    );
   const via = async (dst: string) => {
     const seen = await probeSource(topo, dst);
     return seen.address === NODE_IPV4 ? 'node' : seen.address === POD_IPV4 ? 'pod' : seen.address;
@@ -52,7 +71,9 @@ if (requireRoot(t)) {
       10_000,
       100,
     ).catch((err: Error) => {
-      throw new Error(`${err.message}: ${lastHttpError}; agent log: ${JSON.stringify(agent.logs.slice(-3))}`);
+      throw new Error(
+        `${err.message}: ${lastHttpError}; agent log: ${JSON.stringify(agent.logs.slice(-3))}`,
+      );
     });
 
   const canaryScript =
@@ -69,7 +90,13 @@ if (requireRoot(t)) {
     await untilUp();
     const h = await healthz();
     t.equal(h.status, 200);
-    t.match(h.body, { status: 'ok', generation: 1, lastError: null, configError: null, nonMasqueradeCIDRs: { ipv4: 2, ipv6: 0 } });
+    t.match(h.body, {
+      status: 'ok',
+      generation: 1,
+      lastError: null,
+      configError: null,
+      nonMasqueradeCIDRs: { ipv4: 2, ipv6: 0 },
+    });
     t.match(h.body.configHash, /^[0-9a-f]{64}$/);
     t.ok(!Number.isNaN(Date.parse(String(h.body.lastSyncTime))), 'lastSyncTime is ISO 8601');
     t.equal((await httpGet(ns, port, '/readyz')).status, 200);
@@ -82,7 +109,9 @@ if (requireRoot(t)) {
   });
 
   t.test('a live update lands within 1 s of the write', async (t) => {
-    const written = writeConfig('nonMasqueradeCIDRs: [10.0.0.0/8, 8.8.4.0/24]\nresyncInterval: 2s\n');
+    const written = writeConfig(
+      'nonMasqueradeCIDRs: [10.0.0.0/8, 8.8.4.0/24]\nresyncInterval: 2s\n',
+    );
     await untilGeneration(2);
     const elapsed = Date.now() - written;
     t.ok(elapsed <= 1000, `applied ${elapsed} ms after the write`);
@@ -95,18 +124,25 @@ if (requireRoot(t)) {
       const r = await healthz();
       return r.body.configError ? r : undefined;
     });
-    t.match(h.body.configError, /nonMasqueradeCIDRs\[0\]: "10\.0\.0\.1\/8" is not aligned.*did you mean 10\.0\.0\.0\/8/);
+    t.match(
+      h.body.configError,
+      /nonMasqueradeCIDRs\[0\]: "10\.0\.0\.1\/8" is not aligned.*did you mean 10\.0\.0\.0\/8/,
+    );
     t.equal(h.status, 200, 'healthy: the last good ruleset is in place');
     t.equal((await httpGet(ns, port, '/readyz')).status, 503);
     t.equal(await generation(), 2);
     t.equal(await via(V4.publicA), 'pod', 'still the last good config');
     t.equal(metricValue(await metrics(), 'ipmasq_config_valid'), 0);
-    const errorLines = agent.logs.filter((l) => l.level === 50 && /not aligned/.test(String(l.msg)));
+    const errorLines = agent.logs.filter(
+      (l) => l.level === 50 && /not aligned/.test(String(l.msg)),
+    );
     t.equal(errorLines.length, 1, 'the error is logged once');
     writeConfig('nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 2s\n');
     await untilGeneration(3);
     t.equal(await via(V4.publicA), 'node');
-    await waitFor('ready', async () => ((await httpGet(ns, port, '/readyz')).status === 200 ? true : undefined));
+    await waitFor('ready', async () =>
+      (await httpGet(ns, port, '/readyz')).status === 200 ? true : undefined,
+    );
   });
 
   t.test('drift is repaired within one resync', async (t) => {
@@ -130,14 +166,19 @@ if (requireRoot(t)) {
     await nft('delete', 'rule', 'ip', 'ipmasq', 'IP-MASQ-AGENT', 'handle', String(handle));
     await untilGeneration(before + 1, 6_000);
     t.equal(metricValue(await metrics(), 'ipmasq_drift_repairs_total'), 4);
-    t.ok(agent.logs.filter((l) => l.level === 40 && /drift/.test(String(l.msg))).length >= 4, 'warned');
+    t.ok(
+      agent.logs.filter((l) => l.level === 40 && /drift/.test(String(l.msg))).length >= 4,
+      'warned',
+    );
   });
 
   t.test('SIGHUP resyncs at once; idle resyncs do not read the table', async (t) => {
     writeConfig('nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 60s\n');
     const g = await waitFor('the 60s config', async () => {
       const h = await healthz();
-      return h.body.configHash !== undefined && (await generation()) ? await generation() : undefined;
+      return h.body.configHash !== undefined && (await generation())
+        ? await generation()
+        : undefined;
     });
     await new Promise((r) => setTimeout(r, 300));
     const reads = metricValue(await metrics(), 'ipmasq_kernel_reads_total') ?? NaN;
@@ -147,9 +188,15 @@ if (requireRoot(t)) {
       await new Promise((r) => setTimeout(r, 150));
     }
     await waitFor('5 more syncs', async () =>
-      (metricValue(await metrics(), 'ipmasq_syncs_total{result="unchanged"}') ?? 0) >= unchanged + 5 ? true : undefined,
+      (metricValue(await metrics(), 'ipmasq_syncs_total{result="unchanged"}') ?? 0) >= unchanged + 5
+        ? true
+        : undefined,
     );
-    t.equal(metricValue(await metrics(), 'ipmasq_kernel_reads_total'), reads, 'no read while nothing changed');
+    t.equal(
+      metricValue(await metrics(), 'ipmasq_kernel_reads_total'),
+      reads,
+      'no read while nothing changed',
+    );
 
     await nft('add', 'table', 'ip', 'someone-else');
     agent.child.kill('SIGHUP');
@@ -159,7 +206,11 @@ if (requireRoot(t)) {
     const afterOther = metricValue(await metrics(), 'ipmasq_kernel_reads_total');
     agent.child.kill('SIGHUP');
     await new Promise((r) => setTimeout(r, 300));
-    t.equal(metricValue(await metrics(), 'ipmasq_kernel_reads_total'), afterOther, 'back to no reads');
+    t.equal(
+      metricValue(await metrics(), 'ipmasq_kernel_reads_total'),
+      afterOther,
+      'back to no reads',
+    );
     t.equal(await generation(), g, 'another tool writing elsewhere is not drift');
     await nft('delete', 'table', 'ip', 'someone-else');
 
@@ -177,7 +228,9 @@ if (requireRoot(t)) {
     agent = startAgent(root, ns, args);
     await untilUp();
     await waitFor('first sync', async () =>
-      (metricValue(await metrics(), 'ipmasq_syncs_total{result="unchanged"}') ?? 0) >= 1 ? true : undefined,
+      (metricValue(await metrics(), 'ipmasq_syncs_total{result="unchanged"}') ?? 0) >= 1
+        ? true
+        : undefined,
     );
     const text = await metrics();
     t.equal(metricValue(text, 'ipmasq_syncs_total{result="applied"}'), 0, 'no write');

@@ -28,9 +28,13 @@ if (requireRoot(t)) {
     const file = join(dir, `config-${n++}`);
     if (config !== null) writeFileSync(file, config);
     const result = await runAgentOnce(topo.node, ['--once', '--config', file, ...flags]);
-    if (result.code !== 0) throw new Error(`--once exited ${result.code}: ${result.stdout}${result.stderr}`);
+    if (result.code !== 0)
+      throw new Error(`--once exited ${result.code}: ${result.stdout}${result.stderr}`);
   }
-  async function seen(destinations: string[], proto: 'udp' | 'tcp' = 'udp'): Promise<Record<string, string>> {
+  async function seen(
+    destinations: string[],
+    proto: 'udp' | 'tcp' = 'udp',
+  ): Promise<Record<string, string>> {
     const sources = await probeSources(topo, destinations, proto);
     const named: Record<string, string> = {};
     destinations.forEach((dst, i) => {
@@ -55,19 +59,32 @@ if (requireRoot(t)) {
       ...expectAll(exempt, 'pod'),
       ...expectAll(masqueraded, 'node'),
     });
-    t.same(await seen([V4.publicA, V4.private10], 'tcp'), { [V4.publicA]: 'node', [V4.private10]: 'pod' });
+    t.same(await seen([V4.publicA, V4.private10], 'tcp'), {
+      [V4.publicA]: 'node',
+      [V4.private10]: 'pod',
+    });
   });
 
   t.test('a custom list replaces the defaults', async (t) => {
     await apply('nonMasqueradeCIDRs:\n  - 8.8.4.0/24\n  - 10.9.0.0/16\n');
-    t.same(await seen([V4.publicA, V4.private10, V4.private10Other, V4.publicB, V4.private192, V4.linkLocal]), {
-      [V4.publicA]: 'pod',
-      [V4.private10]: 'pod',
-      [V4.private10Other]: 'node',
-      [V4.publicB]: 'node',
-      [V4.private192]: 'node',
-      [V4.linkLocal]: 'pod',
-    });
+    t.same(
+      await seen([
+        V4.publicA,
+        V4.private10,
+        V4.private10Other,
+        V4.publicB,
+        V4.private192,
+        V4.linkLocal,
+      ]),
+      {
+        [V4.publicA]: 'pod',
+        [V4.private10]: 'pod',
+        [V4.private10Other]: 'node',
+        [V4.publicB]: 'node',
+        [V4.private192]: 'node',
+        [V4.linkLocal]: 'pod',
+      },
+    );
   });
 
   const reserved = [
@@ -90,12 +107,18 @@ if (requireRoot(t)) {
 
   t.test('--nomasq-all-reserved-ranges with a config list: the list replaces it', async (t) => {
     await apply('nonMasqueradeCIDRs: [10.0.0.0/8]\n', ['--nomasq-all-reserved-ranges']);
-    t.same(await seen([...reserved, V4.private10]), { ...expectAll(reserved, 'node'), [V4.private10]: 'pod' });
+    t.same(await seen([...reserved, V4.private10]), {
+      ...expectAll(reserved, 'node'),
+      [V4.private10]: 'pod',
+    });
   });
 
   t.test('masqLinkLocal: true masquerades link-local', async (t) => {
     await apply('masqLinkLocal: true\n');
-    t.same(await seen([V4.linkLocal, V4.private10]), { [V4.linkLocal]: 'node', [V4.private10]: 'pod' });
+    t.same(await seen([V4.linkLocal, V4.private10]), {
+      [V4.linkLocal]: 'node',
+      [V4.private10]: 'pod',
+    });
   });
 
   t.test('masqueradeCIDRs inside a non-masquerade range are masqueraded', async (t) => {
@@ -108,9 +131,10 @@ if (requireRoot(t)) {
   });
 
   t.test('IPv6 with --enable-ipv6', async (t) => {
-    await apply('nonMasqueradeCIDRs: [10.0.0.0/8, "fd12::/16"]\nmasqueradeCIDRs: ["2001:db8:ff::1/128"]\n', [
-      '--enable-ipv6',
-    ]);
+    await apply(
+      'nonMasqueradeCIDRs: [10.0.0.0/8, "fd12::/16"]\nmasqueradeCIDRs: ["2001:db8:ff::1/128"]\n',
+      ['--enable-ipv6'],
+    );
     t.same(await seen([V6.uniqueLocal, V6.documentation, V6.public, V4.private10, V4.publicA]), {
       [V6.uniqueLocal]: 'pod',
       [V6.documentation]: 'node',

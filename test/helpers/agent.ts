@@ -10,7 +10,9 @@ export const agentBin = join(packageRoot, 'bin', 'ipmasq-agent.js');
 /** The agent runs as in production: without tap's loaders and coverage hooks (NODE_OPTIONS). */
 export function agentEnv(): NodeJS.ProcessEnv {
   return Object.fromEntries(
-    Object.entries(process.env).filter(([key]) => key !== 'NODE_OPTIONS' && !key.startsWith('_TAPJS_')),
+    Object.entries(process.env).filter(
+      ([key]) => key !== 'NODE_OPTIONS' && !key.startsWith('_TAPJS_'),
+    ),
   );
 }
 
@@ -22,17 +24,28 @@ export interface RunningAgent {
 }
 
 /** Starts the agent in ns (optionally under a wrapper such as setpriv); SIGKILLed at teardown. */
-export function startAgent(t: TapTest, ns: string, args: string[], wrapper: string[] = []): RunningAgent {
-  const child = spawn('ip', ['netns', 'exec', ns, ...wrapper, process.execPath, agentBin, ...args], {
-    cwd: packageRoot,
-    env: agentEnv(),
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+export function startAgent(
+  t: TapTest,
+  ns: string,
+  args: string[],
+  wrapper: string[] = [],
+): RunningAgent {
+  const child = spawn(
+    'ip',
+    ['netns', 'exec', ns, ...wrapper, process.execPath, agentBin, ...args],
+    {
+      cwd: packageRoot,
+      env: agentEnv(),
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  );
   const agent: RunningAgent = {
     child,
     logs: [],
     stderr: [],
-    exited: new Promise((resolve) => child.once('exit', (code, signal) => resolve({ code, signal }))),
+    exited: new Promise((resolve) =>
+      child.once('exit', (code, signal) => resolve({ code, signal })),
+    ),
   };
   let partial = '';
   child.stdout?.on('data', (chunk: Buffer) => {
@@ -83,13 +96,18 @@ export async function waitFor<T>(
   for (;;) {
     const value = await check();
     if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await new Promise((r) => setTimeout(r, intervalMs));
   }
 }
 
 /** `nft list table` in ns, or null when the table does not exist. */
-export async function listTable(ns: string, family: string, table = 'ipmasq'): Promise<string | null> {
+export async function listTable(
+  ns: string,
+  family: string,
+  table = 'ipmasq',
+): Promise<string | null> {
   try {
     return (await inNetns(ns, 'nft', ['list', 'table', family, table])).stdout;
   } catch (err) {
