@@ -164,10 +164,12 @@ export class Reconciler {
   private async converge(config: Config): Promise<boolean> {
     const { kernel, compileOptions, logger, metrics } = this.deps;
     const key = contentKey(config, compileOptions);
-    this.setCounts(config);
     const genId = await kernel.generationId().catch(() => undefined);
     const kernelUnmoved = genId !== undefined && genId === this.kernelGenId;
-    if (kernelUnmoved && this.kernelKey === key) return false;
+    if (kernelUnmoved && this.kernelKey === key) {
+      this.setCounts(config);
+      return false;
+    }
 
     let drift = false;
     let stale: TableRef[] = [];
@@ -178,6 +180,7 @@ export class Reconciler {
         this.kernelKey = key;
         this.kernelGenId = genId;
         metrics.setGeneration(this.generation);
+        this.setCounts(config);
         return false;
       }
       drift = this.kernelKey === key;
@@ -192,6 +195,7 @@ export class Reconciler {
     this.kernelKey = key;
     this.kernelGenId = await kernel.generationId().catch(() => undefined);
     metrics.setGeneration(generation);
+    this.setCounts(config);
     if (!this.rendererChecked) await this.checkRenderer(tables, key);
     return true;
   }
@@ -256,6 +260,7 @@ export class Reconciler {
     }
   }
 
+  /** Counts of what the kernel now holds: called only once a write or a read-back confirmed it. */
   private setCounts(config: Config): void {
     const counts = {
       ipv4: config.nonMasquerade.ipv4.length,

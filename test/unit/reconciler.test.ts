@@ -219,3 +219,18 @@ t.test('a large set sets the warning gauge and logs once', async (t) => {
   t.equal(await metric('ipmasq_large_set_warning'), 1);
   t.equal(logs.filter((l) => /set is large/.test(l.msg)).length, 1);
 });
+
+t.test('counts report what the kernel holds, not what a failed write wanted', async (t) => {
+  const { kernel, reconciler, metric, setConfig } = setup();
+  kernel.failWrites = new Error('Operation not permitted');
+  await reconciler.sync();
+  t.same(reconciler.status(true).nonMasqueradeCIDRs, { ipv4: 0, ipv6: 0 });
+  kernel.failWrites = undefined;
+  await reconciler.sync();
+  t.same(reconciler.status(true).nonMasqueradeCIDRs, { ipv4: 1, ipv6: 0 });
+  kernel.failWrites = new Error('Operation not permitted');
+  setConfig({ ok: true, config: config(['10.0.0.0/8', '192.168.0.0/16']), warnings: [] });
+  await reconciler.sync();
+  t.same(reconciler.status(true).nonMasqueradeCIDRs, { ipv4: 1, ipv6: 0 }, 'still the old set');
+  t.equal(await metric('ipmasq_nonmasquerade_cidrs', { family: 'ipv4' }), 1);
+});
