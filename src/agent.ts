@@ -3,6 +3,7 @@
 import type { Logger } from 'pino';
 import { loadConfig } from './config/index.js';
 import type { AgentOptions } from './cli/flags.js';
+import { cachingLoader } from './reconcile/config-cache.js';
 import { nftKernel, type Kernel } from './reconcile/kernel.js';
 import { findLegacyChains, legacyChainNames, removeLegacyChain } from './reconcile/legacy.js';
 import { Reconciler } from './reconcile/reconciler.js';
@@ -34,7 +35,7 @@ export function makeReconciler(
       toPorts: options.toPorts,
       enableIPv6: options.enableIPv6,
     },
-    loadConfig,
+    loadConfig: cachingLoader(loadConfig),
     kernel,
     logger,
     metrics,

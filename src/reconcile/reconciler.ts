@@ -30,6 +30,17 @@ function contentKey(config: Config, options: CompileOptions): string {
   return compile(config, options, 0).map(renderTable).join('');
 }
 
+/** contentKey, remembered for the last config object (the loader returns the same one while unchanged). */
+function memoisedContentKey(): (config: Config, options: CompileOptions) => string {
+  let last: { config: Config; options: CompileOptions; key: string } | undefined;
+  return (config, options) => {
+    if (last?.config !== config || last.options !== options) {
+      last = { config, options, key: contentKey(config, options) };
+    }
+    return last.key;
+  };
+}
+
 function errorText(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
@@ -37,6 +48,7 @@ function errorText(err: unknown): string {
 export class Reconciler {
   private readonly deps: ReconcilerDeps;
   private readonly kernelReads: Counter;
+  private readonly contentKey = memoisedContentKey();
   private goodConfig: Config | undefined;
   private generation = 0;
   /** Content key of what we last wrote or found right in the kernel. */
@@ -163,7 +175,7 @@ export class Reconciler {
   /** Makes the kernel hold the config's tables. Returns whether it wrote. */
   private async converge(config: Config): Promise<boolean> {
     const { kernel, compileOptions, logger, metrics } = this.deps;
-    const key = contentKey(config, compileOptions);
+    const key = this.contentKey(config, compileOptions);
     const genId = await kernel.generationId().catch(() => undefined);
     const kernelUnmoved = genId !== undefined && genId === this.kernelGenId;
     if (kernelUnmoved && this.kernelKey === key) {
@@ -219,7 +231,7 @@ export class Reconciler {
     const previous = ipListing ? parseTableComment(ipListing) : undefined;
     if (previous && previous.generation > this.generation) this.generation = previous.generation;
     const expected = compile(config, compileOptions, this.generation);
-    const key = contentKey(config, compileOptions);
+    const key = this.contentKey(config, compileOptions);
     const matches =
       stale.length === 0 &&
       expected.every((table) => {

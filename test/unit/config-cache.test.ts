@@ -1,0 +1,90 @@
+// The resync's config cache: reuse a valid result only while every file the loader reads is unchanged.
+import {
+  mkdirSync,
+  mkdtempSync,
+  renameSync,
+  rmSync,
+  symlinkSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { loadConfig } from '../../src/config/index.js';
+import type { LoadOptions } from '../../src/config/types.js';
+import { cachingLoader } from '../../src/reconcile/config-cache.js';
+
+const options: LoadOptions = { enableIPv6: false, nomasqAllReservedRanges: false };
+
+function counted() {
+  let reads = 0;
+  const load = cachingLoader(async (path, opts) => {
+    reads++;
+    return loadConfig(path, opts);
+  });
+  return { load, reads: () => reads };
+}
+
+t.test('file: unchanged → no read; rewritten, renamed over, deleted → read', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-cache-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const file = join(dir, 'ip-masq-agent');
+  writeFileSync(file, 'nonMasqueradeCIDRs: [10.0.0.0/8]\n');
+  const { load, reads } = counted();
+  const first = await load(file, options);
+  const again = await load(file, options);
+  t.equal(reads(), 1);
+  t.equal(again, first, 'the same result object');
+  writeFileSync(`${file}.tmp`, 'nonMasqueradeCIDRs: [10.0.0.0/16]\n');
+  renameSync(`${file}.tmp`, file);
+  const renamed = await load(file, options);
+  t.equal(reads(), 2);
+  t.ok(renamed.ok && renamed.config.nonMasquerade.ipv4.includes('10.0.0.0/16'));
+  unlinkSync(file);
+  const gone = await load(file, options);
+  t.equal(reads(), 3);
+  t.ok(gone.ok && gone.config.nonMasquerade.ipv4.includes('172.16.0.0/12'), 'defaults');
+  await load(file, options);
+  t.equal(reads(), 3, 'still missing: cached');
+  writeFileSync(file, 'masqLinkLocal: true\n');
+  await load(file, options);
+  t.equal(reads(), 4, 'appeared');
+});
+
+t.test('an invalid result is never cached', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-cache-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const file = join(dir, 'ip-masq-agent');
+  writeFileSync(file, 'nonMasqueradeCIDRs: [10.0.0.1/8]\n');
+  const { load, reads } = counted();
+  t.notOk((await load(file, options)).ok);
+  t.notOk((await load(file, options)).ok);
+  t.equal(reads(), 2);
+});
+
+t.test('directory: a ConfigMap symlink swap and a new ip-masq file are seen', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-cache-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  mkdirSync(join(dir, '..v1'));
+  writeFileSync(join(dir, '..v1', 'ip-masq-agent'), 'nonMasqueradeCIDRs: [10.0.0.0/8]\n');
+  symlinkSync('..v1', join(dir, '..data'));
+  symlinkSync('..data/ip-masq-agent', join(dir, 'ip-masq-agent'));
+  const { load, reads } = counted();
+  await load(dir, options);
+  await load(dir, options);
+  t.equal(reads(), 1);
+  mkdirSync(join(dir, '..v2'));
+  writeFileSync(join(dir, '..v2', 'ip-masq-agent'), 'nonMasqueradeCIDRs: [10.0.0.0/9]\n');
+  symlinkSync('..v2', join(dir, '..data_tmp'));
+  renameSync(join(dir, '..data_tmp'), join(dir, '..data'));
+  const swapped = await load(dir, options);
+  t.equal(reads(), 2);
+  t.ok(swapped.ok && swapped.config.nonMasquerade.ipv4.includes('10.0.0.0/9'));
+  writeFileSync(join(dir, 'ip-masq-extra'), 'masqueradeCIDRs: [10.1.0.0/16]\n');
+  await load(dir, options);
+  t.equal(reads(), 3);
+  writeFileSync(join(dir, 'unrelated'), 'x');
+  await load(dir, options);
+  t.equal(reads(), 3, 'a file the loader ignores does not matter');
+});
