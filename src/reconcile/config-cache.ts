@@ -17,12 +17,10 @@ async function fileStamp(path: string): Promise<string> {
 
 /** Identity of what the loader would read at `path`: the file, or the directory's ip-masq* files. */
 export async function configStamp(path: string): Promise<string> {
-  let directory = false;
-  try {
-    directory = (await stat(path)).isDirectory();
-  } catch {
-    return fileStamp(path);
-  }
+  const directory = await stat(path).then(
+    (s) => s.isDirectory(),
+    () => false,
+  );
   if (!directory) return fileStamp(path);
   const names = (await readdir(path)).filter((name) => name.startsWith('ip-masq')).sort();
   const stamps = await Promise.all(
