@@ -99,10 +99,23 @@ export class Reconciler {
     };
   }
 
+  /** Where the last sync spent its time, for the log line of a write. */
+  private phases: Record<string, number> = {};
+
+  private async timed<T>(phase: string, work: () => Promise<T>): Promise<T> {
+    const started = performance.now();
+    try {
+      return await work();
+    } finally {
+      this.phases[phase] = Math.round(performance.now() - started);
+    }
+  }
+
   async sync(): Promise<SyncOutcome> {
     const started = process.hrtime.bigint();
     const seconds = () => Number(process.hrtime.bigint() - started) / 1e9;
-    const configValid = await this.readConfig();
+    this.phases = {};
+    const configValid = await this.timed('loadMs', () => this.readConfig());
     const config = this.goodConfig;
     if (!config) {
       this.state.ready = false;
@@ -129,6 +142,7 @@ export class Reconciler {
             generation: this.generation,
             nonMasqueradeCIDRs: this.state.counts,
             durationMs: Math.round(elapsed * 1000),
+            ...this.phases,
           },
           'ruleset written to the kernel',
         );
@@ -186,7 +200,7 @@ export class Reconciler {
     let drift = false;
     let stale: TableRef[] = [];
     if (!kernelUnmoved) {
-      const found = await this.readTables(config);
+      const found = await this.timed('readMs', () => this.readTables(config));
       stale = found.stale;
       if (found.matches) {
         this.kernelKey = key;
@@ -201,7 +215,8 @@ export class Reconciler {
     const tables = compile(config, compileOptions, generation);
     if (drift)
       logger.warn({ generation }, 'our tables in the kernel drifted from the config; repairing');
-    await kernel.apply(renderReplace(tables, stale));
+    const script = renderReplace(tables, stale);
+    await this.timed('applyMs', () => kernel.apply(script));
     if (drift) metrics.incDriftRepairs();
     this.generation = generation;
     this.kernelKey = key;
