@@ -180,34 +180,43 @@ t.test('unreadable and odd paths are config errors, not crashes', async (t) => {
   t.notOk(device.ok);
   if (!device.ok)
     t.match(device.error.message, /^\/dev\/null: is neither a regular file nor a directory$/);
-  await chmod(dir, 0o755);
-  await chmod(file, 0o600);
-  t.equal(
-    await loadAs(file, process.getuid?.() === 0 ? 65534 : undefined),
-    `${file}: cannot be read: permission denied (EACCES)`,
-  );
+  await chmod(file, 0o000);
+  t.equal(await loadUnprivileged(file), `${file}: cannot be read: permission denied (EACCES)`);
 });
 
-/** loadConfig(file) in a child process, as `uid` when given (root reads everything), else after chmod 000. */
-async function loadAs(file: string, uid: number | undefined): Promise<string> {
-  if (uid === undefined) {
-    await chmod(file, 0o000);
+/**
+ * loadConfig(file) where file permissions apply. Root reads everything, so as root the loader runs
+ * in a child without CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH (still uid 0, so it can read the repo,
+ * wherever it is checked out, but not a mode-000 file).
+ */
+async function loadUnprivileged(file: string): Promise<string> {
+  if (process.getuid?.() !== 0) {
     const result = await loadConfig(file, V6);
-    await chmod(file, 0o600);
     return result.ok ? 'ok' : result.error.message;
   }
   const moduleUrl = new URL('../../src/config/index.ts', import.meta.url).href;
   const script = `const { loadConfig } = await import(${JSON.stringify(moduleUrl)});
 const result = await loadConfig(${JSON.stringify(file)}, { enableIPv6: true, nomasqAllReservedRanges: false });
 process.stdout.write(result.ok ? 'ok' : result.error.message);`;
+  const env = Object.fromEntries(
+    Object.entries(process.env).filter(
+      ([key]) => key !== 'NODE_OPTIONS' && !key.startsWith('_TAPJS_'),
+    ),
+  );
+  const drop = '-dac_override,-dac_read_search';
   const { stdout } = await run(
-    process.execPath,
-    ['--import', 'tsx', '--input-type=module', '-e', script],
-    {
-      uid,
-      gid: uid,
-      timeout: 20_000,
-    },
+    'setpriv',
+    [
+      `--inh-caps=${drop}`,
+      `--bounding-set=${drop}`,
+      process.execPath,
+      '--import',
+      'tsx',
+      '--input-type=module',
+      '-e',
+      script,
+    ],
+    { env, timeout: 20_000 },
   );
   return stdout;
 }
