@@ -17,7 +17,8 @@ export function version(): string {
 }
 
 /** --render: needs no privileges and never loads the addon. */
-async function render(options: AgentOptions): Promise<number> {
+async function render(options: AgentOptions, flagWarnings: readonly string[]): Promise<number> {
+  for (const warning of flagWarnings) process.stderr.write(`warning: ${warning}\n`);
   const loadOptions = {
     enableIPv6: options.enableIPv6,
     nomasqAllReservedRanges: options.nomasqAllReservedRanges,
@@ -72,7 +73,7 @@ export async function main(argv: readonly string[]): Promise<number | undefined>
     process.stdout.write(`ipmasq-agent ${version()}\n`);
     return 0;
   }
-  if (options.mode === 'render') return render(options);
+  if (options.mode === 'render') return render(options, parsed.warnings);
   const logger = pino({ level: options.logLevel, base: { pid: process.pid } });
   for (const warning of parsed.warnings) logger.warn(warning);
   switch (options.mode) {

@@ -7,7 +7,10 @@ import { python } from './topology.js';
 
 export const agentBin = join(packageRoot, 'bin', 'ipmasq-agent.js');
 
-/** The agent runs as in production: without tap's loaders and coverage hooks (NODE_OPTIONS). */
+/**
+ * The agent runs as in production: without tap's loaders and coverage hooks. tap's processinfo puts
+ * NODE_OPTIONS back into every child's environment, so the command also goes through `env -u`.
+ */
 export function agentEnv(): NodeJS.ProcessEnv {
   return Object.fromEntries(
     Object.entries(process.env).filter(
@@ -15,6 +18,8 @@ export function agentEnv(): NodeJS.ProcessEnv {
     ),
   );
 }
+
+const withoutTap = ['env', '-u', 'NODE_OPTIONS'];
 
 export interface RunningAgent {
   child: ChildProcess;
@@ -75,7 +80,7 @@ export function runAgentOnce(
   return new Promise((resolve) => {
     execFile(
       'ip',
-      ['netns', 'exec', ns, ...wrapper, process.execPath, agentBin, ...args],
+      ['netns', 'exec', ns, ...withoutTap, ...wrapper, process.execPath, agentBin, ...args],
       { cwd: packageRoot, env: agentEnv(), timeout: 60_000, maxBuffer: 64 * 1024 * 1024 },
       (err, stdout, stderr) => {
         const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
