@@ -7,7 +7,7 @@ import { cachingLoader } from './reconcile/config-cache.js';
 import { nftKernel, type Kernel } from './reconcile/kernel.js';
 import { findLegacyChains, legacyChainNames, removeLegacyChain } from './reconcile/legacy.js';
 import { Reconciler } from './reconcile/reconciler.js';
-import { SyncRunner } from './reconcile/runner.js';
+import { SyncRunner, type SyncOutcome } from './reconcile/runner.js';
 import { watchConfig } from './reconcile/watcher.js';
 import { buildServer } from './server/index.js';
 import { AgentMetrics } from './server/metrics.js';
@@ -43,33 +43,60 @@ export function makeReconciler(
   });
 }
 
-/** Looks for the original agent's chain in `ip nat`; removes it when asked. Never fatal. */
+/**
+ * Looks for the original agent's chain in `ip nat` and warns; with `remove`, deletes it. Never fatal.
+ * Removal waits until our own table is in the kernel, so no flow goes out unmasqueraded meanwhile.
+ */
 export async function handleLegacyChain(
   options: AgentOptions,
   logger: Logger,
   metrics: AgentMetrics,
+  remove: boolean,
 ): Promise<void> {
+  let remaining: string[] = [];
   try {
-    const found = await findLegacyChains(legacyChainNames(options.masqChain));
-    for (const chain of found) {
-      if (options.removeLegacyChain) {
-        const rules = await removeLegacyChain(chain);
-        logger.warn(
-          { chain, jumpRulesDeleted: rules },
-          "removed the original agent's chain from table ip nat",
-        );
-      } else {
+    remaining = await findLegacyChains(legacyChainNames(options.masqChain));
+    for (const chain of [...remaining]) {
+      if (!remove) {
         logger.warn(
           { chain },
           "the original ip-masq-agent's chain is still in table ip nat: traffic we exempt may still be masqueraded there; " +
-            'run with --remove-legacy-chain to delete it',
+            (options.removeLegacyChain
+              ? 'it is removed once our table is in the kernel'
+              : 'run with --remove-legacy-chain to delete it'),
         );
+        continue;
       }
+      const rules = await removeLegacyChain(chain);
+      remaining = remaining.filter((name) => name !== chain);
+      logger.warn(
+        { chain, jumpRulesDeleted: rules },
+        "removed the original agent's chain from table ip nat",
+      );
     }
-    metrics.setLegacyChainPresent(found.length > 0 && !options.removeLegacyChain);
   } catch (err) {
-    logger.error({ err }, "could not check table ip nat for the original agent's chain");
+    logger.error({ err }, "could not check or remove the original agent's chain in table ip nat");
   }
+  metrics.setLegacyChainPresent(remaining.length > 0);
+}
+
+/** Wraps a sync so that the legacy chain is removed after the first sync that leaves our table in place. */
+export function removingLegacyChainAfterSync(
+  sync: () => Promise<SyncOutcome>,
+  reconciler: Reconciler,
+  options: AgentOptions,
+  logger: Logger,
+  metrics: AgentMetrics,
+): () => Promise<SyncOutcome> {
+  let pending = options.removeLegacyChain;
+  return async () => {
+    const outcome = await sync();
+    if (pending && outcome.ok && reconciler.status(true).generation > 0) {
+      pending = false;
+      await handleLegacyChain(options, logger, metrics, true);
+    }
+    return outcome;
+  };
 }
 
 /** Runs until SIGTERM/SIGINT; then exits 0 within 5 s, leaving the tables in place. */
@@ -77,7 +104,13 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   const metrics = new AgentMetrics();
   const reconciler = makeReconciler(options, logger, metrics);
   const runner = new SyncRunner({
-    sync: () => reconciler.sync(),
+    sync: removingLegacyChainAfterSync(
+      () => reconciler.sync(),
+      reconciler,
+      options,
+      logger,
+      metrics,
+    ),
     intervalMs: () => reconciler.resyncIntervalMs,
     onError: (err) => logger.error({ err }, 'kernel write failed; retrying with backoff'),
   });
@@ -92,7 +125,7 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
     'ipmasq-agent started',
   );
 
-  await handleLegacyChain(options, logger, metrics);
+  await handleLegacyChain(options, logger, metrics, false);
   const watcher = watchConfig(options.config, () => runner.trigger('config changed'));
   process.on('SIGHUP', () => runner.trigger('SIGHUP'));
   runner.start();

@@ -1,7 +1,12 @@
 // Entry point: flags → one of the modes of CONTRACT §2.
 import { readFileSync } from 'node:fs';
 import { pino, type Logger } from 'pino';
-import { handleLegacyChain, makeReconciler, runAgent } from './agent.js';
+import {
+  handleLegacyChain,
+  makeReconciler,
+  removingLegacyChainAfterSync,
+  runAgent,
+} from './agent.js';
 import { parseArgs, type AgentOptions } from './cli/flags.js';
 import { compile } from './compile.js';
 import { loadConfig } from './config/index.js';
@@ -35,9 +40,16 @@ async function render(options: AgentOptions, flagWarnings: readonly string[]): P
 
 async function once(options: AgentOptions, logger: Logger): Promise<number> {
   const metrics = new AgentMetrics();
-  await handleLegacyChain(options, logger, metrics);
+  await handleLegacyChain(options, logger, metrics, false);
   const reconciler = makeReconciler(options, logger, metrics);
-  const outcome = await reconciler.sync();
+  const sync = removingLegacyChainAfterSync(
+    () => reconciler.sync(),
+    reconciler,
+    options,
+    logger,
+    metrics,
+  );
+  const outcome = await sync();
   const status = reconciler.status(true);
   if (!outcome.ok) {
     logger.error({ err: outcome.error }, 'kernel write failed');
@@ -58,7 +70,7 @@ async function cleanup(options: AgentOptions, logger: Logger): Promise<number> {
       }
     }
   }
-  if (options.removeLegacyChain) await handleLegacyChain(options, logger, new AgentMetrics());
+  if (options.removeLegacyChain) await handleLegacyChain(options, logger, new AgentMetrics(), true);
   return 0;
 }
 

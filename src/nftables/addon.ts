@@ -76,8 +76,9 @@ function serialised<T>(call: () => Promise<T>): Promise<T> {
 export async function runNft(script: string, options: RunOptions = {}): Promise<string> {
   const native = addon();
   return serialised(() =>
+    // Rethrown with a JS stack; the native error carries nothing more than its text.
     native.run(script, options.dryRun ?? false, options.json ?? false).catch((err: unknown) => {
-      throw new NftError(err instanceof Error ? err.message : String(err), { cause: err });
+      throw new NftError(err instanceof Error ? err.message : String(err));
     }),
   );
 }

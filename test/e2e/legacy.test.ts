@@ -168,7 +168,14 @@ if (requireRoot(t)) {
         'exactly those lines gone',
       );
       t.equal(metricValue(metrics, 'ipmasq_legacy_chain_present'), 0);
-      t.match(legacyWarnings(agent), [{ chain, jumpRulesDeleted: 1 }], 'the removal is logged');
+      t.match(
+        legacyWarnings(agent).filter((line) => 'jumpRulesDeleted' in line),
+        [{ chain, jumpRulesDeleted: 1 }],
+        'the removal is logged',
+      );
+      const written = agent.logs.findIndex((line) => line.msg === 'ruleset written to the kernel');
+      const removed = agent.logs.findIndex((line) => 'jumpRulesDeleted' in line);
+      t.ok(written >= 0 && removed > written, 'removed only once our table was in the kernel');
       t.same(errors(agent), []);
     });
   }
