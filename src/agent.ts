@@ -1,7 +1,7 @@
 // Wires the long-running agent: config watcher and signals → runner → reconciler → kernel, with the
 // health/metrics server reading the reconciler's status. CONTRACT §6–§8.
 import type { Logger } from 'pino';
-import { loadConfig } from './config/index.js';
+import { loadConfigOffThread } from './config/load-worker.js';
 import type { AgentOptions } from './cli/flags.js';
 import { cachingLoader } from './reconcile/config-cache.js';
 import { nftKernel, type Kernel } from './reconcile/kernel.js';
@@ -35,7 +35,7 @@ export function makeReconciler(
       toPorts: options.toPorts,
       enableIPv6: options.enableIPv6,
     },
-    loadConfig: cachingLoader(loadConfig),
+    loadConfig: cachingLoader(loadConfigOffThread),
     kernel,
     logger,
     metrics,

@@ -1,0 +1,53 @@
+// The agent loads its config on a worker thread: same results as loadConfig, classes and freeze revived.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { loadConfig } from '../../src/config/index.js';
+import { loadConfigOffThread } from '../../src/config/load-worker.js';
+import { ConfigError, type LoadOptions } from '../../src/config/types.js';
+
+const options: LoadOptions = { enableIPv6: true, nomasqAllReservedRanges: false };
+
+t.test('valid, invalid and missing configs give what loadConfig gives', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-worker-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const cases = {
+    valid:
+      'nonMasqueradeCIDRs: [10.0.0.0/8, "fd00::/8", 10.1.0.0/16]\nmasqueradeCIDRs: [10.9.0.0/16]\nfoo: 1\n',
+    invalid: 'nonMasqueradeCIDRs: [10.0.0.1/8]\n',
+  };
+  for (const [name, text] of Object.entries(cases)) writeFileSync(join(dir, name), text);
+  for (const name of [...Object.keys(cases), 'missing']) {
+    const path = join(dir, name);
+    const [inThread, offThread] = await Promise.all([
+      loadConfig(path, options),
+      loadConfigOffThread(path, options),
+    ]);
+    t.same(offThread, inThread, `${name}: same result`);
+    if (offThread.ok) {
+      t.ok(
+        Object.isFrozen(offThread.config) && Object.isFrozen(offThread.config.nonMasquerade.ipv4),
+        `${name}: frozen`,
+      );
+    } else {
+      t.ok(offThread.error instanceof ConfigError, `${name}: a ConfigError`);
+      t.match(offThread.error.message, /nonMasqueradeCIDRs\[0\]: "10\.0\.0\.1\/8" is not aligned/);
+    }
+  }
+});
+
+t.test('a config that takes too long is refused, and the next load works', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-worker-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const slow = join(dir, 'slow');
+  // Thousands of stray closing brackets: the yaml parser builds one error object each (seconds).
+  writeFileSync(slow, `a: b\n${'}'.repeat(65_536)}\n`);
+  const refused = await loadConfigOffThread(slow, options, 50);
+  t.notOk(refused.ok);
+  if (!refused.ok) t.match(refused.error.message, /slow: reading took longer than 50 ms; refused/);
+  const good = join(dir, 'good');
+  writeFileSync(good, 'masqLinkLocal: true\n');
+  const next = await loadConfigOffThread(good, options);
+  t.ok(next.ok && next.config.masqLinkLocal, 'a new worker answers');
+});
