@@ -13,6 +13,25 @@ export class CidrError extends Error {
   }
 }
 
+const QUOTE_LIMIT = 100;
+// Control, invisible and line-breaking characters, and lone surrogates: a log line must show them plainly.
+const UNPRINTABLE =
+  // eslint-disable-next-line no-control-regex -- matching control characters is the point
+  /[\u0000-\u001f\u007f-\u009f\u00ad\u200b-\u200f\u2028\u2029\u2060\ufeff]|[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/g;
+const escapeCharacter = (c: string) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`;
+
+/** Text with unprintable characters written as \uXXXX escapes. */
+export function escapeUnprintable(text: string): string {
+  return text.replace(UNPRINTABLE, escapeCharacter);
+}
+
+/** JSON-quoted (unprintable characters escaped) and cut short: a huge value must not make a huge message. */
+export function quote(text: string): string {
+  const shown = text.length <= QUOTE_LIMIT ? text : text.slice(0, QUOTE_LIMIT);
+  const quoted = JSON.stringify(shown).replace(UNPRINTABLE, escapeCharacter);
+  return text.length <= QUOTE_LIMIT ? quoted : `${quoted}… (${text.length} characters)`;
+}
+
 export const ADDRESS_BITS: Readonly<Record<Family, number>> = { 4: 32, 6: 128 };
 
 const CODE_0 = 48;
@@ -78,7 +97,7 @@ function parseGroups(text: string, allowIPv4Tail: boolean): number[] | string {
     if (group < 0) {
       return part === ''
         ? `has an empty group (a lone ":")`
-        : `has an invalid group "${part}" (1 to 4 hex digits)`;
+        : `has an invalid group ${quote(part)} (1 to 4 hex digits)`;
     }
     groups.push(group);
   }
@@ -109,11 +128,11 @@ export function parseIPv6(text: string): bigint | string {
 export function parseAddress(text: string): { family: Family; addr: bigint } {
   if (text.includes(':')) {
     const v6 = parseIPv6(text);
-    if (typeof v6 === 'string') throw new CidrError(`${JSON.stringify(text)} ${v6}`);
+    if (typeof v6 === 'string') throw new CidrError(`${quote(text)} ${v6}`);
     return { family: 6, addr: v6 };
   }
   const v4 = parseIPv4(text);
-  if (typeof v4 === 'string') throw new CidrError(`${JSON.stringify(text)} ${v4}`);
+  if (typeof v4 === 'string') throw new CidrError(`${quote(text)} ${v4}`);
   return { family: 4, addr: BigInt(v4) };
 }
 

@@ -1,4 +1,11 @@
 // Pure IPv4/IPv6 CIDR algebra: parse strictly, print canonically, merge into the fewest prefixes.
-export { CidrError, type Family, formatAddress, parseAddress } from './address.js';
+export {
+  CidrError,
+  type Family,
+  formatAddress,
+  parseAddress,
+  escapeUnprintable,
+  quote,
+} from './address.js';
 export { type Prefix, formatPrefix, parseCidr, prefixRange } from './prefix.js';
 export { mergePrefixes, rangeToPrefixes } from './merge.js';

@@ -6,6 +6,7 @@ import {
   formatAddress,
   parseIPv4,
   parseIPv6,
+  quote,
 } from './address.js';
 
 export interface Prefix {
@@ -29,7 +30,7 @@ export function formatPrefix(p: Prefix): string {
 
 function parseLength(text: string, max: number): number | string {
   if (text === '') return `has an empty prefix length`;
-  if (!/^[0-9]{1,3}$/.test(text)) return `has an invalid prefix length "${text}"`;
+  if (!/^[0-9]{1,3}$/.test(text)) return `has an invalid prefix length ${quote(text)}`;
   if (text.length > 1 && text.startsWith('0')) {
     return `has a prefix length with a leading zero ("${text}")`;
   }
@@ -40,7 +41,7 @@ function parseLength(text: string, max: number): number | string {
 
 function reject(text: string, reason: string, suggestion?: string): never {
   const hint = suggestion === undefined ? '' : ` (did you mean ${suggestion}?)`;
-  throw new CidrError(`${JSON.stringify(text)} ${reason}${hint}`, suggestion);
+  throw new CidrError(`${quote(text)} ${reason}${hint}`, suggestion);
 }
 
 /** Fast path for the common case, a well-formed IPv4 CIDR; undefined sends the caller to the slow path. */

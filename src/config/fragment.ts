@@ -1,5 +1,5 @@
 // One config file's text -> the keys it sets, validated. Merging and defaults live in build.ts.
-import { CidrError, type Prefix, parseCidr } from '../cidr/index.js';
+import { CidrError, type Prefix, parseCidr, quote } from '../cidr/index.js';
 import { parseGoDuration } from './duration.js';
 import { ConfigError, type LoadOptions } from './types.js';
 import { parseConfigDocument } from './yaml.js';
@@ -44,17 +44,32 @@ class Invalid extends Error {}
 
 function describe(value: unknown): string {
   if (value === null || value === undefined) return 'null';
-  if (value instanceof Map) return 'a mapping';
   if (Array.isArray(value)) return 'a list';
-  if (value instanceof Date) return `a date (${value.toISOString().slice(0, 10)})`;
-  if (typeof value === 'string') return `a string (${JSON.stringify(value)})`;
+  if (value instanceof Date) {
+    return Number.isNaN(value.getTime())
+      ? 'an invalid date'
+      : `a date (${value.toISOString().slice(0, 10)})`;
+  }
+  if (value instanceof Uint8Array) return `binary data (${value.length} bytes)`;
+  if (value instanceof Set) return 'a set';
+  // Maps (YAML) and plain objects (JSON): String() of a JSON object may throw ({"toString": 1}).
+  if (typeof value === 'object') return 'a mapping';
+  if (typeof value === 'string') return `a string (${quote(value)})`;
   return `${typeof value} ${String(value)}`;
+}
+
+/** A key as written when it is short and printable, else quoted and cut short. */
+function keyText(key: string): string {
+  return /^[\x20-\x7e]{1,100}$/.test(key) ? key : quote(key);
 }
 
 function parseCidrList(key: KeyName, value: unknown, options: LoadOptions): Prefix[] {
   if (value === null || value === undefined) return [];
   if (!Array.isArray(value)) {
-    const example = typeof value === 'string' ? ` (write a list: [${value}])` : '';
+    const example =
+      typeof value === 'string' && /^[\x20-\x7e]{1,100}$/.test(value)
+        ? ` (write a list: [${value}])`
+        : '';
     throw new Invalid(`${key}: expected a list of CIDR strings, got ${describe(value)}${example}`);
   }
   const prefixes: Prefix[] = new Array(value.length);
@@ -97,14 +112,14 @@ function parseResyncInterval(value: unknown, warnings: string[], file: string): 
     throw new Invalid(`resyncInterval: expected a duration string, got ${describe(value)}${hint}`);
   }
   const ms = parseGoDuration(value);
-  if (typeof ms === 'string') throw new Invalid(`resyncInterval: ${JSON.stringify(value)} ${ms}`);
-  if (ms <= 0) throw new Invalid(`resyncInterval: ${JSON.stringify(value)} must be greater than 0`);
+  if (typeof ms === 'string') throw new Invalid(`resyncInterval: ${quote(value)} ${ms}`);
+  if (ms <= 0) throw new Invalid(`resyncInterval: ${quote(value)} must be greater than 0`);
   if (ms < MIN_RESYNC_MS) {
-    warnings.push(`${file}: resyncInterval: ${JSON.stringify(value)} is below 1s; using 1s`);
+    warnings.push(`${file}: resyncInterval: ${quote(value)} is below 1s; using 1s`);
     return MIN_RESYNC_MS;
   }
   if (ms > MAX_RESYNC_MS) {
-    warnings.push(`${file}: resyncInterval: ${JSON.stringify(value)} is above 596h; using 596h`);
+    warnings.push(`${file}: resyncInterval: ${quote(value)} is above 596h; using 596h`);
     return MAX_RESYNC_MS;
   }
   return Math.round(ms);
@@ -127,9 +142,7 @@ function readKeys(
     }
     const earlier = seen.get(key);
     if (earlier !== undefined) {
-      throw new Invalid(
-        `${key}: given twice (as ${JSON.stringify(earlier)} and ${JSON.stringify(written)})`,
-      );
+      throw new Invalid(`${key}: given twice (as ${quote(earlier)} and ${quote(written)})`);
     }
     seen.set(key, written);
     if (key === 'nonMasqueradeCIDRs' || key === 'masqueradeCIDRs') {
@@ -145,7 +158,9 @@ function readKeys(
     }
   }
   if (unknownKeys.length > 0) {
-    warnings.push(`${fragment.file}: unknown keys ignored: ${unknownKeys.join(', ')}`);
+    const shown = unknownKeys.slice(0, 10).map(keyText);
+    if (unknownKeys.length > 10) shown.push(`and ${unknownKeys.length - 10} more`);
+    warnings.push(`${fragment.file}: unknown keys ignored: ${shown.join(', ')}`);
   }
 }
 

@@ -2,6 +2,17 @@
 // so plain block lists of CIDR-looking items are cut out and parsed by hand when the whole document
 // is made of single-line constructs only; anything else goes to the full parser unchanged.
 import { parseDocument } from 'yaml';
+import { escapeUnprintable } from '../cidr/index.js';
+
+/** A parser's message may quote the input: keep it printable and short. */
+function reasonText(message: string): string {
+  return escapeUnprintable(message.length > 300 ? `${message.slice(0, 300)}…` : message);
+}
+
+/** yaml's first line holds the reason and position; the rest is a source excerpt. */
+function yamlReason(message: string): string {
+  return reasonText((message.split('\n')[0] as string).replace(/:$/, ''));
+}
 
 export type ParsedText = { ok: true; value: unknown } | { ok: false; message: string };
 
@@ -17,14 +28,12 @@ export function parseYamlFull(text: string): ParsedText {
   const doc = parseDocument(text, { version: '1.1', uniqueKeys: true });
   const firstError = doc.errors[0];
   if (firstError !== undefined) {
-    // The first line holds the reason and position; the rest is a source excerpt.
-    const reason = (firstError.message.split('\n')[0] as string).replace(/:$/, '');
-    return { ok: false, message: `invalid YAML: ${reason}` };
+    return { ok: false, message: `invalid YAML: ${yamlReason(firstError.message)}` };
   }
   try {
     return { ok: true, value: doc.toJS({ mapAsMap: true, maxAliasCount: 100 }) };
   } catch (err) {
-    return { ok: false, message: `invalid YAML: ${(err as Error).message}` };
+    return { ok: false, message: `invalid YAML: ${yamlReason((err as Error).message)}` };
   }
 }
 
@@ -90,7 +99,7 @@ export function parseConfigDocument(text: string): ParsedText {
       const map = value !== null && typeof value === 'object' && !Array.isArray(value);
       return { ok: true, value: map ? new Map(Object.entries(value)) : value };
     } catch (err) {
-      return { ok: false, message: `invalid JSON: ${(err as Error).message}` };
+      return { ok: false, message: `invalid JSON: ${reasonText((err as Error).message)}` };
     }
   }
   return parseYaml(text);

@@ -1,0 +1,103 @@
+// Shared by the fault, churn and soak tests: one namespace with the agent in it, its config file,
+// and what can be read from outside: the kernel table, HTTP, and the process's fds and memory.
+import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { generationOf, httpGet, listTable, metricValue, waitFor } from '../../helpers/agent.js';
+import { inNetns, makeNetns, type TapTest } from '../../helpers/netns.js';
+
+export interface Node {
+  ns: string;
+  dir: string;
+  configFile: string;
+  port: number;
+}
+
+/** A namespace with lo up (the agent listens on 127.0.0.1) and a config directory, removed at teardown. */
+export async function makeNode(t: TapTest, prefix: string): Promise<Node> {
+  const ns = await makeNetns(t, prefix);
+  await inNetns(ns, 'ip', ['link', 'set', 'lo', 'up']);
+  const dir = mkdtempSync(join(tmpdir(), `ipmasq-${prefix}-`));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return { ns, dir, configFile: join(dir, 'ip-masq-agent'), port: 9410 };
+}
+
+export function agentArgs(node: Node): string[] {
+  return ['--config', node.configFile, '--listen', `127.0.0.1:${node.port}`];
+}
+
+/** Rename-write, as editors and config management do; returns the time of the rename. */
+export function writeConfig(node: Node, text: string): number {
+  writeFileSync(`${node.configFile}.tmp`, text);
+  renameSync(`${node.configFile}.tmp`, node.configFile);
+  return Date.now();
+}
+
+export async function generation(node: Node): Promise<number | undefined> {
+  return generationOf(await listTable(node.ns, 'ip'));
+}
+
+export function untilGeneration(node: Node, n: number, timeoutMs = 5_000): Promise<true> {
+  return waitFor(
+    `generation ${n}`,
+    async () => ((await generation(node)) === n ? true : undefined),
+    timeoutMs,
+    20,
+  );
+}
+
+/** Elements of one of our sets as the kernel holds them (JSON listing: no text parsing of nft output). */
+export async function setElements(node: Node, set: string): Promise<string[]> {
+  const { stdout } = await inNetns(node.ns, 'nft', ['-j', 'list', 'set', 'ip', 'ipmasq', set], {
+    timeoutMs: 60_000,
+  });
+  const parsed = JSON.parse(stdout) as { nftables: Array<{ set?: { elem?: unknown[] } }> };
+  const elems = parsed.nftables.find((item) => item.set)?.set?.elem ?? [];
+  return elems.map((e) => {
+    if (typeof e === 'string') return `${e}/32`;
+    const prefix = (e as { prefix?: { addr: string; len: number } }).prefix;
+    return prefix ? `${prefix.addr}/${prefix.len}` : JSON.stringify(e);
+  });
+}
+
+export async function metrics(node: Node): Promise<string> {
+  return (await httpGet(node.ns, node.port, '/metrics')).body;
+}
+
+export async function metric(node: Node, series: string): Promise<number | undefined> {
+  return metricValue(await metrics(node), series);
+}
+
+export async function untilUp(node: Node): Promise<number> {
+  return waitFor(
+    'the HTTP server',
+    async () => (await httpGet(node.ns, node.port, '/healthz').catch(() => undefined))?.status,
+    10_000,
+    100,
+  );
+}
+
+export interface ProcessStats {
+  rssKiB: number;
+  fds: number;
+}
+
+/** VmRSS and the number of open file descriptors of a live process. */
+export function processStats(pid: number): ProcessStats {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  const rss = /^VmRSS:\s+(\d+) kB$/m.exec(status)?.[1];
+  return { rssKiB: Number(rss), fds: readdirSync(`/proc/${pid}/fd`).length };
+}
+
+export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** `count` non-adjacent /24s (so nothing merges), from 20.0.0.0 on, as a plain block list. */
+export function manyCidrsConfig(count: number, resyncInterval = '60s'): string {
+  const lines = ['nonMasqueradeCIDRs:'];
+  for (let i = 0; i < count; i++) {
+    const n = i * 2;
+    lines.push(`  - ${20 + (n >> 16)}.${(n >> 8) & 255}.${n & 255}.0/24`);
+  }
+  lines.push(`cidrLimit: ${count}`, `resyncInterval: ${resyncInterval}`, '');
+  return lines.join('\n');
+}
