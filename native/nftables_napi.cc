@@ -5,6 +5,7 @@
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netlink.h>
+#include <malloc.h>
 #include <napi.h>
 #include <nftables/libnftables.h>
 #include <sys/socket.h>
@@ -27,8 +28,7 @@ struct Outcome {
 // libnftables is not safe for concurrent use (FIELD-NOTES): one call at a time, per process.
 std::mutex nft_mutex;
 
-Outcome RunScript(const std::string& script, bool dry_run, bool json) {
-  std::lock_guard<std::mutex> lock(nft_mutex);
+Outcome RunScriptLocked(const std::string& script, bool dry_run, bool json) {
   std::unique_ptr<nft_ctx, decltype(&nft_ctx_free)> ctx(nft_ctx_new(NFT_CTX_DEFAULT), nft_ctx_free);
   if (!ctx) return {false, "nft_ctx_new failed"};
   if (nft_ctx_buffer_output(ctx.get()) != 0 || nft_ctx_buffer_error(ctx.get()) != 0)
@@ -41,6 +41,16 @@ Outcome RunScript(const std::string& script, bool dry_run, bool json) {
   const char* err = nft_ctx_get_error_buffer(ctx.get());
   if (rc != 0) return {false, err && *err ? err : "libnftables failed without a message"};
   return {true, out ? out : ""};
+}
+
+// Above this size, give the freed parse tree back: glibc keeps it in the pool thread's arena.
+constexpr size_t kTrimAfterBytes = 64 * 1024;
+
+Outcome RunScript(const std::string& script, bool dry_run, bool json) {
+  std::lock_guard<std::mutex> lock(nft_mutex);
+  Outcome outcome = RunScriptLocked(script, dry_run, json);  // the context is freed on return
+  if (script.size() > kTrimAfterBytes || outcome.text.size() > kTrimAfterBytes) malloc_trim(0);
+  return outcome;
 }
 
 // The namespace's nftables generation id: one NFT_MSG_GETGEN request on a netfilter netlink socket.

@@ -1,7 +1,7 @@
 // Wires the long-running agent: config watcher and signals → runner → reconciler → kernel, with the
 // health/metrics server reading the reconciler's status. CONTRACT §6–§8.
 import type { Logger } from 'pino';
-import { loadConfigOffThread } from './config/load-worker.js';
+import { loadConfigAdaptive } from './config/load-worker.js';
 import type { AgentOptions } from './cli/flags.js';
 import { cachingLoader } from './reconcile/config-cache.js';
 import { nftKernel, type Kernel } from './reconcile/kernel.js';
@@ -35,7 +35,7 @@ export function makeReconciler(
       toPorts: options.toPorts,
       enableIPv6: options.enableIPv6,
     },
-    loadConfig: cachingLoader(loadConfigOffThread),
+    loadConfig: cachingLoader(loadConfigAdaptive),
     kernel,
     logger,
     metrics,
@@ -126,7 +126,10 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   );
 
   await handleLegacyChain(options, logger, metrics, false);
-  const watcher = watchConfig(options.config, () => runner.trigger('config changed'));
+  // A ConfigMap swap or a rename-write is a burst of events within a few ms: 25 ms coalesces it.
+  const watcher = watchConfig(options.config, () => runner.trigger('config changed'), {
+    debounceMs: 25,
+  });
   process.on('SIGHUP', () => runner.trigger('SIGHUP'));
   runner.start();
 

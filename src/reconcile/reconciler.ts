@@ -25,20 +25,12 @@ export interface ReconcilerDeps {
 
 const DEFAULT_RESYNC_MS = 60_000;
 
-/** The desired content with the generation left out: equal keys mean equal rulesets. */
+/**
+ * Identifies the desired content without rendering it: the tables are a pure function of the
+ * config's meaning (its hash) and the compile options, so equal keys mean equal rulesets.
+ */
 function contentKey(config: Config, options: CompileOptions): string {
-  return compile(config, options, 0).map(renderTable).join('');
-}
-
-/** contentKey, remembered for the last config object (the loader returns the same one while unchanged). */
-function memoisedContentKey(): (config: Config, options: CompileOptions) => string {
-  let last: { config: Config; options: CompileOptions; key: string } | undefined;
-  return (config, options) => {
-    if (last?.config !== config || last.options !== options) {
-      last = { config, options, key: contentKey(config, options) };
-    }
-    return last.key;
-  };
+  return `${config.hash} ${JSON.stringify(options)}`;
 }
 
 function errorText(err: unknown): string {
@@ -48,7 +40,6 @@ function errorText(err: unknown): string {
 export class Reconciler {
   private readonly deps: ReconcilerDeps;
   private readonly kernelReads: Counter;
-  private readonly contentKey = memoisedContentKey();
   private goodConfig: Config | undefined;
   private generation = 0;
   /** Content key of what we last wrote or found right in the kernel. */
@@ -189,7 +180,7 @@ export class Reconciler {
   /** Makes the kernel hold the config's tables. Returns whether it wrote. */
   private async converge(config: Config): Promise<boolean> {
     const { kernel, compileOptions, logger, metrics } = this.deps;
-    const key = this.contentKey(config, compileOptions);
+    const key = contentKey(config, compileOptions);
     const genId = await kernel.generationId().catch(() => undefined);
     const kernelUnmoved = genId !== undefined && genId === this.kernelGenId;
     if (kernelUnmoved && this.kernelKey === key) {
@@ -246,7 +237,7 @@ export class Reconciler {
     const previous = ipListing ? parseTableComment(ipListing) : undefined;
     if (previous && previous.generation > this.generation) this.generation = previous.generation;
     const expected = compile(config, compileOptions, this.generation);
-    const key = this.contentKey(config, compileOptions);
+    const key = contentKey(config, compileOptions);
     const matches =
       stale.length === 0 &&
       expected.every((table) => {

@@ -1,4 +1,5 @@
 // The reconciler against the fake kernel: when it reads, when it writes, what it counts and logs.
+import { createHash } from 'node:crypto';
 import { pino } from 'pino';
 import t from 'tap';
 import type { Config, LoadResult } from '../../src/config/types.js';
@@ -11,7 +12,7 @@ const ip = { family: 'ip', name: 'ipmasq' } as const;
 
 function config(
   ipv4: string[],
-  hash = ipv4.join(',').length.toString(16).padStart(64, '0'),
+  hash = createHash('sha256').update(ipv4.join(',')).digest('hex'),
 ): Config {
   return {
     nonMasquerade: { ipv4, ipv6: [] },
