@@ -1,0 +1,187 @@
+// A running agent in its own namespace plus a persistent python client beside it (poller.py), so
+// polls cost one keep-alive request each rather than a process spawn.
+import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { createInterface, type Interface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { metricValue, startAgent, type RunningAgent } from '../test/helpers/agent.js';
+import { python } from '../test/helpers/topology.js';
+import { netns, tempDir, timedIn, type Scope } from './harness.js';
+import { configText } from './scripts.js';
+
+const PORT = 9410;
+const pollerScript = join(dirname(fileURLToPath(import.meta.url)), 'poller.py');
+
+export interface SwapResult {
+  ms: number;
+  latencies: number[];
+  generation: number;
+}
+
+export class AgentSession {
+  readonly ns: string;
+  readonly agent: RunningAgent;
+  readonly configFile: string;
+  private readonly stagingFile: string;
+  private readonly poller: ChildProcessWithoutNullStreams;
+  private readonly lines: Interface;
+  private readonly answers: string[] = [];
+  private waiting: ((line: string) => void) | undefined;
+
+  private constructor(ns: string, agent: RunningAgent, configFile: string, stagingFile: string) {
+    this.ns = ns;
+    this.agent = agent;
+    this.configFile = configFile;
+    this.stagingFile = stagingFile;
+    this.poller = spawn('ip', ['netns', 'exec', ns, python, pollerScript, String(PORT)]);
+    this.poller.stdin.on('error', () => undefined);
+    this.lines = createInterface({ input: this.poller.stdout });
+    this.lines.on('line', (line) => {
+      const waiter = this.waiting;
+      this.waiting = undefined;
+      if (waiter) waiter(line);
+      else this.answers.push(line);
+    });
+  }
+
+  /** Starts the agent on a config of `count` CIDRs in a fresh namespace; waits for generation 1. */
+  static async start(
+    scope: Scope,
+    count: number,
+    extraArgs: string[] = [],
+    timeoutMs = 120_000,
+  ): Promise<AgentSession> {
+    const ns = await netns(scope, 'bench-agent');
+    await timedIn(ns, 'ip', ['link', 'set', 'lo', 'up']);
+    const dir = await tempDir(scope);
+    await mkdir(join(dir, 'config'));
+    await mkdir(join(dir, 'staging'));
+    const configFile = join(dir, 'config', 'ip-masq-agent');
+    await writeFile(configFile, configText(count));
+    const args = ['--config', configFile, '--listen', `127.0.0.1:${PORT}`, ...extraArgs];
+    const agent = startAgent(scope, ns, args);
+    const session = new AgentSession(ns, agent, configFile, join(dir, 'staging', 'next'));
+    scope.teardown(() => session.close());
+    await session.waitForGeneration(1, timeoutMs);
+    return session;
+  }
+
+  get pid(): number {
+    const pid = this.agent.child.pid;
+    if (pid === undefined) throw new Error('agent has no pid');
+    // `ip netns exec` execs the command, so this is node itself.
+    const comm = readFileSync(`/proc/${pid}/comm`, 'utf8').trim();
+    if (comm !== 'node') throw new Error(`pid ${pid} is ${comm}, not the agent`);
+    return pid;
+  }
+
+  private async command(line: string, timeoutMs: number): Promise<Record<string, unknown>> {
+    if (this.waiting) throw new Error('poller busy');
+    const answer = new Promise<string>((resolve, reject) => {
+      const queued = this.answers.shift();
+      if (queued !== undefined) return resolve(queued);
+      const timer = setTimeout(() => {
+        this.waiting = undefined;
+        reject(new Error(`poller: no answer to "${line.slice(0, 60)}" in ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.waiting = (text) => {
+        clearTimeout(timer);
+        resolve(text);
+      };
+    });
+    this.poller.stdin.write(`${line}\n`);
+    const parsed = JSON.parse(await answer) as Record<string, unknown>;
+    if (typeof parsed.error === 'string') throw new Error(`poller: ${parsed.error}`);
+    return parsed;
+  }
+
+  async get(path: string): Promise<{ status: number; body: string }> {
+    const answer = await this.command(`get ${path}`, 15_000);
+    return { status: answer.status as number, body: answer.body as string };
+  }
+
+  async generation(): Promise<number> {
+    const { body } = await this.get('/healthz');
+    return (JSON.parse(body) as { generation: number }).generation;
+  }
+
+  async waitForGeneration(generation: number, timeoutMs: number): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    let lastError: unknown;
+    for (;;) {
+      try {
+        if ((await this.generation()) >= generation) return;
+      } catch (err) {
+        lastError = err; // not listening yet
+      }
+      if (this.agent.child.exitCode !== null) {
+        throw new Error(`agent exited: ${this.agent.stderr.join('').slice(0, 500)}`);
+      }
+      if (Date.now() > deadline)
+        throw new Error(`agent: generation ${generation} not reached (${String(lastError)})`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
+  /**
+   * Writes a config of `count` CIDRs the way a ConfigMap update lands (a rename into the watched
+   * directory) and times it until /healthz shows the next generation.
+   */
+  async swapConfig(count: number, variant: 0 | 1, timeoutMs = 60_000): Promise<SwapResult> {
+    await writeFile(this.stagingFile, configText(count, variant));
+    const next = (await this.generation()) + 1;
+    const answer = await this.command(
+      `swap ${this.stagingFile} ${this.configFile} ${next} ${timeoutMs / 1000}`,
+      timeoutMs + 5_000,
+    );
+    return answer as unknown as SwapResult;
+  }
+
+  async sampleHealth(count: number, intervalMs: number): Promise<number[]> {
+    const answer = await this.command(
+      `sample ${count} ${intervalMs}`,
+      count * (intervalMs + 100) + 10_000,
+    );
+    return answer.latencies as number[];
+  }
+
+  async metrics(): Promise<(series: string) => number> {
+    const { body } = await this.get('/metrics');
+    return (series) => metricValue(body, series) ?? 0;
+  }
+
+  /** utime + stime of the agent, in jiffies. */
+  cpuTicks(): number {
+    const stat = readFileSync(`/proc/${this.pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // Fields after the command name start at field 3 (state); utime is field 14, stime 15.
+    return Number(fields[11]) + Number(fields[12]);
+  }
+
+  /** VmRSS and its anonymous and file-backed parts (the node binary's text is file-backed), in KiB. */
+  rssKiB(): { total: number; anon: number; file: number } {
+    const status = readFileSync(`/proc/${this.pid}/status`, 'utf8');
+    const field = (name: string) => {
+      const match = new RegExp(`${name}:\\s+(\\d+) kB`).exec(status);
+      return match?.[1] ? Number(match[1]) : Number.NaN;
+    };
+    return { total: field('VmRSS'), anon: field('RssAnon'), file: field('RssFile') };
+  }
+
+  /** A timing field (durationMs, loadMs, applyMs) of the agent's log line for a generation's write. */
+  writeLogMs(generation: number, field: string): number | undefined {
+    const line = this.agent.logs.find(
+      (entry) => entry.msg === 'ruleset written to the kernel' && entry.generation === generation,
+    );
+    const value = line?.[field];
+    return typeof value === 'number' ? value : undefined;
+  }
+
+  close(): void {
+    this.lines.close();
+    this.poller.stdin.end();
+    if (this.poller.exitCode === null) this.poller.kill('SIGKILL');
+  }
+}

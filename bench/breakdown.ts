@@ -1,0 +1,67 @@
+// Where the agent's time goes on the JavaScript side of a write, in-process: reading and merging
+// the config, compiling and rendering the script. Explains the gap between the agent and bare nft -f.
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { compile } from '../src/compile.js';
+import { loadConfig } from '../src/config/index.js';
+import { renderReplace, renderTable } from '../src/nftables/render.js';
+import { median } from './harness.js';
+import { configText } from './scripts.js';
+
+export interface BreakdownRow {
+  cidrs: number;
+  loadConfigMs: number;
+  compileRenderMs: number;
+  scriptBytes: number;
+}
+
+const compileOptions = {
+  table: 'ipmasq',
+  masqChain: 'IP-MASQ-AGENT',
+  randomFully: true,
+  toPorts: [],
+  enableIPv6: false,
+};
+
+export async function benchBreakdown(
+  sizes: readonly number[],
+  runs: number,
+): Promise<BreakdownRow[]> {
+  const dir = await mkdtemp(join(tmpdir(), 'ipmasq-bench-'));
+  try {
+    const rows: BreakdownRow[] = [];
+    for (const count of sizes) {
+      const file = join(dir, `ip-masq-agent-${count}`);
+      await writeFile(file, configText(count));
+      const load: number[] = [];
+      const render: number[] = [];
+      let scriptBytes = 0;
+      for (let run = 0; run < runs; run++) {
+        const started = performance.now();
+        const result = await loadConfig(file, {
+          enableIPv6: false,
+          nomasqAllReservedRanges: false,
+        });
+        load.push(performance.now() - started);
+        if (!result.ok) throw result.error;
+        const renderStart = performance.now();
+        // The agent renders twice per write: the content key (generation 0) and the script.
+        const key = compile(result.config, compileOptions, 0).map(renderTable).join('');
+        const script = renderReplace(compile(result.config, compileOptions, 1));
+        render.push(performance.now() - renderStart);
+        if (key.length === 0) throw new Error('empty content key');
+        scriptBytes = script.length;
+      }
+      rows.push({
+        cidrs: count,
+        loadConfigMs: median(load),
+        compileRenderMs: median(render),
+        scriptBytes,
+      });
+    }
+    return rows;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,174 @@
+// Issue 7 measurement 2 and issue 9 measurement 8 (data path): cost per new flow through the node
+// namespace, destination not exempt, with our table, the original agent's linear iptables-nft
+// chain, and concatenated-range variants of our table, against no NAT table at all.
+import { writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import {
+  makeTopology,
+  NODE_IPV4,
+  POD_IPV4,
+  probeSource,
+  python,
+  REMOTE_TARGETS_IPV4,
+  type Topology,
+} from '../test/helpers/topology.js';
+import { median, tempDir, timedIn, timedInside, withScope } from './harness.js';
+import {
+  CONCAT_LAYOUTS,
+  concatScript,
+  linearChainScript,
+  renderScript,
+  SINK_SCRIPT,
+} from './scripts.js';
+
+const senderScript = join(dirname(fileURLToPath(import.meta.url)), 'sender.py');
+const DESTINATION = REMOTE_TARGETS_IPV4.publicA;
+/** 10.9.0.0/24 is the 1 153rd /24 of scripts.cidrs(): exempt from that size on. */
+const EXEMPT_DESTINATION = REMOTE_TARGETS_IPV4.private10;
+const EXEMPT_FROM_SIZE = 1_153;
+
+export const OURS = 'ours: interval set';
+export const LINEAR = 'original: iptables-nft linear chain';
+export const concatName = (name: string) => `concat set (${name})`;
+
+export interface FlowRow {
+  layout: string;
+  cidrs: number;
+  /** Per new flow as the pod's sender sees it, median of the batches. */
+  perFlowUs: number;
+  /** perFlowUs minus a baseline with no NAT table in the node, measured just before. */
+  netUs: number;
+  /** Time to load this ruleset into the node (nft -f / iptables-nft-restore). */
+  loadMs: number;
+  flowsPerBatch: number;
+}
+
+export interface DataPathResults {
+  baselineUs: number;
+  baselines: number[];
+  rows: FlowRow[];
+}
+
+interface Layout {
+  name: string;
+  /** Writes the ruleset file for `count` CIDRs; returns [command, args]. */
+  prepare(dir: string, count: number): Promise<[string, string[]]>;
+}
+
+function layouts(): Layout[] {
+  const rendered = new Map<number, string>();
+  const ours = async (dir: string, count: number) => {
+    const cached = rendered.get(count) ?? (await renderScript(dir, count));
+    rendered.set(count, cached);
+    return cached;
+  };
+  const nftFile = async (dir: string, name: string, text: string): Promise<[string, string[]]> => {
+    const file = join(dir, name);
+    await writeFile(file, text);
+    return ['nft', ['-f', file]];
+  };
+  return [
+    { name: OURS, prepare: async (dir, count) => nftFile(dir, 'ours.nft', await ours(dir, count)) },
+    {
+      name: LINEAR,
+      prepare: async (dir, count) => {
+        const file = join(dir, 'linear.rules');
+        await writeFile(file, linearChainScript(count));
+        return ['iptables-nft-restore', [file]];
+      },
+    },
+    ...CONCAT_LAYOUTS.map((layout) => ({
+      name: concatName(layout.name),
+      prepare: async (dir: string, count: number) =>
+        nftFile(dir, 'concat.nft', concatScript(await ours(dir, count), layout)),
+    })),
+  ];
+}
+
+class Sender {
+  private nextPort = 10_000;
+  constructor(
+    private readonly topo: Topology,
+    private readonly batches: number,
+    private readonly batchMs: number,
+  ) {}
+
+  async run(): Promise<{ us: number; flows: number }> {
+    const first = this.nextPort;
+    this.nextPort += this.batches + 1;
+    if (this.nextPort > 60_000) throw new Error('out of destination ports for unique flows');
+    const args = [
+      senderScript,
+      DESTINATION,
+      String(first),
+      String(this.batches),
+      String(this.batchMs),
+      '5000',
+    ];
+    const { stdout } = await timedIn(this.topo.pod, python, args, 300_000);
+    const result = JSON.parse(stdout) as { flows: number; us: number[] };
+    return { us: median(result.us), flows: result.flows };
+  }
+}
+
+/** The masquerade decision must be what each layout claims, or its timing means nothing. */
+async function checkDecisions(topo: Topology, count: number, layout: string): Promise<void> {
+  const seen = await probeSource(topo, DESTINATION);
+  if (seen.address !== NODE_IPV4)
+    throw new Error(`${layout} ${count}: ${DESTINATION} not masqueraded`);
+  if (count >= EXEMPT_FROM_SIZE) {
+    const exempt = await probeSource(topo, EXEMPT_DESTINATION);
+    if (exempt.address !== POD_IPV4)
+      throw new Error(`${layout} ${count}: ${EXEMPT_DESTINATION} masqueraded`);
+  }
+}
+
+export async function benchDataPath(
+  sizes: readonly number[],
+  batches: number,
+  batchMs: number,
+): Promise<DataPathResults> {
+  return withScope(async (scope) => {
+    const topo = await makeTopology(scope, { ipv6: false, echoLifetimeSeconds: 900 });
+    const dir = await tempDir(scope);
+    const sinkFile = join(dir, 'sink.nft');
+    await writeFile(sinkFile, SINK_SCRIPT);
+    await timedIn(topo.remote, 'nft', ['-f', sinkFile]);
+    // Short-lived conntrack entries keep the node's table from filling over the run.
+    await timedIn(topo.node, 'sysctl', [
+      '-q',
+      '-w',
+      'net.netfilter.nf_conntrack_udp_timeout=5',
+    ]).catch(() => undefined);
+    const sender = new Sender(topo, batches, batchMs);
+    const baselines: number[] = [];
+    const rows: FlowRow[] = [];
+    for (const layout of layouts()) {
+      for (const count of sizes) {
+        const [cmd, args] = await layout.prepare(dir, count);
+        // A baseline right before each measurement, so load that drifts over the run cancels out.
+        await timedIn(topo.node, 'nft', ['flush', 'ruleset']);
+        const baseline = (await sender.run()).us;
+        baselines.push(baseline);
+        const loadMs = await timedInside(topo.node, cmd, args, 600_000);
+        await checkDecisions(topo, count, layout.name);
+        const { us, flows } = await sender.run();
+        rows.push({
+          layout: layout.name,
+          cidrs: count,
+          perFlowUs: us,
+          netUs: us - baseline,
+          loadMs,
+          flowsPerBatch: flows,
+        });
+        console.error(
+          `bench: flow ${layout.name} ${count}: ${us.toFixed(2)} µs/flow, baseline ${baseline.toFixed(2)} (load ${Math.round(loadMs)} ms)`,
+        );
+      }
+    }
+    await timedIn(topo.node, 'nft', ['flush', 'ruleset']);
+    const baselineUs = median(baselines);
+    return { baselineUs, baselines, rows };
+  });
+}
