@@ -181,3 +181,23 @@ t.test('normaliseListing ignores only whitespace', async (t) => {
   t.equal(normaliseListing('a {\n\t\tb, c\n\n}'), normaliseListing('a { b,\n\t c }'));
   t.not(normaliseListing('a { b, c }'), normaliseListing('a { b, d }'));
 });
+
+t.test(
+  'elements are written inside the set block, never as flat add element, never auto-merge',
+  async (t) => {
+    const many = Array.from({ length: 1000 }, (_, i) => `10.${i >> 8}.${i & 255}.0/24`);
+    const script = renderReplace(
+      compile(
+        config({ nonMasquerade: { ipv4: many, ipv6: [] } }),
+        { ...flags, enableIPv6: true },
+        1,
+      ),
+    );
+    t.notMatch(script, /add element|auto-merge/);
+    t.match(
+      script,
+      /set nonmasq \{\n\t\ttype ipv4_addr\n\t\tflags interval\n\t\telements = \{ 10\.0\.0\.0\/24, /,
+    );
+    t.equal(script.match(/^table /gm)?.length, 2, 'one nested block per family');
+  },
+);
