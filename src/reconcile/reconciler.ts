@@ -106,7 +106,16 @@ export class Reconciler {
     const started = process.hrtime.bigint();
     const seconds = () => Number(process.hrtime.bigint() - started) / 1e9;
     this.phases = {};
-    const configValid = await this.timed('loadMs', () => this.readConfig());
+    let configValid: boolean;
+    try {
+      configValid = await this.timed('loadMs', () => this.readConfig());
+    } catch (err) {
+      // The loader itself failed (its worker died): not a verdict on the config; retried with backoff.
+      this.state.lastError = `loading the config failed: ${errorText(err)}`;
+      this.state.lastSyncTime = new Date();
+      this.deps.metrics.recordSync('error', seconds());
+      return { ok: false, error: err };
+    }
     const config = this.goodConfig;
     if (!config) {
       this.state.ready = false;

@@ -235,3 +235,33 @@ t.test('counts report what the kernel holds, not what a failed write wanted', as
   t.same(reconciler.status(true).nonMasqueradeCIDRs, { ipv4: 1, ipv6: 0 }, 'still the old set');
   t.equal(await metric('ipmasq_nonmasquerade_cidrs', { family: 'ipv4' }), 1);
 });
+
+t.test(
+  'a loader that fails (not a config error) is an error outcome, and the kernel is untouched',
+  async (t) => {
+    const kernel = new FakeKernel();
+    const logs: unknown[] = [];
+    const metrics = new AgentMetrics();
+    const reconciler = new Reconciler({
+      configPath: '/cfg',
+      loadOptions: { enableIPv6: false, nomasqAllReservedRanges: false },
+      compileOptions: {
+        table: 'ipmasq',
+        masqChain: 'IP-MASQ-AGENT',
+        randomFully: true,
+        toPorts: [],
+        enableIPv6: false,
+      },
+      loadConfig: async () => {
+        throw new Error('config worker exited with code 1');
+      },
+      kernel,
+      logger: pino({ level: 'debug' }, { write: (line: string) => logs.push(line) }),
+      metrics,
+    });
+    const outcome = await reconciler.sync();
+    t.equal(outcome.ok, false);
+    t.match(reconciler.status(true).lastError, /loading the config failed: config worker exited/);
+    t.equal(kernel.applies.length, 0);
+  },
+);
