@@ -31,9 +31,6 @@ export class NftError extends Error {
   isAlreadyExists(): boolean {
     return /File exists/.test(this.nftMessage);
   }
-  isPermissionDenied(): boolean {
-    return /Operation not permitted|Permission denied/.test(this.nftMessage);
-  }
 }
 
 const packageRoot = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -87,8 +84,4 @@ export async function runNft(script: string, options: RunOptions = {}): Promise<
 export async function nftGenerationId(): Promise<number> {
   const native = addon();
   return Number(await serialised(() => native.generationId()));
-}
-
-export function addonVersion(): string {
-  return addon().version;
 }
