@@ -34,6 +34,7 @@ export function makeReconciler(
       randomFully: options.randomFully,
       toPorts: options.toPorts,
       enableIPv6: options.enableIPv6,
+      setLayout: options.setLayout,
     },
     loadConfig: cachingLoader(loadConfigAdaptive),
     kernel,

@@ -13,6 +13,8 @@ export interface CompileOptions {
   readonly randomFully: boolean;
   readonly toPorts: readonly PortRangeLike[];
   readonly enableIPv6: boolean;
+  /** Defaults to `interval`. */
+  readonly setLayout?: 'interval' | 'concat';
 }
 
 export const BASE_CHAIN = 'postrouting';
@@ -69,13 +71,17 @@ function compileFamily(
   generation: number,
 ): Table {
   const v4 = family === 'ip';
-  const addressType = v4 ? 'ipv4_addr' : 'ipv6_addr';
+  const concat = options.setLayout === 'concat';
+  const address = v4 ? 'ipv4_addr' : 'ipv6_addr';
+  const addressType = concat ? (`${address} . inet_proto` as const) : address;
+  // The concatenated layout matches every protocol (0-255) for each prefix: the same decision.
+  const key = concat ? `${family} daddr . meta l4proto` : `${family} daddr`;
   const masquerade = masqueradeRules(options.randomFully, options.toPorts);
   const decision: Chain = {
     name: options.masqChain,
     rules: [
-      ...masquerade.map((rule) => `${family} daddr @${MASQ_SET} ${rule}`),
-      `${family} daddr @${NONMASQ_SET} return`,
+      ...masquerade.map((rule) => `${key} @${MASQ_SET} ${rule}`),
+      `${key} @${NONMASQ_SET} return`,
       ...masquerade,
     ],
   };

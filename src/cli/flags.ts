@@ -12,6 +12,10 @@ export type LogLevel = (typeof logLevels)[number];
 
 export type Mode = 'run' | 'once' | 'render' | 'cleanup' | 'version';
 
+/** `interval`: sets of addresses (CONTRACT §5). `concat`: address . protocol ranges (docs/bench.md §8). */
+export const setLayouts = ['interval', 'concat'] as const;
+export type SetLayout = (typeof setLayouts)[number];
+
 export interface AgentOptions {
   readonly config: string;
   readonly masqChain: string;
@@ -25,6 +29,7 @@ export interface AgentOptions {
   readonly mode: Mode;
   readonly removeLegacyChain: boolean;
   readonly logLevel: LogLevel;
+  readonly setLayout: SetLayout;
 }
 
 export type ParseResult =
@@ -47,6 +52,9 @@ Booleans may be given bare (--flag) or as --flag=true / --flag=false.
   --listen HOST:PORT            health and metrics server (default 0.0.0.0:9410; IPv6 as [::]:9410)
   --remove-legacy-chain         delete the original agent's leftover iptables chain (default false)
   --log-level LEVEL             ${logLevels.join(', ')} (default info)
+  --set-layout LAYOUT           interval (default): sets of addresses; concat: sets of
+                                address . protocol ranges, which other nftables tools' element
+                                commands do not download (for very large sets)
 
 Modes (at most one; without one the agent runs until SIGTERM):
   --once                        apply the config once, exit 0 on success, 1 on failure
@@ -166,6 +174,16 @@ const valueFlags = new Map<string, (value: string, draft: Draft) => void>([
   ['to-ports', (value, draft) => (draft.toPorts = parsePortRanges(value))],
   ['listen', (value, draft) => (draft.listen = parseListen(value))],
   [
+    'set-layout',
+    (value, draft) => {
+      const layout = setLayouts.find((l) => l === value);
+      if (!layout) {
+        throw new FlagError(`--set-layout: "${value}" is not one of ${setLayouts.join(', ')}`);
+      }
+      draft.setLayout = layout;
+    },
+  ],
+  [
     'log-level',
     (value, draft) => {
       const level = logLevels.find((l) => l === value);
@@ -215,6 +233,7 @@ export function parseArgs(argv: readonly string[]): ParseResult {
     mode: 'run',
     removeLegacyChain: false,
     logLevel: 'info',
+    setLayout: 'interval',
     modes: [],
   };
   const ignoredKlogFlags: string[] = [];

@@ -17,7 +17,7 @@ export function validateTable(table: Table): void {
 
 /** nft prints a full-length prefix as a bare address; write it the same way. */
 function elementText(element: string, type: NamedSet['type']): string {
-  const full = type === 'ipv4_addr' ? '/32' : '/128';
+  const full = type.startsWith('ipv4_addr') ? '/32' : '/128';
   return element.endsWith(full) ? element.slice(0, -full.length) : element;
 }
 
@@ -25,10 +25,14 @@ function renderSet(set: NamedSet): string[] {
   const lines = [`\tset ${set.name} {`, `\t\ttype ${set.type}`];
   if (set.flags.length > 0) lines.push(`\t\tflags ${set.flags.join(',')}`);
   if (set.elements.length > 0) {
-    const elements = set.elements.map((e) => elementText(e, set.type)).join(', ');
+    // A concatenated set pairs each prefix with every protocol.
+    const separator = set.type.endsWith(' . inet_proto') ? ' . 0-255, ' : ', ';
+    const suffix = separator === ', ' ? '' : ' . 0-255';
+    const addresses = set.elements.map((e) => elementText(e, set.type)).join(separator);
+    const elements = addresses + suffix;
     // One pass over the joined text (100 000 regex tests cost ~30 ms on the JS thread): nothing but
     // address characters, so no element can carry nft syntax, whatever produced it.
-    const stray = /[^0-9a-f.:/, ]/.exec(elements);
+    const stray = /[^0-9a-f.:/, -]/.exec(elements);
     if (stray) {
       throw new Error(
         `set ${set.name}: ${JSON.stringify(stray[0])} in its elements: not a formatted prefix`,

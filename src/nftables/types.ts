@@ -1,7 +1,8 @@
 // Data types of the nftables objects the agent writes. Behaviour (rendering) lives in render.ts.
 
 export type Family = 'ip' | 'ip6';
-export type AddressType = 'ipv4_addr' | 'ipv6_addr';
+export type AddressType =
+  'ipv4_addr' | 'ipv6_addr' | 'ipv4_addr . inet_proto' | 'ipv6_addr . inet_proto';
 
 export interface NamedSet {
   readonly name: string;

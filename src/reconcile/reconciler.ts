@@ -297,11 +297,16 @@ export class Reconciler {
     this.deps.metrics.setNonMasqueradeCount('ipv4', counts.ipv4);
     this.deps.metrics.setNonMasqueradeCount('ipv6', counts.ipv6);
     const threshold = this.deps.largeSetThreshold;
-    const large = threshold !== undefined && counts.ipv4 + counts.ipv6 > threshold;
+    // Concatenated sets are not downloaded by other tools' element commands: no neighbour cost.
+    const large =
+      threshold !== undefined &&
+      this.deps.compileOptions.setLayout !== 'concat' &&
+      counts.ipv4 + counts.ipv6 > threshold;
     if (large && !this.largeSetWarned) {
       this.deps.logger.warn(
         { elements: counts.ipv4 + counts.ipv6, threshold },
-        'the non-masquerade set is large: every other nftables tool that adds or deletes elements now pays to download it',
+        'the non-masquerade set is large: every other nftables tool that adds or deletes elements now pays to download it; ' +
+          'merge CIDRs, or consider --set-layout concat',
       );
     }
     this.largeSetWarned = large;

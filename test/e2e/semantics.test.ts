@@ -176,6 +176,25 @@ if (requireRoot(t)) {
     t.notMatch(await listTable(topo.node, 'ip'), /fully-random/);
   });
 
+  t.test('--set-layout=concat makes the same decisions, for every protocol', async (t) => {
+    await apply('nonMasqueradeCIDRs: [10.0.0.0/8, "fd12::/16"]\nmasqueradeCIDRs: [10.9.0.0/16]\n', [
+      '--set-layout=concat',
+      '--enable-ipv6',
+    ]);
+    t.match(await listTable(topo.node, 'ip'), /type ipv4_addr \. inet_proto/);
+    const expected = {
+      [V4.private10]: 'node',
+      [V4.private10Other]: 'pod',
+      [V4.publicA]: 'node',
+      [V4.linkLocal]: 'pod',
+      [V6.uniqueLocal]: 'pod',
+      [V6.documentation]: 'node',
+    };
+    const destinations = Object.keys(expected);
+    t.same(await seen(destinations), expected, 'udp');
+    t.same(await seen(destinations, 'tcp'), expected, 'tcp');
+  });
+
   t.test('an empty list masquerades everything but link-local', async (t) => {
     await apply('nonMasqueradeCIDRs: []\n');
     t.same(await seen([V4.private10, V4.publicA, V4.linkLocal]), {

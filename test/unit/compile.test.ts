@@ -85,6 +85,17 @@ const cases: Array<[string, Config, Partial<CompileOptions>]> = [
     },
   ],
   ['custom-names', config(), { table: 'masq_v2', masqChain: 'IP-MASQ' }],
+  [
+    'concat-layout',
+    config({
+      nonMasquerade: {
+        ipv4: ['10.0.0.0/8', '169.254.0.0/16', '192.168.5.1/32'],
+        ipv6: ['fd00::/8'],
+      },
+      masquerade: { ipv4: ['10.9.0.0/16'], ipv6: [] },
+    }),
+    { setLayout: 'concat', enableIPv6: true },
+  ],
 ];
 
 for (const [name, cfg, over] of cases) {

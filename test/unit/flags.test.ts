@@ -31,6 +31,7 @@ t.test('defaults', async (t) => {
       mode: 'run',
       removeLegacyChain: false,
       logLevel: 'info',
+      setLayout: 'interval',
     },
   });
 });
@@ -273,6 +274,14 @@ t.test('--listen', async (t) => {
     '',
   ];
   for (const value of bad) t.match(failure([`--listen=${value}`]), /--listen /, value);
+});
+
+t.test('--set-layout', async (t) => {
+  t.equal(options(['--set-layout', 'concat']).setLayout, 'concat');
+  t.equal(options(['-set-layout=interval']).setLayout, 'interval');
+  for (const bad of ['', 'Concat', 'hash', 'interval,concat']) {
+    t.match(failure([`--set-layout=${bad}`]), /--set-layout: .* is not one of interval, concat/);
+  }
 });
 
 t.test('--log-level', async (t) => {

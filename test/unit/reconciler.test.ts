@@ -265,3 +265,35 @@ t.test(
     t.equal(kernel.applies.length, 0);
   },
 );
+
+t.test('no large-set warning with the concatenated layout', async (t) => {
+  const kernel = new FakeKernel();
+  const metrics = new AgentMetrics();
+  const logs: Array<{ msg: string }> = [];
+  const reconciler = new Reconciler({
+    configPath: '/cfg',
+    loadOptions: { enableIPv6: false, nomasqAllReservedRanges: false },
+    compileOptions: {
+      table: 'ipmasq',
+      masqChain: 'IP-MASQ-AGENT',
+      randomFully: true,
+      toPorts: [],
+      enableIPv6: false,
+      setLayout: 'concat',
+    },
+    loadConfig: async () => ({
+      ok: true,
+      config: config(['1.0.0.0/24', '2.0.0.0/24', '3.0.0.0/24', '4.0.0.0/24']),
+      warnings: [],
+    }),
+    kernel,
+    logger: pino({ level: 'debug' }, { write: (line: string) => logs.push(JSON.parse(line)) }),
+    metrics,
+    largeSetThreshold: 3,
+  });
+  await reconciler.sync();
+  t.match(kernel.tables.get('ip ipmasq'), /type ipv4_addr \. inet_proto/);
+  const gauge = await metrics.registry.getSingleMetric('ipmasq_large_set_warning')?.get();
+  t.equal(gauge?.values[0]?.value, 0);
+  t.notOk(logs.some((l) => /set is large/.test(l.msg)));
+});
