@@ -4,7 +4,7 @@ import { pino } from 'pino';
 import t from 'tap';
 import type { Config, LoadResult } from '../../src/config/types.js';
 import { ConfigError } from '../../src/config/types.js';
-import { Reconciler } from '../../src/reconcile/reconciler.js';
+import { Reconciler, type ReconcilerDeps } from '../../src/reconcile/reconciler.js';
 import { AgentMetrics } from '../../src/server/metrics.js';
 import { FakeKernel } from '../helpers/fake-kernel.js';
 
@@ -29,6 +29,7 @@ function config(
 function setup(
   kernel = new FakeKernel(),
   first: LoadResult = { ok: true, config: config(['10.0.0.0/8']), warnings: [] },
+  overrides: Partial<ReconcilerDeps> = {},
 ) {
   const logs: Array<{ level: number; msg: string }> = [];
   const logger = pino({ level: 'debug' }, { write: (line: string) => logs.push(JSON.parse(line)) });
@@ -49,6 +50,7 @@ function setup(
     logger,
     metrics,
     largeSetThreshold: 3,
+    ...overrides,
   });
   const metric = async (name: string, labels: Record<string, string> = {}) => {
     const m = await metrics.registry.getSingleMetric(name)?.get();
@@ -237,27 +239,12 @@ t.test('counts report what the kernel holds, not what a failed write wanted', as
 });
 
 t.test(
-  'a loader that fails (not a config error) is an error outcome, and the kernel is untouched',
+  'a loader that fails (not a config error) is an error outcome; the kernel is untouched',
   async (t) => {
-    const kernel = new FakeKernel();
-    const logs: unknown[] = [];
-    const metrics = new AgentMetrics();
-    const reconciler = new Reconciler({
-      configPath: '/cfg',
-      loadOptions: { enableIPv6: false, nomasqAllReservedRanges: false },
-      compileOptions: {
-        table: 'ipmasq',
-        masqChain: 'IP-MASQ-AGENT',
-        randomFully: true,
-        toPorts: [],
-        enableIPv6: false,
-      },
+    const { kernel, reconciler } = setup(new FakeKernel(), undefined, {
       loadConfig: async () => {
         throw new Error('config worker exited with code 1');
       },
-      kernel,
-      logger: pino({ level: 'debug' }, { write: (line: string) => logs.push(line) }),
-      metrics,
     });
     const outcome = await reconciler.sync();
     t.equal(outcome.ok, false);
@@ -267,33 +254,22 @@ t.test(
 );
 
 t.test('no large-set warning with the concatenated layout', async (t) => {
-  const kernel = new FakeKernel();
-  const metrics = new AgentMetrics();
-  const logs: Array<{ msg: string }> = [];
-  const reconciler = new Reconciler({
-    configPath: '/cfg',
-    loadOptions: { enableIPv6: false, nomasqAllReservedRanges: false },
-    compileOptions: {
-      table: 'ipmasq',
-      masqChain: 'IP-MASQ-AGENT',
-      randomFully: true,
-      toPorts: [],
-      enableIPv6: false,
-      setLayout: 'concat',
-    },
-    loadConfig: async () => ({
-      ok: true,
-      config: config(['1.0.0.0/24', '2.0.0.0/24', '3.0.0.0/24', '4.0.0.0/24']),
-      warnings: [],
-    }),
-    kernel,
-    logger: pino({ level: 'debug' }, { write: (line: string) => logs.push(JSON.parse(line)) }),
-    metrics,
-    largeSetThreshold: 3,
-  });
+  const big: LoadResult = {
+    ok: true,
+    config: config(['1.0.0.0/24', '2.0.0.0/24', '3.0.0.0/24', '4.0.0.0/24']),
+    warnings: [],
+  };
+  const compileOptions = {
+    table: 'ipmasq',
+    masqChain: 'IP-MASQ-AGENT',
+    randomFully: true,
+    toPorts: [],
+    enableIPv6: false,
+    setLayout: 'concat',
+  } as const;
+  const { kernel, reconciler, logs, metric } = setup(new FakeKernel(), big, { compileOptions });
   await reconciler.sync();
   t.match(kernel.tables.get('ip ipmasq'), /type ipv4_addr \. inet_proto/);
-  const gauge = await metrics.registry.getSingleMetric('ipmasq_large_set_warning')?.get();
-  t.equal(gauge?.values[0]?.value, 0);
+  t.equal(await metric('ipmasq_large_set_warning'), 0);
   t.notOk(logs.some((l) => /set is large/.test(l.msg)));
 });
