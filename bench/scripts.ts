@@ -68,7 +68,8 @@ export function linearChainScript(count: number, variant: 0 | 1 = 0): string {
 export interface ConcatLayout {
   /** Short name used in tables and the chart. */
   name: string;
-  type: string;
+  /** The set's `typeof` expression. */
+  typeofExpression: string;
   /** The second field's full range: every packet matches it. */
   anyValue: string;
   /** The packet expression concatenated after `ip daddr`. */
@@ -78,13 +79,13 @@ export interface ConcatLayout {
 export const CONCAT_LAYOUTS: readonly ConcatLayout[] = [
   {
     name: 'addr . l4proto',
-    type: 'ipv4_addr . inet_proto',
+    typeofExpression: 'ip daddr . meta l4proto',
     anyValue: '0-255',
     key: 'meta l4proto',
   },
   {
     name: 'addr . mark',
-    type: 'ipv4_addr . mark',
+    typeofExpression: 'ip daddr . meta mark',
     anyValue: '0x00000000-0xffffffff',
     key: 'meta mark',
   },
@@ -96,7 +97,7 @@ export const CONCAT_LAYOUTS: readonly ConcatLayout[] = [
  */
 export function concatScript(rendered: string, layout: ConcatLayout): string {
   return rendered
-    .replace(/type ipv4_addr\n/g, `type ${layout.type}\n`)
+    .replace(/typeof ip daddr\n/g, `typeof ${layout.typeofExpression}\n`)
     .replace(/elements = \{ ([^}]*) \}/g, (_all, list: string) => {
       const items = list.split(', ').map((item) => `${item} . ${layout.anyValue}`);
       return `elements = { ${items.join(', ')} }`;

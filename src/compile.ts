@@ -1,6 +1,6 @@
 // Config + flags → the agent's desired tables (pure). CONTRACT §5.
 import type { Config } from './config/types.js';
-import type { Chain, Family, Table } from './nftables/types.js';
+import type { Chain, Family, SetKey, Table } from './nftables/types.js';
 
 export interface PortRangeLike {
   readonly first: number;
@@ -64,6 +64,17 @@ export function masqueradeRules(randomFully: boolean, toPorts: readonly PortRang
   return rules;
 }
 
+/**
+ * The set layout as data: `interval` keys by destination address; `concat` by address . protocol,
+ * each prefix paired with every protocol (0-255), so the decision is the same while other tools'
+ * element commands skip downloading the set (docs/bench.md).
+ */
+export function setKey(family: Family, layout: 'interval' | 'concat'): SetKey {
+  return layout === 'concat'
+    ? { expression: `${family} daddr . meta l4proto`, elementSuffix: ' . 0-255' }
+    : { expression: `${family} daddr`, elementSuffix: '' };
+}
+
 function compileFamily(
   family: Family,
   config: Config,
@@ -71,17 +82,13 @@ function compileFamily(
   generation: number,
 ): Table {
   const v4 = family === 'ip';
-  const concat = options.setLayout === 'concat';
-  const address = v4 ? 'ipv4_addr' : 'ipv6_addr';
-  const addressType = concat ? (`${address} . inet_proto` as const) : address;
-  // The concatenated layout matches every protocol (0-255) for each prefix: the same decision.
-  const key = concat ? `${family} daddr . meta l4proto` : `${family} daddr`;
+  const key = setKey(family, options.setLayout ?? 'interval');
   const masquerade = masqueradeRules(options.randomFully, options.toPorts);
   const decision: Chain = {
     name: options.masqChain,
     rules: [
-      ...masquerade.map((rule) => `${key} @${MASQ_SET} ${rule}`),
-      `${key} @${NONMASQ_SET} return`,
+      ...masquerade.map((rule) => `${key.expression} @${MASQ_SET} ${rule}`),
+      `${key.expression} @${NONMASQ_SET} return`,
       ...masquerade,
     ],
   };
@@ -92,13 +99,13 @@ function compileFamily(
     sets: [
       {
         name: NONMASQ_SET,
-        type: addressType,
+        key,
         flags: ['interval'],
         elements: v4 ? config.nonMasquerade.ipv4 : config.nonMasquerade.ipv6,
       },
       {
         name: MASQ_SET,
-        type: addressType,
+        key,
         flags: ['interval'],
         elements: v4 ? config.masquerade.ipv4 : config.masquerade.ipv6,
       },

@@ -1,12 +1,22 @@
 // Data types of the nftables objects the agent writes. Behaviour (rendering) lives in render.ts.
 
 export type Family = 'ip' | 'ip6';
-export type AddressType =
-  'ipv4_addr' | 'ipv6_addr' | 'ipv4_addr . inet_proto' | 'ipv6_addr . inet_proto';
+
+/**
+ * What a set's elements are keyed by. Sets are declared `typeof EXPRESSION`, never `type
+ * ipv4_addr`: libnftables up to 1.1.1 crashes on `type` sets written by 1.1.2 and later, while
+ * `typeof` sets read back in every version (README, "nftables versions").
+ */
+export interface SetKey {
+  /** Declared with `typeof` and matched in rules: `ip daddr`, or `ip daddr . meta l4proto`. */
+  readonly expression: string;
+  /** Written after every prefix: the concatenated layout pairs each with all protocols. */
+  readonly elementSuffix: '' | ' . 0-255';
+}
 
 export interface NamedSet {
   readonly name: string;
-  readonly type: AddressType;
+  readonly key: SetKey;
   readonly flags: readonly 'interval'[];
   /** Canonical prefixes formatted by src/cidr: never text taken from a config file. */
   readonly elements: readonly string[];

@@ -181,7 +181,7 @@ if (requireRoot(t)) {
       '--set-layout=concat',
       '--enable-ipv6',
     ]);
-    t.match(await listTable(topo.node, 'ip'), /type ipv4_addr \. inet_proto/);
+    t.match(await listTable(topo.node, 'ip'), /typeof ip daddr \. meta l4proto/);
     const expected = {
       [V4.private10]: 'node',
       [V4.private10Other]: 'pod',

@@ -269,7 +269,7 @@ t.test('no large-set warning with the concatenated layout', async (t) => {
   } as const;
   const { kernel, reconciler, logs, metric } = setup(new FakeKernel(), big, { compileOptions });
   await reconciler.sync();
-  t.match(kernel.tables.get('ip ipmasq'), /type ipv4_addr \. inet_proto/);
+  t.match(kernel.tables.get('ip ipmasq'), /typeof ip daddr \. meta l4proto/);
   t.equal(await metric('ipmasq_large_set_warning'), 0);
   t.notOk(logs.some((l) => /set is large/.test(l.msg)));
 });
