@@ -5,7 +5,11 @@
       "sources": ["native/nftables_napi.cc"],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "libraries": ["-lnftables"],
-      "defines": ["NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_DEPRECATED"],
+      "defines": [
+        "NAPI_VERSION=8",
+        "NODE_ADDON_API_DISABLE_DEPRECATED",
+        "LIBNFTABLES_VERSION=\"<!(node scripts/libnftables-version.mjs)\""
+      ],
       "cflags_cc": ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-fexceptions"],
       "cflags_cc!": ["-fno-exceptions"]
     }

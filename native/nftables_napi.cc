@@ -1,34 +1,40 @@
-// nftables_napi: run nft scripts through libnftables on the libuv threadpool.
-// Layers: plain C++ (RunScript, ReadGenerationId) that knows nothing of N-API, one AsyncWorker,
-// and thin glue that copies arguments on the JS thread and queues the work.
+// nftables_napi: run nft scripts through libnftables, each in a child process forked for the call,
+// waited on from the libuv threadpool. Layers: plain C++ (RunScript, ReadGenerationId) that knows
+// nothing of N-API, one AsyncWorker, and thin glue that copies arguments on the JS thread and
+// queues the work.
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <linux/netfilter.h>
 #include <linux/netfilter/nf_tables.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netlink.h>
-#include <malloc.h>
 #include <napi.h>
 #include <nftables/libnftables.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
 
 namespace {
 
 struct Outcome {
   bool ok;
-  std::string text;  // output on success, libnftables' error text on failure
+  std::string text;  // output on success, the error text on failure
+  // On failure: "error" (libnftables refused), "crash" (its process died), "timeout" (killed after
+  // the time limit), "spawn" (no process could be started). See docs/design.md, "libnftables".
+  std::string kind = "error";
 };
 
-// libnftables is not safe for concurrent use (FIELD-NOTES): one call at a time, per process.
-std::mutex nft_mutex;
-
-Outcome RunScriptLocked(const std::string& script, bool dry_run, bool json) {
+Outcome RunScriptHere(const std::string& script, bool dry_run, bool json) {
   std::unique_ptr<nft_ctx, decltype(&nft_ctx_free)> ctx(nft_ctx_new(NFT_CTX_DEFAULT), nft_ctx_free);
   if (!ctx) return {false, "nft_ctx_new failed"};
   if (nft_ctx_buffer_output(ctx.get()) != 0 || nft_ctx_buffer_error(ctx.get()) != 0)
@@ -43,28 +49,122 @@ Outcome RunScriptLocked(const std::string& script, bool dry_run, bool json) {
   return {true, out ? out : ""};
 }
 
-// Above this size, give the freed parse tree back: glibc keeps it in the pool thread's arena.
-constexpr size_t kTrimAfterBytes = 64 * 1024;
-
-Outcome RunScript(const std::string& script, bool dry_run, bool json) {
-  std::lock_guard<std::mutex> lock(nft_mutex);
-  Outcome outcome = RunScriptLocked(script, dry_run, json);  // the context is freed on return
-  if (script.size() > kTrimAfterBytes || outcome.text.size() > kTrimAfterBytes) malloc_trim(0);
-  return outcome;
+bool WriteAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+  return true;
 }
 
-// The namespace's nftables generation id: one NFT_MSG_GETGEN request on a netfilter netlink socket.
-Outcome ReadGenerationId() {
+std::string DescribeEnd(int status) {
+  if (WIFSIGNALED(status)) {
+    int sig = WTERMSIG(status);
+    const char* name = sigabbrev_np(sig);
+    return std::string("libnftables crashed (SIG") + (name ? name : std::to_string(sig)) + ")";
+  }
+  if (WIFEXITED(status))
+    return "libnftables' process exited with status " + std::to_string(WEXITSTATUS(status)) +
+           " before answering";
+  return "libnftables' process ended abnormally";
+}
+
+int64_t NowMs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
+// Runs the script in a child forked for this one call, so that nothing libnftables does (a
+// SIGSEGV on objects it cannot parse, an assertion, a hang) can reach the agent's process; the
+// child's memory goes back to the system when it exits. The child writes one status byte and its
+// text to a pipe, then _exit()s; a child that ends without a status byte died inside libnftables.
+Outcome RunScript(const std::string& script, bool dry_run, bool json, int timeout_ms) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0)
+    return {false, std::string("cannot start libnftables' process: pipe: ") + strerror(errno),
+            "spawn"};
+  pid_t pid = fork();
+  if (pid < 0) {
+    int saved = errno;
+    close(fds[0]);
+    close(fds[1]);
+    return {false, std::string("cannot start libnftables' process: fork: ") + strerror(saved),
+            "spawn"};
+  }
+  if (pid == 0) {
+    // Only this thread exists here. Signals the agent handles (libuv's pipe) go back to defaults,
+    // so a signal sent to the process group never reaches the agent's loop through the child.
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGCHLD})
+      signal(sig, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, nullptr);
+    close(fds[0]);
+    Outcome outcome = RunScriptHere(script, dry_run, json);
+    char status = outcome.ok ? '1' : '0';
+    bool written =
+        WriteAll(fds[1], &status, 1) && WriteAll(fds[1], outcome.text.data(), outcome.text.size());
+    _exit(written ? 0 : 3);
+  }
+  close(fds[1]);
+  std::string received;
+  bool timed_out = false;
+  const int64_t deadline = NowMs() + timeout_ms;
+  char buf[65536];
+  for (;;) {
+    int64_t left = deadline - NowMs();
+    if (left <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd pfd{fds[0], POLLIN, 0};
+    int ready = poll(&pfd, 1, static_cast<int>(left));
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready == 0) continue;  // the deadline check above ends the loop
+    ssize_t n = read(fds[0], buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // EOF: the child is gone, whatever it wrote
+    received.append(buf, static_cast<size_t>(n));
+  }
+  close(fds[0]);
+  if (timed_out) kill(pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out)
+    return {false,
+            "libnftables did not finish within " + std::to_string(timeout_ms) +
+                " ms; its process was killed",
+            "timeout"};
+  bool exited_cleanly = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  if (!exited_cleanly || received.empty()) return {false, DescribeEnd(status), "crash"};
+  return {received[0] == '1', received.substr(1)};
+}
+
+// One nf_tables request on a netfilter netlink socket. For each message of the answer,
+// `on_message` gets its nfgenmsg family, then `on_attr` each attribute (type, payload, length)
+// and returns false to stop. Errors come back as the Outcome's text.
+using MessageVisitor = std::function<void(uint8_t family)>;
+using AttrVisitor = std::function<bool(uint16_t type, const char* data, size_t len)>;
+
+Outcome NetlinkRequest(uint16_t msg_type, uint16_t flags, const std::string& what,
+                       const MessageVisitor& on_message, const AttrVisitor& on_attr) {
   int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
   if (fd < 0) return {false, std::string("netlink socket: ") + strerror(errno)};
   std::unique_ptr<int, std::function<void(int*)>> guard(&fd, [](int* f) { close(*f); });
+  timeval limit{5, 0};  // a kernel answers in microseconds; never wait forever
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   struct {
     nlmsghdr nlh;
     nfgenmsg nfg;
   } req{};
   req.nlh.nlmsg_len = sizeof(req);
-  req.nlh.nlmsg_type = (NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_GETGEN;
-  req.nlh.nlmsg_flags = NLM_F_REQUEST;
+  req.nlh.nlmsg_type = static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | msg_type);
+  req.nlh.nlmsg_flags = static_cast<uint16_t>(NLM_F_REQUEST | flags);
   req.nlh.nlmsg_seq = 1;
   req.nfg.nfgen_family = AF_UNSPEC;
   req.nfg.version = NFNETLINK_V0;
@@ -72,30 +172,89 @@ Outcome ReadGenerationId() {
   kernel.nl_family = AF_NETLINK;
   if (sendto(fd, &req, sizeof(req), 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) < 0)
     return {false, std::string("netlink send: ") + strerror(errno)};
-  alignas(nlmsghdr) char buf[8192];
-  ssize_t len = recv(fd, buf, sizeof(buf), 0);
-  if (len < 0) return {false, std::string("netlink recv: ") + strerror(errno)};
-  for (auto* nlh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nlh, len);
-       nlh = NLMSG_NEXT(nlh, len)) {
-    if (nlh->nlmsg_type == NLMSG_ERROR) {
-      auto* e = static_cast<nlmsgerr*>(NLMSG_DATA(nlh));
-      return {false, std::string("NFT_MSG_GETGEN: ") + strerror(-e->error)};
-    }
-    int attrs_len = static_cast<int>(nlh->nlmsg_len) - NLMSG_SPACE(sizeof(nfgenmsg));
-    auto* attr = reinterpret_cast<nlattr*>(static_cast<char*>(NLMSG_DATA(nlh)) +
-                                           NLMSG_ALIGN(sizeof(nfgenmsg)));
-    while (attrs_len >= static_cast<int>(sizeof(nlattr)) && attr->nla_len >= sizeof(nlattr) &&
-           attr->nla_len <= attrs_len) {
-      if ((attr->nla_type & NLA_TYPE_MASK) == NFTA_GEN_ID && attr->nla_len >= NLA_HDRLEN + 4) {
-        uint32_t id;
-        memcpy(&id, reinterpret_cast<char*>(attr) + NLA_HDRLEN, sizeof(id));
-        return {true, std::to_string(ntohl(id))};
+  const bool dump = (flags & NLM_F_DUMP) != 0;
+  alignas(nlmsghdr) static thread_local char buf[65536];
+  for (;;) {
+    ssize_t len = recv(fd, buf, sizeof(buf), 0);
+    if (len < 0 && errno == EINTR) continue;
+    if (len < 0) return {false, std::string("netlink recv: ") + strerror(errno)};
+    for (auto* nlh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nlh, len);
+         nlh = NLMSG_NEXT(nlh, len)) {
+      if (nlh->nlmsg_type == NLMSG_DONE) return {true, ""};
+      if (nlh->nlmsg_type == NLMSG_ERROR) {
+        auto* e = static_cast<nlmsgerr*>(NLMSG_DATA(nlh));
+        if (e->error == 0) continue;
+        return {false, what + ": " + strerror(-e->error)};
       }
-      attrs_len -= NLA_ALIGN(attr->nla_len);
-      attr = reinterpret_cast<nlattr*>(reinterpret_cast<char*>(attr) + NLA_ALIGN(attr->nla_len));
+      on_message(static_cast<nfgenmsg*>(NLMSG_DATA(nlh))->nfgen_family);
+      int attrs_len = static_cast<int>(nlh->nlmsg_len) - NLMSG_SPACE(sizeof(nfgenmsg));
+      auto* attr = reinterpret_cast<nlattr*>(static_cast<char*>(NLMSG_DATA(nlh)) +
+                                             NLMSG_ALIGN(sizeof(nfgenmsg)));
+      while (attrs_len >= static_cast<int>(sizeof(nlattr)) && attr->nla_len >= sizeof(nlattr) &&
+             attr->nla_len <= attrs_len) {
+        if (!on_attr(attr->nla_type & NLA_TYPE_MASK, reinterpret_cast<char*>(attr) + NLA_HDRLEN,
+                     attr->nla_len - NLA_HDRLEN))
+          return {true, ""};
+        attrs_len -= NLA_ALIGN(attr->nla_len);
+        attr = reinterpret_cast<nlattr*>(reinterpret_cast<char*>(attr) + NLA_ALIGN(attr->nla_len));
+      }
     }
+    if (!dump) return {true, ""};
   }
-  return {false, "NFT_MSG_GETGEN: no generation id in the answer"};
+}
+
+// The namespace's nftables generation id: one NFT_MSG_GETGEN request, answered with NFTA_GEN_ID
+// (big-endian u32). Plain netlink, no libnftables: it runs in the agent's process.
+Outcome ReadGenerationId() {
+  std::string id;
+  Outcome outcome = NetlinkRequest(
+      NFT_MSG_GETGEN, 0, "NFT_MSG_GETGEN", [](uint8_t) {},
+      [&id](uint16_t type, const char* data, size_t len) {
+        if (type != NFTA_GEN_ID || len < 4) return true;
+        uint32_t raw;
+        memcpy(&raw, data, sizeof(raw));
+        id = std::to_string(ntohl(raw));
+        return false;
+      });
+  if (!outcome.ok) return outcome;
+  if (id.empty()) return {false, "NFT_MSG_GETGEN: no generation id in the answer"};
+  return {true, id};
+}
+
+const char* FamilyName(uint8_t family) {
+  switch (family) {
+    case NFPROTO_INET:
+      return "inet";
+    case NFPROTO_IPV4:
+      return "ip";
+    case NFPROTO_ARP:
+      return "arp";
+    case NFPROTO_NETDEV:
+      return "netdev";
+    case NFPROTO_BRIDGE:
+      return "bridge";
+    case NFPROTO_IPV6:
+      return "ip6";
+    default:
+      return nullptr;
+  }
+}
+
+// Every table in the namespace as "family name" lines, from one NFT_MSG_GETTABLE dump. Plain
+// netlink: it works where libnftables cannot read what the tables hold, to say which one it is.
+Outcome ListTables() {
+  std::string lines;
+  const char* family = nullptr;
+  Outcome outcome = NetlinkRequest(
+      NFT_MSG_GETTABLE, NLM_F_DUMP, "NFT_MSG_GETTABLE",
+      [&family](uint8_t f) { family = FamilyName(f); },
+      [&lines, &family](uint16_t type, const char* data, size_t len) {
+        if (type == NFTA_TABLE_NAME && family)
+          lines.append(family).append(" ").append(data, strnlen(data, len)).append("\n");
+        return true;
+      });
+  if (!outcome.ok) return outcome;
+  return {true, lines};
 }
 
 // One generic worker: runs a job off the JS thread, resolves with its text or rejects with its
@@ -114,7 +273,11 @@ class Worker : public Napi::AsyncWorker {
     if (!outcome_.ok) SetError(outcome_.text);
   }
   void OnOK() override { deferred_.Resolve(Napi::String::New(Env(), outcome_.text)); }
-  void OnError(const Napi::Error& error) override { deferred_.Reject(error.Value()); }
+  void OnError(const Napi::Error& error) override {
+    Napi::Object value = error.Value();
+    value.Set("code", Napi::String::New(Env(), outcome_.kind));
+    deferred_.Reject(value);
+  }
 
  private:
   std::function<Outcome()> job_;
@@ -122,16 +285,21 @@ class Worker : public Napi::AsyncWorker {
   Outcome outcome_{false, ""};
 };
 
-// run(script: string, dryRun: boolean, json: boolean): Promise<string>
+// run(script: string, dryRun: boolean, json: boolean, timeoutMs: number): Promise<string>
+// Rejects with an Error whose code is "error", "crash", "timeout" or "spawn".
 Napi::Value Run(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() != 3 || !info[0].IsString() || !info[1].IsBoolean() || !info[2].IsBoolean())
-    throw Napi::TypeError::New(env, "run(script: string, dryRun: boolean, json: boolean)");
+  if (info.Length() != 4 || !info[0].IsString() || !info[1].IsBoolean() || !info[2].IsBoolean() ||
+      !info[3].IsNumber())
+    throw Napi::TypeError::New(
+        env, "run(script: string, dryRun: boolean, json: boolean, timeoutMs: number)");
   std::string script = info[0].As<Napi::String>().Utf8Value();  // copied before queueing
   bool dry_run = info[1].As<Napi::Boolean>().Value();
   bool json = info[2].As<Napi::Boolean>().Value();
-  auto* worker = new Worker(env, [script = std::move(script), dry_run, json]() {
-    return RunScript(script, dry_run, json);
+  int timeout_ms = info[3].As<Napi::Number>().Int32Value();
+  if (timeout_ms <= 0) throw Napi::RangeError::New(env, "timeoutMs must be positive");
+  auto* worker = new Worker(env, [script = std::move(script), dry_run, json, timeout_ms]() {
+    return RunScript(script, dry_run, json, timeout_ms);
   });
   worker->Queue();
   return worker->Promise();
@@ -144,10 +312,19 @@ Napi::Value GenerationId(const Napi::CallbackInfo& info) {
   return worker->Promise();
 }
 
+// listTables(): Promise<string>, one "family name" line per table in the namespace
+Napi::Value Tables(const Napi::CallbackInfo& info) {
+  auto* worker = new Worker(info.Env(), ListTables);
+  worker->Queue();
+  return worker->Promise();
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("run", Napi::Function::New(env, Run));
   exports.Set("generationId", Napi::Function::New(env, GenerationId));
-  exports.Set("version", Napi::String::New(env, "nftables-napi 1.0.0"));
+  exports.Set("listTables", Napi::Function::New(env, Tables));
+  exports.Set("version", Napi::String::New(env, "nftables-napi 1.1.0"));
+  exports.Set("libnftablesVersion", Napi::String::New(env, LIBNFTABLES_VERSION));
   return exports;
 }
 

@@ -2,6 +2,8 @@
 // health/metrics server reading the reconciler's status. CONTRACT §6–§8.
 import type { Logger } from 'pino';
 import { loadConfigAdaptive } from './config/load-worker.js';
+import { libnftablesVersion } from './nftables/addon.js';
+import { version } from './version.js';
 import type { AgentOptions } from './cli/flags.js';
 import { cachingLoader } from './reconcile/config-cache.js';
 import { nftKernel, type Kernel } from './reconcile/kernel.js';
@@ -11,6 +13,11 @@ import { SyncRunner, type SyncOutcome } from './reconcile/runner.js';
 import { watchConfig } from './reconcile/watcher.js';
 import { buildServer } from './server/index.js';
 import { AgentMetrics } from './server/metrics.js';
+
+/** The agent's metrics, labelled with what it is built from. */
+export function agentMetrics(): AgentMetrics {
+  return new AgentMetrics({ version: version(), libnftables: libnftablesVersion() });
+}
 
 /** Effective set size past which a kube-proxy-like transaction takes > 100 ms here (docs/bench.md). */
 export const LARGE_SET_THRESHOLD = 10_000;
@@ -102,7 +109,7 @@ export function removingLegacyChainAfterSync(
 
 /** Runs until SIGTERM/SIGINT; then exits 0 within 5 s, leaving the tables in place. */
 export async function runAgent(options: AgentOptions, logger: Logger): Promise<void> {
-  const metrics = new AgentMetrics();
+  const metrics = agentMetrics();
   const reconciler = makeReconciler(options, logger, metrics);
   const runner = new SyncRunner({
     sync: removingLegacyChainAfterSync(
@@ -113,7 +120,8 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
       metrics,
     ),
     intervalMs: () => reconciler.resyncIntervalMs,
-    onError: (err) => logger.error({ err }, 'kernel write failed; retrying with backoff'),
+    // The reconciler logs each distinct failure once; every retry is still here at debug.
+    onError: (err) => logger.debug({ err }, 'sync failed; retrying with backoff'),
   });
   const server = await buildServer({
     status: () => reconciler.status(runner.alive),

@@ -1,7 +1,7 @@
 // Entry point: flags → one of the modes of CONTRACT §2.
-import { readFileSync } from 'node:fs';
 import { pino, type Logger } from 'pino';
 import {
+  agentMetrics,
   handleLegacyChain,
   makeReconciler,
   removingLegacyChainAfterSync,
@@ -13,13 +13,9 @@ import { loadConfig } from './config/index.js';
 import { NftError, runNft } from './nftables/addon.js';
 import { renderReplace } from './nftables/render.js';
 import { AgentMetrics } from './server/metrics.js';
+import { version } from './version.js';
 
-export function version(): string {
-  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as {
-    version: string;
-  };
-  return pkg.version;
-}
+export { version };
 
 /** --render: needs no privileges and never loads the addon. */
 async function render(options: AgentOptions, flagWarnings: readonly string[]): Promise<number> {
@@ -39,7 +35,7 @@ async function render(options: AgentOptions, flagWarnings: readonly string[]): P
 }
 
 async function once(options: AgentOptions, logger: Logger): Promise<number> {
-  const metrics = new AgentMetrics();
+  const metrics = agentMetrics();
   await handleLegacyChain(options, logger, metrics, false);
   const reconciler = makeReconciler(options, logger, metrics);
   const sync = removingLegacyChainAfterSync(
@@ -51,10 +47,7 @@ async function once(options: AgentOptions, logger: Logger): Promise<number> {
   );
   const outcome = await sync();
   const status = reconciler.status(true);
-  if (!outcome.ok) {
-    logger.error({ err: outcome.error }, 'kernel write failed');
-    return 1;
-  }
+  if (!outcome.ok) return 1; // the reconciler has logged why
   return status.configError === null ? 0 : 1;
 }
 

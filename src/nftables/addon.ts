@@ -1,13 +1,17 @@
-// The only module that loads the native addon. Calls are serialised here: libnftables is not safe
-// for concurrent use, and queueing one call at a time keeps the rest of the libuv pool free for I/O.
+// The only module that loads the native addon. Each libnftables call runs in a child process the
+// addon forks for it (docs/design.md, "libnftables"): a crash, abort or hang there is an NftError
+// here, never the end of the agent. Calls are serialised: one at a time keeps the libuv pool free
+// for I/O, and the kernel serialises nftables commits per namespace anyway.
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 interface NativeAddon {
-  run(script: string, dryRun: boolean, json: boolean): Promise<string>;
+  run(script: string, dryRun: boolean, json: boolean, timeoutMs: number): Promise<string>;
   generationId(): Promise<string>;
+  listTables(): Promise<string>;
   version: string;
+  libnftablesVersion: string;
 }
 
 export interface RunOptions {
@@ -17,13 +21,32 @@ export interface RunOptions {
   json?: boolean;
 }
 
+/**
+ * The longest one libnftables call may take before its process is killed. A 100 000-element
+ * replace takes about a second here; IPMASQ_NFT_TIMEOUT_MS overrides it (tests use a short one).
+ */
+export function nftTimeoutMs(env: NodeJS.ProcessEnv = process.env): number {
+  const value = Number(env.IPMASQ_NFT_TIMEOUT_MS);
+  return Number.isSafeInteger(value) && value > 0 && value <= 3_600_000 ? value : 30_000;
+}
+
+/**
+ * How a libnftables call failed: `error`, it refused the command (its own message); `crash`, its
+ * process died (a signal, e.g. SIGSEGV on objects it cannot parse); `timeout`, it was killed after
+ * the time limit; `spawn`, no process could be started for it (fork or pipe failed).
+ */
+export type NftFailureKind = 'error' | 'crash' | 'timeout' | 'spawn';
+const failureKinds: readonly string[] = ['error', 'crash', 'timeout', 'spawn'];
+
 /** An error from libnftables, carrying its own message text. */
 export class NftError extends Error {
   readonly nftMessage: string;
-  constructor(nftMessage: string, options?: { cause?: unknown }) {
+  readonly kind: NftFailureKind;
+  constructor(nftMessage: string, kind: NftFailureKind = 'error', options?: { cause?: unknown }) {
     super(`nftables: ${nftMessage.trim()}`, options);
     this.name = 'NftError';
     this.nftMessage = nftMessage;
+    this.kind = kind;
   }
   isNotFound(): boolean {
     return /No such file or directory|does not exist/.test(this.nftMessage);
@@ -72,11 +95,19 @@ function serialised<T>(call: () => Promise<T>): Promise<T> {
 /** Run an nft script (what `nft -f` accepts) in one libnftables call, off the JS thread. */
 export async function runNft(script: string, options: RunOptions = {}): Promise<string> {
   const native = addon();
+  const timeoutMs = nftTimeoutMs();
   return serialised(() =>
-    // Rethrown with a JS stack; the native error carries nothing more than its text.
-    native.run(script, options.dryRun ?? false, options.json ?? false).catch((err: unknown) => {
-      throw new NftError(err instanceof Error ? err.message : String(err));
-    }),
+    // Rethrown with a JS stack; the native error carries nothing more than its text and kind.
+    native
+      .run(script, options.dryRun ?? false, options.json ?? false, timeoutMs)
+      .catch((err: unknown) => {
+        const code = (err as { code?: unknown } | null)?.code;
+        const kind = typeof code === 'string' && failureKinds.includes(code) ? code : 'error';
+        throw new NftError(
+          err instanceof Error ? err.message : String(err),
+          kind as NftFailureKind,
+        );
+      }),
   );
 }
 
@@ -84,4 +115,26 @@ export async function runNft(script: string, options: RunOptions = {}): Promise<
 export async function nftGenerationId(): Promise<number> {
   const native = addon();
   return Number(await serialised(() => native.generationId()));
+}
+
+/** Every table in the namespace as the kernel names it, from one netlink dump (no libnftables). */
+export async function nftTableNames(): Promise<Array<{ family: string; name: string }>> {
+  const native = addon();
+  const lines = await serialised(() => native.listTables());
+  return lines
+    .split('\n')
+    .filter((line) => line !== '')
+    .map((line) => {
+      const space = line.indexOf(' ');
+      return { family: line.slice(0, space), name: line.slice(space + 1) };
+    });
+}
+
+/** The libnftables version the addon was built against, e.g. `1.0.6`; `unknown` without the addon. */
+export function libnftablesVersion(): string {
+  try {
+    return addon().libnftablesVersion;
+  } catch {
+    return 'unknown';
+  }
 }

@@ -9,6 +9,7 @@ import type { Table, TableRef } from '../nftables/types.js';
 import type { AgentMetrics } from '../server/metrics.js';
 import type { AgentStatus } from '../server/index.js';
 import type { Kernel } from './kernel.js';
+import { describeKernelFailure, type KernelFailure } from './nft-failure.js';
 import type { SyncOutcome } from './runner.js';
 
 export interface ReconcilerDeps {
@@ -51,6 +52,7 @@ export class Reconciler {
   private rendererChecked = false;
   private largeSetWarned = false;
   private lastLoggedConfigError: string | undefined;
+  private lastLoggedKernelError: string | undefined;
   private lastLoggedWarnings = '';
   private state = {
     lastWriteOk: true,
@@ -112,6 +114,10 @@ export class Reconciler {
     } catch (err) {
       // The loader itself failed (its worker died): not a verdict on the config; retried with backoff.
       this.state.lastError = `loading the config failed: ${errorText(err)}`;
+      if (this.state.lastError !== this.lastLoggedKernelError) {
+        this.deps.logger.error(`${this.state.lastError}; retrying with backoff`);
+        this.lastLoggedKernelError = this.state.lastError;
+      }
       this.state.lastSyncTime = new Date();
       this.deps.metrics.recordSync('error', seconds());
       return { ok: false, error: err };
@@ -126,6 +132,7 @@ export class Reconciler {
     }
     try {
       const wrote = await this.converge(config);
+      this.logKernelFailure(undefined);
       this.state.lastWriteOk = true;
       this.state.lastError = null;
       this.state.lastSyncTime = new Date();
@@ -149,14 +156,39 @@ export class Reconciler {
       }
       return { ok: true };
     } catch (err) {
+      const failure = await describeKernelFailure(
+        err,
+        this.deps.kernel,
+        this.deps.compileOptions.table,
+      );
+      if (failure.kind) this.deps.metrics.incNftFailure(failure.kind);
       this.state.lastWriteOk = false;
-      this.state.lastError = errorText(err);
+      this.state.lastError = failure.message;
       this.state.ready = false;
       this.state.notReadyReason = `kernel write failed: ${this.state.lastError}`;
       this.state.lastSyncTime = new Date();
       this.deps.metrics.recordSync('error', seconds());
+      this.logKernelFailure(failure);
       return { ok: false, error: err };
     }
+  }
+
+  /** One error line per distinct cause, not one per retry; one info line when writes work again. */
+  private logKernelFailure(failure: KernelFailure | undefined): void {
+    const message = failure?.message;
+    if (message === this.lastLoggedKernelError) return;
+    if (failure) {
+      this.deps.logger.error(
+        {
+          kind: failure.kind,
+          unreadableTables: failure.unreadable.map((ref) => `${ref.family} ${ref.name}`),
+        },
+        `kernel write failed: ${failure.message}`,
+      );
+    } else {
+      this.deps.logger.info('kernel writes work again');
+    }
+    this.lastLoggedKernelError = message;
   }
 
   /** Loads the config; keeps the last good one when it is invalid. Logs each distinct error once. */

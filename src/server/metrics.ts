@@ -3,6 +3,13 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 export type SyncResult = 'applied' | 'unchanged' | 'error';
+
+export interface BuildInfo {
+  readonly version: string;
+  readonly libnftables: string;
+}
+
+const nftFailureKinds = ['error', 'crash', 'timeout', 'spawn'] as const;
 export type Family = 'ipv4' | 'ipv6';
 
 const syncResults: readonly SyncResult[] = ['applied', 'unchanged', 'error'];
@@ -25,8 +32,9 @@ export class AgentMetrics {
   private readonly lastSuccess: Gauge;
   private readonly legacyChainPresent: Gauge;
   private readonly largeSetWarning: Gauge;
+  private readonly nftFailures: Counter<'kind'>;
 
-  constructor() {
+  constructor(build: BuildInfo = { version: 'unknown', libnftables: 'unknown' }) {
     const registry = new Registry();
     this.registry = registry;
     collectDefaultMetrics({ register: registry });
@@ -86,8 +94,22 @@ export class AgentMetrics {
       registers,
     });
 
+    this.nftFailures = new Counter({
+      name: 'ipmasq_libnftables_failures_total',
+      help: 'Syncs that failed inside libnftables, by how: error (it refused), crash (its process died), timeout (killed after the time limit), spawn (no process could be started).',
+      labelNames: ['kind'],
+      registers,
+    });
+    new Gauge({
+      name: 'ipmasq_build_info',
+      help: 'Always 1; the labels say which agent, libnftables and Node.js this is.',
+      labelNames: ['version', 'libnftables', 'node'],
+      registers,
+    }).set({ version: build.version, libnftables: build.libnftables, node: process.version }, 1);
+
     // Series with labels appear only once touched; start them at zero so rate() and absent() work.
     for (const result of syncResults) this.syncs.inc({ result }, 0);
+    for (const kind of nftFailureKinds) this.nftFailures.inc({ kind }, 0);
     for (const family of families) this.nonMasqueradeCIDRs.set({ family }, 0);
   }
 
@@ -122,6 +144,10 @@ export class AgentMetrics {
 
   setLegacyChainPresent(present: boolean): void {
     this.legacyChainPresent.set(present ? 1 : 0);
+  }
+
+  incNftFailure(kind: (typeof nftFailureKinds)[number]): void {
+    this.nftFailures.inc({ kind });
   }
 
   setLargeSetWarning(on: boolean): void {

@@ -1,7 +1,7 @@
 // A transactional stand-in for the kernel, for fast reconciler tests: it understands the scripts
 // the renderer writes (add/delete table, nested table blocks), keeps listings as nft would print
 // them, and moves a generation id on every commit. Real behaviour is proven by the kernel tests.
-import type { Kernel } from '../../src/reconcile/kernel.js';
+import type { AnyTableRef, Kernel } from '../../src/reconcile/kernel.js';
 import type { TableRef } from '../../src/nftables/types.js';
 
 export class FakeKernel implements Kernel {
@@ -22,6 +22,21 @@ export class FakeKernel implements Kernel {
 
   async generationId(): Promise<number> {
     return this.genId;
+  }
+
+  /** Foreign tables the fake's libnftables "crashes" on when listing them. */
+  unreadable = new Set<string>();
+
+  async tableNames(): Promise<AnyTableRef[]> {
+    const names = [...this.tables.keys(), ...this.unreadable];
+    return names.map((key) => {
+      const [family = '', name = ''] = key.split(' ');
+      return { family, name };
+    });
+  }
+
+  async readable(ref: AnyTableRef): Promise<boolean> {
+    return !this.unreadable.has(`${ref.family} ${ref.name}`);
   }
 
   async apply(script: string): Promise<void> {

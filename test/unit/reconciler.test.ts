@@ -4,6 +4,7 @@ import { pino } from 'pino';
 import t from 'tap';
 import type { Config, LoadResult } from '../../src/config/types.js';
 import { ConfigError } from '../../src/config/types.js';
+import { NftError } from '../../src/nftables/addon.js';
 import { Reconciler, type ReconcilerDeps } from '../../src/reconcile/reconciler.js';
 import { AgentMetrics } from '../../src/server/metrics.js';
 import { FakeKernel } from '../helpers/fake-kernel.js';
@@ -273,3 +274,47 @@ t.test('no large-set warning with the concatenated layout', async (t) => {
   t.equal(await metric('ipmasq_large_set_warning'), 0);
   t.notOk(logs.some((l) => /set is large/.test(l.msg)));
 });
+
+t.test(
+  'a libnftables crash names the foreign table it cannot read, is counted, logged once, and recovers',
+  async (t) => {
+    const kernel = new FakeKernel();
+    kernel.unreadable.add('ip kp');
+    kernel.failWrites = new NftError('libnftables crashed (SIGSEGV)', 'crash');
+    const { reconciler, logs, metric } = setup(kernel);
+    for (let i = 0; i < 3; i++) t.equal((await reconciler.sync()).ok, false);
+    const status = reconciler.status(true);
+    t.match(
+      status.lastError,
+      /libnftables crashed \(SIGSEGV\).*cannot read table ip kp \(not ours\)/,
+    );
+    t.equal(status.ready, false);
+    t.equal(await metric('ipmasq_libnftables_failures_total', { kind: 'crash' }), 3);
+    t.equal(await metric('ipmasq_libnftables_failures_total', { kind: 'timeout' }), 0);
+    const errors = logs.filter((l) => l.level === 50);
+    t.equal(errors.length, 1, 'one error line for three failures of the same cause');
+    t.match(errors[0], { kind: 'crash', unreadableTables: ['ip kp'] });
+
+    kernel.unreadable.delete('ip kp');
+    kernel.failWrites = undefined;
+    t.same(await reconciler.sync(), { ok: true });
+    t.equal(reconciler.status(true).lastError, null);
+    t.ok(logs.some((l) => l.level === 30 && l.msg === 'kernel writes work again'));
+  },
+);
+
+t.test(
+  'a libnftables error of another kind is reported as it is, with no table probing',
+  async (t) => {
+    const kernel = new FakeKernel();
+    kernel.unreadable.add('ip kp');
+    kernel.failWrites = new NftError('Error: Could not process rule: Operation not permitted');
+    const { reconciler, metric } = setup(kernel);
+    await reconciler.sync();
+    t.equal(
+      reconciler.status(true).lastError,
+      'nftables: Error: Could not process rule: Operation not permitted',
+    );
+    t.equal(await metric('ipmasq_libnftables_failures_total', { kind: 'error' }), 1);
+  },
+);

@@ -1,0 +1,48 @@
+// Turns a failed kernel call into the words an operator needs. When libnftables crashed or hung,
+// the usual cause is an object it cannot parse that another tool wrote (README, "nftables
+// versions"): the tables are named over plain netlink and each foreign one is listed on its own,
+// each in its own libnftables process, to say which one it is.
+import { libnftablesVersion, NftError } from '../nftables/addon.js';
+import type { AnyTableRef, Kernel } from './kernel.js';
+
+export interface KernelFailure {
+  /** For lastError and the log: stable for the same cause, so it is logged once. */
+  readonly message: string;
+  /** How libnftables failed, when it did; undefined for other errors. */
+  readonly kind: NftError['kind'] | undefined;
+  /** Foreign tables libnftables cannot list (crashes or hangs on), when that was the cause. */
+  readonly unreadable: readonly AnyTableRef[];
+}
+
+function text(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+export async function describeKernelFailure(
+  err: unknown,
+  kernel: Kernel,
+  ownTable: string,
+): Promise<KernelFailure> {
+  if (!(err instanceof NftError)) return { message: text(err), kind: undefined, unreadable: [] };
+  if (err.kind !== 'crash' && err.kind !== 'timeout') {
+    return { message: text(err), kind: err.kind, unreadable: [] };
+  }
+  const unreadable: AnyTableRef[] = [];
+  try {
+    for (const ref of await kernel.tableNames()) {
+      const ours = ref.name === ownTable && (ref.family === 'ip' || ref.family === 'ip6');
+      if (!ours && !(await kernel.readable(ref))) unreadable.push(ref);
+    }
+  } catch {
+    // The diagnosis is a courtesy: without it the failure is still reported as it happened.
+  }
+  if (unreadable.length === 0) return { message: text(err), kind: err.kind, unreadable };
+  const names = unreadable.map((ref) => `${ref.family} ${ref.name}`).join(', ');
+  return {
+    message:
+      `${text(err)}: libnftables ${libnftablesVersion()} cannot read table ${names} (not ours), ` +
+      'likely written by a newer nftables: nothing can be written while it is there',
+    kind: err.kind,
+    unreadable,
+  };
+}

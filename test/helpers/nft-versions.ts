@@ -1,0 +1,89 @@
+// The nft userlands a cross-version test runs beside the agent: this machine's own nft, and the nft of
+// each root in IPMASQ_NFT_ROOTS (colon-separated; scripts/userland.sh sets it), run with chroot. Without
+// the variable, the root scripts/userland.sh caches for trixie is used when present. Under CI=true a
+// matrix of fewer than two versions is a failure, never a skip.
+import { existsSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { inNetns, type ExecResult, type TapTest } from './netns.js';
+
+export interface NftTool {
+  /** e.g. `1.0.6` */
+  readonly version: string;
+  /** The command before nft's own arguments: `['nft']` or `['chroot', ROOT, 'nft']`. */
+  readonly command: readonly string[];
+  /** Whether this is the userland the tests (and the agent under test) run in. */
+  readonly own: boolean;
+}
+
+const DEFAULT_ROOT = '/var/cache/ipmasq-agent/trixie';
+
+function versionOf(command: readonly string[]): string | undefined {
+  try {
+    const [cmd = 'nft', ...args] = command;
+    const out = execFileSync(cmd, [...args, '--version'], { encoding: 'utf8', timeout: 10_000 });
+    return /v(\d+\.\d+\.\d+)/.exec(out)?.[1];
+  } catch {
+    return undefined;
+  }
+}
+
+let cached: NftTool[] | undefined;
+
+/** Every nft userland reachable here, this one first; one per distinct version. */
+export function nftTools(): NftTool[] {
+  if (cached) return cached;
+  const configured = process.env.IPMASQ_NFT_ROOTS;
+  const roots = configured
+    ? configured.split(':').filter(Boolean)
+    : existsSync(`${DEFAULT_ROOT}/usr/sbin/nft`)
+      ? [DEFAULT_ROOT]
+      : [];
+  const candidates = [
+    { command: ['nft'], own: true },
+    ...roots.map((root) => ({ command: ['chroot', root, 'nft'], own: false })),
+  ];
+  const tools: NftTool[] = [];
+  for (const candidate of candidates) {
+    const version = versionOf(candidate.command);
+    if (version && !tools.some((tool) => tool.version === version))
+      tools.push({ ...candidate, version });
+  }
+  cached = tools;
+  return tools;
+}
+
+/**
+ * The matrix, or undefined (after a skip, or a failure under CI=true) when it has fewer than two
+ * versions to compare.
+ */
+export function requireMatrix(t: TapTest): NftTool[] | undefined {
+  const tools = nftTools();
+  if (tools.length >= 2) return tools;
+  const why =
+    `only nft ${tools.map((tool) => tool.version).join(', ') || '(none)'} here; ` +
+    'run scripts/userland.sh --root trixie (or set IPMASQ_NFT_ROOTS) for a second version';
+  if (process.env.CI === 'true') t.fail(`${why}; CI=true forbids skipping`);
+  else t.plan(0, why);
+  return undefined;
+}
+
+/** Runs this tool's nft in ns; rejects with its stderr when it fails (a crash included). */
+export function runNftTool(
+  ns: string,
+  tool: NftTool,
+  args: readonly string[],
+  input?: string,
+): Promise<ExecResult> {
+  const [cmd = 'nft', ...prefix] = tool.command;
+  return inNetns(ns, cmd, [...prefix, ...args], input === undefined ? {} : { input });
+}
+
+/** Whether this tool's `nft list ruleset` in ns exits 0: the cache fill that crashes old versions. */
+export async function listsRuleset(ns: string, tool: NftTool): Promise<boolean> {
+  try {
+    await runNftTool(ns, tool, ['list', 'ruleset']);
+    return true;
+  } catch {
+    return false;
+  }
+}
