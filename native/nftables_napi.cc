@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -87,6 +88,7 @@ Outcome RunScript(const std::string& script, bool dry_run, bool json, int timeou
   if (pipe2(fds, O_CLOEXEC) != 0)
     return {false, std::string("cannot start libnftables' process: pipe: ") + strerror(errno),
             "spawn"};
+  const pid_t parent = getpid();
   pid_t pid = fork();
   if (pid < 0) {
     int saved = errno;
@@ -104,6 +106,11 @@ Outcome RunScript(const std::string& script, bool dry_run, bool json, int timeou
     sigemptyset(&none);
     pthread_sigmask(SIG_SETMASK, &none, nullptr);
     close(fds[0]);
+    // Die with the agent: an orphan committing a stale script after a restarted agent wrote a newer
+    // one would undo it. (The death signal follows the forking thread, a pool thread that lives as
+    // long as the process.) The getppid() check closes the race with a parent already gone.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(4);
     Outcome outcome = RunScriptHere(script, dry_run, json);
     char status = outcome.ok ? '1' : '0';
     bool written =

@@ -30,6 +30,7 @@ const needs = [
   [() => has('iptables-nft'), 'iptables'],
   [() => has('clang-format'), 'clang-format'],
   [() => has('python3'), 'python3'],
+  [() => has('sysctl'), 'procps'], // the test topology sets forwarding and DAD per namespace
   [() => has('make') && has('g++'), 'build-essential'],
 ];
 const missing = needs.filter(([present]) => !present()).map(([, pkg]) => pkg);
@@ -62,10 +63,17 @@ if (mtime(join(root, 'node_modules/.package-lock.json')) < mtime(join(root, 'pac
   run('npm', ['ci', '--no-audit', '--no-fund']);
 }
 
+// Node's own headers, where they are on disk (Debian's libnode-dev, the official tarball's include/):
+// building against them means node-gyp never tries to download them, which an offline machine cannot.
+const nodePrefix = dirname(dirname(process.execPath));
+const nodedir = [nodePrefix, '/usr', '/usr/local'].find((dir) =>
+  existsSync(join(dir, 'include/node/node_api.h')),
+);
+
 const addon = join(root, 'build/Release/nftables_napi.node');
 if (mtime(addon) < Math.max(newest('native'), mtime(join(root, 'binding.gyp')))) {
   console.error('setup: building the nftables_napi addon');
-  run('npx', ['--no-install', 'node-gyp', 'rebuild']);
+  run('npx', ['--no-install', 'node-gyp', 'rebuild', ...(nodedir ? [`--nodedir=${nodedir}`] : [])]);
 }
 
 const built = join(root, 'dist/cli.js');

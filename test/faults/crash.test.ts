@@ -1,6 +1,6 @@
 // kill -9 in the middle of a 100 000-CIDR write (CONTRACT §5: one transaction, old or new, never a
-// mix), then a restart that converges. The kill is timed from outside: the agent opens a netlink
-// socket per libnftables call, and the write is the first one after a config change that stays
+// mix), then a restart that converges. The kill is timed from outside: the agent's libnftables
+// process (forked per call, killed with the agent) opens a netlink socket per call, and the write is the first one after a config change that stays
 // open for long (generation-id reads take microseconds), so a kill 100 ms into it lands mid-write.
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import t from 'tap';
@@ -20,18 +20,44 @@ import {
 
 const OLD = 1_000;
 const NEW = 100_000;
-// How long into the write each kill comes: early, middle, late (a write takes about 0.8 s here).
-const KILL_AFTER_MS = [100, 400, 700];
+// How long into the write each kill comes: early, middle, late (a write takes about 0.55 s here).
+const KILL_AFTER_MS = [100, 250, 400];
+
+/** The process and its children: libnftables runs in a child the addon forks for each call. */
+function processAndChildren(pid: number): number[] {
+  const pids = [pid];
+  try {
+    for (const tid of readdirSync(`/proc/${pid}/task`)) {
+      const children = readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').trim();
+      if (children) pids.push(...children.split(/\s+/).map(Number));
+    }
+  } catch {
+    // exited meanwhile
+  }
+  return pids;
+}
+
+/** Whether pid runs: not gone, and not a zombie waiting for its new parent to reap it. */
+function isRunning(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return !/^[ZX]/.test(stat.slice(stat.lastIndexOf(')') + 2));
+  } catch {
+    return false;
+  }
+}
 
 function socketInodes(pid: number): Set<string> {
   const inodes = new Set<string>();
-  for (const fd of readdirSync(`/proc/${pid}/fd`)) {
+  for (const member of processAndChildren(pid)) {
     try {
-      const target = readlinkSync(`/proc/${pid}/fd/${fd}`);
-      const inode = /^socket:\[(\d+)\]$/.exec(target)?.[1];
-      if (inode) inodes.add(inode);
+      for (const fd of readdirSync(`/proc/${member}/fd`)) {
+        const target = readlinkSync(`/proc/${member}/fd/${fd}`);
+        const inode = /^socket:\[(\d+)\]$/.exec(target)?.[1];
+        if (inode) inodes.add(inode);
+      }
     } catch {
-      // closed meanwhile
+      // closed or exited meanwhile
     }
   }
   return inodes;
@@ -106,8 +132,20 @@ if (requireRoot(t)) {
         const before = await generation(node);
         writeConfig(node, newConfig);
         const age = await untilLongNetlinkCall(pid, heldMs, 15_000);
+        const libnftablesProcesses = processAndChildren(pid).slice(1);
         running.child.kill('SIGKILL');
         await running.exited;
+        // An orphan could commit its stale script after a restarted agent wrote a newer one.
+        await waitFor(
+          'the libnftables process to die with the agent',
+          () => (libnftablesProcesses.every((child) => !isRunning(child)) ? true : undefined),
+          150,
+          10,
+        );
+        t.ok(
+          libnftablesProcesses.length > 0,
+          'the write ran in a libnftables process, gone with the agent',
+        );
         const count = await elementCount(node);
         const after = await generation(node);
         const outcome = count === oldCount ? 'old' : count === newCount ? 'new' : `PART (${count})`;
