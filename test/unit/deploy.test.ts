@@ -284,44 +284,71 @@ function copyParts(args: string): { from?: string; sources: string[]; dest: stri
   return { from, sources: paths.slice(0, -1), dest: paths.at(-1) ?? '' };
 }
 
-t.test('the Dockerfile builds on a maintained Node LTS and runs the agent', async (t) => {
-  const [build, runtime, ...extra] = stages();
-  t.same(extra, [], 'two stages');
-  t.match(build?.[0]?.args, /^node:22-bookworm\s+AS\s+build$/i);
-  t.match(runtime?.[0]?.args, /^node:22-bookworm-slim$/);
-  for (const stage of [build, runtime]) {
-    const major = Number(/^node:(\d+)/.exec(stage?.[0]?.args ?? '')?.[1]);
-    // Even majors become LTS; 20 reached end of life in April 2026.
-    t.ok(major >= 22 && major % 2 === 0, `node ${major} is a maintained LTS line`);
-  }
+t.test(
+  'the Dockerfile builds on a maintained Node LTS and Debian 13, and runs the agent',
+  async (t) => {
+    t.notMatch(
+      readFileSync(join(root, 'deploy', 'Dockerfile'), 'utf8'),
+      /^#\s*syntax=/m,
+      'no syntax directive (it makes BuildKit fetch a frontend: offline builds break)',
+    );
+    const [build, runtimeRoot, runtime, ...extra] = stages();
+    t.same(extra, [], 'three stages');
+    t.match(build?.[0]?.args, /^node:22-trixie\s+AS\s+build$/i);
+    t.match(runtimeRoot?.[0]?.args, /^node:22-trixie-slim\s+AS\s+runtime-root$/i);
+    for (const stage of [build, runtimeRoot]) {
+      const major = Number(/^node:(\d+)/.exec(stage?.[0]?.args ?? '')?.[1]);
+      // Even majors become LTS; 20 reached end of life in April 2026.
+      t.ok(major >= 22 && major % 2 === 0, `node ${major} is a maintained LTS line`);
+    }
+    // The final image is the runtime root copied whole, so what that stage removed takes no layer.
+    t.equal(runtime?.[0]?.args, 'scratch');
+    const copies = (runtime ?? [])
+      .filter((i) => i.keyword === 'COPY')
+      .map((i) => copyParts(i.args));
+    t.same(copies, [{ from: 'runtime-root', sources: ['/'], dest: '/' }]);
 
-  const buildRuns = (build ?? []).filter((i) => i.keyword === 'RUN').map((i) => i.args);
-  const buildText = buildRuns.join('\n');
-  t.match(buildText, /apt-get install[^\n]*\blibnftables-dev\b/);
-  t.match(buildText, /\bnpm ci\b/);
-  t.match(buildText, /node-gyp rebuild/);
-  t.match(buildText, /tsc -p tsconfig\.build\.json/);
-  t.match(buildText, /npm prune --omit=dev/);
+    const buildRuns = (build ?? []).filter((i) => i.keyword === 'RUN').map((i) => i.args);
+    const buildText = buildRuns.join('\n');
+    t.match(buildText, /apt-get install[^\n]*\blibnftables-dev\b/);
+    t.match(buildText, /\bnpm ci\b/);
+    t.match(buildText, /node-gyp rebuild/);
+    t.match(buildText, /tsc -p tsconfig\.build\.json/);
+    t.match(buildText, /npm prune --omit=dev/);
 
-  const runtimeRuns = (runtime ?? []).filter((i) => i.keyword === 'RUN').map((i) => i.args);
-  const installed = runtimeRuns
-    .flatMap((r) => [...r.matchAll(/apt-get install ([^&|;]*)/g)])
-    .flatMap((m) => (m[1] ?? '').split(/\s+/))
-    .filter((w) => w !== '' && !w.startsWith('-'));
-  t.same(installed, ['libnftables1'], 'the runtime adds only the shared library');
+    const runtimeRuns = (runtimeRoot ?? []).filter((i) => i.keyword === 'RUN').map((i) => i.args);
+    const installed = runtimeRuns
+      .flatMap((r) => [...r.matchAll(/apt-get install ([^&|;]*)/g)])
+      .flatMap((m) => (m[1] ?? '').split(/\s+/))
+      .filter((w) => w !== '' && !w.startsWith('-'));
+    t.same(installed, ['libnftables1'], 'the runtime adds only the shared library');
+    const removed = runtimeRuns.join('\n');
+    for (const path of [
+      '/usr/local/lib/node_modules',
+      '/usr/local/include/node',
+      '/usr/local/bin/npm',
+      '/usr/local/bin/corepack',
+    ]) {
+      t.ok(removed.includes(path), `the runtime root removes ${path}`);
+    }
 
-  const entrypoint = (runtime ?? []).find((i) => i.keyword === 'ENTRYPOINT');
-  t.same(JSON.parse(entrypoint?.args ?? 'null'), ['ipmasq-agent'], 'exec-form ENTRYPOINT');
-  t.match(
-    runtimeRuns.join('\n'),
-    /ln -s \/app\/bin\/ipmasq-agent\.js \/usr\/local\/bin\/ipmasq-agent/,
-  );
-  const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
-    bin: Record<string, string>;
-  };
-  t.equal(pkg.bin['ipmasq-agent'], 'bin/ipmasq-agent.js', 'the symlink target is the package bin');
-  t.ok(statSync(join(root, 'bin', 'ipmasq-agent.js')).mode & 0o111, 'the bin script is executable');
-});
+    const entrypoint = (runtime ?? []).find((i) => i.keyword === 'ENTRYPOINT');
+    t.same(JSON.parse(entrypoint?.args ?? 'null'), ['ipmasq-agent'], 'exec-form ENTRYPOINT');
+    t.match(removed, /ln -s \/app\/bin\/ipmasq-agent\.js \/usr\/local\/bin\/ipmasq-agent/);
+    const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
+      bin: Record<string, string>;
+    };
+    t.equal(
+      pkg.bin['ipmasq-agent'],
+      'bin/ipmasq-agent.js',
+      'the symlink target is the package bin',
+    );
+    t.ok(
+      statSync(join(root, 'bin', 'ipmasq-agent.js')).mode & 0o111,
+      'the bin script is executable',
+    );
+  },
+);
 
 t.test('everything the Dockerfile copies exists and is not in .dockerignore', async (t) => {
   const ignored = readFileSync(join(root, '.dockerignore'), 'utf8')
