@@ -1,5 +1,5 @@
 // Reads --config: one file, or every regular `ip-masq*` file of a directory (ConfigMap volume layout).
-import { type Stats } from 'node:fs';
+import { constants, type Stats } from 'node:fs';
 import { open, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { buildConfig } from './build.js';
@@ -23,9 +23,13 @@ function tooLarge(bytes: number): ReadFailure {
   );
 }
 
-/** Reads at most MAX_CONFIG_BYTES + 1 bytes: a huge or growing file is refused, not slurped. */
-async function readBounded(file: string): Promise<string> {
-  const handle = await open(file, 'r');
+/**
+ * Reads at most MAX_CONFIG_BYTES + 1 bytes: a huge or growing file is refused, not slurped. Opened
+ * non-blocking and checked on the descriptor, never stat-then-open: a FIFO swapped in for the file
+ * would otherwise hold a pool thread in open() for good.
+ */
+export async function readBounded(file: string): Promise<string> {
+  const handle = await open(file, constants.O_RDONLY | constants.O_NONBLOCK);
   try {
     const info = await handle.stat();
     if (!info.isFile()) throw new ReadFailure('is not a regular file');

@@ -2,7 +2,7 @@
 // removed behind its back, the config deleted, unreadable or replaced by a FIFO. After each, the
 // kernel must hold the right ruleset again and the agent must still answer.
 import { execFileSync } from 'node:child_process';
-import { chmodSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import t from 'tap';
 import { httpGet, startAgent, waitFor, type RunningAgent } from '../helpers/agent.js';
 import { inNetns, requireRoot } from '../helpers/netns.js';
@@ -52,7 +52,7 @@ if (requireRoot(t)) {
       ],
       [
         'an element added by hand',
-        () => nft('add', 'element', 'ip', 'ipmasq', 'nonmasq', '{ 8.8.8.0/24 }'),
+        () => nft('add', 'element', 'ip', 'ipmasq', 'nonmasq', '{ 203.0.113.0/24 }'),
       ],
       ['the whole ruleset flushed', () => nft('flush', 'ruleset')],
     ];
@@ -157,8 +157,49 @@ if (requireRoot(t)) {
     },
   );
 
-  t.test('after all of it the agent is alive and quiet', async (t) => {
-    t.equal(agent.child.exitCode, null, 'still running');
-    t.equal(agent.stderr.join(''), '', 'nothing on stderr');
-  });
+  t.test(
+    'a FIFO and a file renamed over the config in turn: the agent never blocks, applies the last good file',
+    async (t) => {
+      const g = (await generation(node)) ?? 0;
+      const fifo = `${node.configFile}.fifo`;
+      const file = `${node.configFile}.next`;
+      for (let i = 0; i < 100; i++) {
+        if (i % 2 === 0) {
+          mkfifo(fifo);
+          renameSync(fifo, node.configFile);
+        } else {
+          writeFileSync(
+            file,
+            'nonMasqueradeCIDRs: [10.0.0.0/8, 198.18.0.0/15]\nresyncInterval: 1s\n',
+          );
+          renameSync(file, node.configFile);
+        }
+        await new Promise((r) => setTimeout(r, 20));
+      }
+      // The loop ends on a regular file (i = 99): it must be applied, however the swaps interleaved.
+      await untilGeneration(node, g + 1, 5_000);
+      await waitFor('the last file applied', async () =>
+        (await setElements(node, 'nonmasq')).join() === '10.0.0.0/8,169.254.0.0/16,198.18.0.0/15'
+          ? true
+          : undefined,
+      );
+      await new Promise((r) => setTimeout(r, 2_500)); // resyncs go on: nothing is stuck in open()
+      const health = await healthz();
+      t.equal(health.status, 200, 'healthy');
+      t.equal(health.body.configError, null);
+    },
+  );
+
+  t.test(
+    'after all of it the agent is alive and quiet, and SIGTERM ends it within 5 s',
+    async (t) => {
+      t.equal(agent.child.exitCode, null, 'still running');
+      t.equal(agent.stderr.join(''), '', 'nothing on stderr');
+      const started = Date.now();
+      agent.child.kill('SIGTERM');
+      const exit = await agent.exited;
+      t.same(exit, { code: 0, signal: null }, 'exit 0');
+      t.ok(Date.now() - started < 5_000, `exited after ${Date.now() - started} ms`);
+    },
+  );
 }
