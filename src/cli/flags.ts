@@ -1,6 +1,8 @@
 // Command-line flags (CONTRACT §2), parsed by hand because existing manifests use Go's flag syntax:
 // `-flag=value` and `-flag value` with one dash, `--flag` for booleans, and klog flags we must tolerate.
 import { isIPv4, isIPv6 } from 'node:net';
+import { BASE_CHAIN } from '../compile.js';
+import { nameProblem } from '../nftables/names.js';
 
 export interface PortRange {
   readonly first: number;
@@ -73,14 +75,17 @@ class HelpRequested extends FlagError {}
 
 type Draft = { -readonly [K in keyof AgentOptions]: AgentOptions[K] } & { modes: Mode[] };
 
-const namePattern = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
-
 function checkName(flag: string, value: string): string {
-  if (!namePattern.test(value)) {
-    throw new FlagError(
-      `--${flag}: ${JSON.stringify(value)} is not a valid name ` +
-        '(a letter, then up to 63 letters, digits, "_" or "-")',
-    );
+  const problem = nameProblem(value);
+  if (problem) throw new FlagError(`--${flag}: ${JSON.stringify(value)} is ${problem}`);
+  return value;
+}
+
+/** The base chain is called postrouting: the decision chain needs a name of its own. */
+function checkMasqChain(value: string): string {
+  checkName('masq-chain', value);
+  if (value === BASE_CHAIN) {
+    throw new FlagError(`--masq-chain: "${value}" is the name of the agent's base chain`);
   }
   return value;
 }
@@ -169,7 +174,7 @@ const valueFlags = new Map<string, (value: string, draft: Draft) => void>([
       draft.config = value;
     },
   ],
-  ['masq-chain', (value, draft) => (draft.masqChain = checkName('masq-chain', value))],
+  ['masq-chain', (value, draft) => (draft.masqChain = checkMasqChain(value))],
   ['table', (value, draft) => (draft.table = checkName('table', value))],
   ['to-ports', (value, draft) => (draft.toPorts = parsePortRanges(value))],
   ['listen', (value, draft) => (draft.listen = parseListen(value))],

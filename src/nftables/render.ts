@@ -1,14 +1,14 @@
 // Renders typed tables into nft script text. The nested block form is also what `nft list table`
 // prints, so the same text serves as the write and as the expectation a read-back is compared with.
+import { nameProblem } from './names.js';
 import type { Chain, Family, NamedSet, Table, TableRef } from './types.js';
-
-const NAME = /^[A-Za-z][A-Za-z0-9_-]{0,63}$/;
 
 /** Throws unless every name is a plain identifier and the comment cannot break out of its quotes. */
 export function validateTable(table: Table): void {
   const names = [table.name, ...table.sets.map((s) => s.name), ...table.chains.map((c) => c.name)];
   for (const name of names) {
-    if (!NAME.test(name)) throw new Error(`invalid nftables name ${JSON.stringify(name)}`);
+    const problem = nameProblem(name);
+    if (problem) throw new Error(`invalid nftables name ${JSON.stringify(name)}: ${problem}`);
   }
   if (!/^[A-Za-z0-9 .:_-]{0,128}$/.test(table.comment)) {
     throw new Error(`invalid table comment ${JSON.stringify(table.comment)}`);

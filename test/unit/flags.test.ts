@@ -248,6 +248,39 @@ t.test('names for --table and --masq-chain', async (t) => {
   }
 });
 
+t.test('nft keywords are refused as --table and --masq-chain names (exit 2)', async (t) => {
+  for (const flag of ['table', 'masq-chain']) {
+    for (const keyword of [
+      'ip',
+      'inet',
+      'table',
+      'add',
+      'counter',
+      'return',
+      'jump',
+      'accept',
+      'masquerade',
+      'typeof',
+      'meta',
+    ]) {
+      t.match(
+        failure([`--${flag}=${keyword}`]),
+        new RegExp(`--${flag}: "${keyword}" is an nftables keyword`),
+        keyword,
+      );
+    }
+    // Words nft takes as names: iptables-nft's own tables are called nat and filter.
+    for (const name of ['nat', 'filter', 'version', 'value', 'IP']) {
+      const parsed = options([`--${flag}=${name}`]);
+      t.equal(flag === 'table' ? parsed.table : parsed.masqChain, name, `${flag} ${name}`);
+    }
+  }
+  t.match(
+    failure(['--masq-chain=postrouting']),
+    /--masq-chain: "postrouting" is the name of the agent's base chain/,
+  );
+});
+
 t.test('--listen', async (t) => {
   const good: [string, { host: string; port: number }][] = [
     ['0.0.0.0:9410', { host: '0.0.0.0', port: 9410 }],
