@@ -8,11 +8,10 @@ import {
   runAgent,
 } from './agent.js';
 import { parseArgs, type AgentOptions } from './cli/flags.js';
-import { compile } from './compile.js';
+import { compile, tableOwner } from './compile.js';
+import { nftKernel } from './reconcile/kernel.js';
 import { loadConfig } from './config/index.js';
-import { NftError, runNft } from './nftables/addon.js';
 import { renderReplace } from './nftables/render.js';
-import { AgentMetrics } from './server/metrics.js';
 import { version } from './version.js';
 
 export { version };
@@ -51,20 +50,31 @@ async function once(options: AgentOptions, logger: Logger): Promise<number> {
   return status.configError === null ? 0 : 1;
 }
 
+/** --cleanup: deletes our ip/ip6 tables; a same-named table that is not ours is left, an error. */
 async function cleanup(options: AgentOptions, logger: Logger): Promise<number> {
+  let code = 0;
   for (const family of ['ip', 'ip6'] as const) {
+    const ref = { family, name: options.table };
     try {
-      await runNft(`delete table ${family} ${options.table}`);
+      const listing = await nftKernel.listTable(ref);
+      if (listing === null) continue;
+      if (tableOwner(listing).kind === 'foreign') {
+        logger.error(
+          { table: `${family} ${options.table}` },
+          'not deleted: the table is not ipmasq-agent\'s (no "ipmasq-agent generation" comment)',
+        );
+        code = 1;
+        continue;
+      }
+      await nftKernel.apply(`delete table ${family} ${options.table}`);
       logger.info({ table: `${family} ${options.table}` }, 'deleted');
     } catch (err) {
-      if (!(err instanceof NftError && err.isNotFound())) {
-        logger.error({ err }, `could not delete table ${family} ${options.table}`);
-        return 1;
-      }
+      logger.error({ err }, `could not delete table ${family} ${options.table}`);
+      return 1;
     }
   }
-  if (options.removeLegacyChain) await handleLegacyChain(options, logger, new AgentMetrics(), true);
-  return 0;
+  if (options.removeLegacyChain) await handleLegacyChain(options, logger, agentMetrics(), true);
+  return code;
 }
 
 export async function main(argv: readonly string[]): Promise<number | undefined> {

@@ -25,13 +25,24 @@ export function tableComment(generation: number, configHash: string): string {
   return `ipmasq-agent generation ${generation} config sha256:${configHash}`;
 }
 
-/** Reads the generation back from a listed table's comment; undefined when it is not ours. */
-export function parseTableComment(
-  listing: string,
-): { generation: number; hash: string } | undefined {
-  const match = /comment "ipmasq-agent generation (\d+) config sha256:([0-9a-f]*)"/.exec(listing);
-  if (!match?.[1] || match[2] === undefined) return undefined;
-  return { generation: Number(match[1]), hash: match[2] };
+/**
+ * Whose a listed table is, from its comment: `ours` when it reads exactly as tableComment writes it
+ * (a generation of at most 15 digits, a 64-digit hash); `corrupt` when it starts like ours but does
+ * not parse (a planted "generation 1e21"): ours to replace, counting from 1 again; `foreign` when
+ * it has no comment of ours at all: never touched (README, "Choices where the contract is silent").
+ */
+export type TableOwner =
+  | { readonly kind: 'ours'; readonly generation: number; readonly hash: string }
+  | { readonly kind: 'corrupt' }
+  | { readonly kind: 'foreign' };
+
+export function tableOwner(listing: string): TableOwner {
+  const exact =
+    /^\s*comment "ipmasq-agent generation ([1-9][0-9]{0,14}) config sha256:([0-9a-f]{64})"$/m.exec(
+      listing,
+    );
+  if (exact?.[1] && exact[2]) return { kind: 'ours', generation: Number(exact[1]), hash: exact[2] };
+  return /^\s*comment "ipmasq-agent/m.test(listing) ? { kind: 'corrupt' } : { kind: 'foreign' };
 }
 
 function integer(n: number, what: string): string {

@@ -2,10 +2,10 @@
 // moved, and write the whole tables in one transaction when they differ. CONTRACT §5 and §6.
 import type { Logger } from 'pino';
 import { Counter } from 'prom-client';
-import { compile, parseTableComment, type CompileOptions } from '../compile.js';
+import { compile, tableOwner, type CompileOptions, type TableOwner } from '../compile.js';
 import type { Config, LoadOptions, LoadResult } from '../config/types.js';
 import { normaliseListing, renderReplace, renderTable } from '../nftables/render.js';
-import type { Table, TableRef } from '../nftables/types.js';
+import type { Family, TableRef } from '../nftables/types.js';
 import type { AgentMetrics } from '../server/metrics.js';
 import type { AgentStatus } from '../server/index.js';
 import type { Kernel } from './kernel.js';
@@ -47,9 +47,8 @@ export class Reconciler {
   private kernelKey: string | undefined;
   /** Generation id of the namespace when the kernel was last known to hold kernelKey. */
   private kernelGenId: number | undefined;
-  /** Set when nft prints our tables differently from our renderer: compare with this instead. */
-  private observedListing: { key: string; listings: Map<string, string> } | undefined;
-  private rendererChecked = false;
+  /** Families whose table this process has written: ours even if its comment was changed. */
+  private readonly written = new Set<Family>();
   private largeSetWarned = false;
   private lastLoggedConfigError: string | undefined;
   private lastLoggedKernelError: string | undefined;
@@ -232,10 +231,13 @@ export class Reconciler {
     let drift = false;
     let stale: TableRef[] = [];
     if (!kernelUnmoved) {
-      const found = await this.timed('readMs', () => this.readTables(config));
+      const found = await this.timed('readMs', () => this.readTables());
       stale = found.stale;
-      if (found.matches) {
+      this.adoptGeneration(found.generation);
+      if (stale.length === 0 && this.holds(found.listings, config)) {
         this.kernelKey = key;
+        // The listings are at least as new as genId: if another commit came between, the id has
+        // moved past it and the next sync reads again.
         this.kernelGenId = genId;
         metrics.setGeneration(this.generation);
         this.setCounts(config);
@@ -250,73 +252,67 @@ export class Reconciler {
     const script = renderReplace(tables, stale);
     await this.timed('applyMs', () => kernel.apply(script));
     if (drift) metrics.incDriftRepairs();
+    for (const table of tables) this.written.add(table.family);
     this.generation = generation;
     this.kernelKey = key;
-    this.kernelGenId = await kernel.generationId().catch(() => undefined);
+    // "The kernel holds what we wrote at id G" only when G is provably our commit's: our one
+    // transaction moves the id by exactly one, so any other step means another commit came before
+    // or after ours, and the next sync reads the tables back instead of trusting them.
+    const after = await kernel.generationId().catch(() => undefined);
+    this.kernelGenId =
+      genId !== undefined && after !== undefined && after === (genId + 1) >>> 0 ? after : undefined;
     metrics.setGeneration(generation);
     this.setCounts(config);
-    if (!this.rendererChecked) await this.checkRenderer(tables, key);
     return true;
   }
 
-  /** Reads our tables back: do they hold `config` (at the generation they carry)? */
-  private async readTables(config: Config): Promise<{ matches: boolean; stale: TableRef[] }> {
-    const { kernel, compileOptions } = this.deps;
-    // ip6 is read even with IPv6 off: a table of ours left there by an earlier run is deleted.
-    const families: Table['family'][] = ['ip', 'ip6'];
-    const listings = new Map<string, string | null>();
-    for (const family of families) {
-      this.kernelReads.inc();
-      listings.set(family, await kernel.listTable({ family, name: compileOptions.table }));
-    }
-    const stale: TableRef[] =
-      !compileOptions.enableIPv6 && listings.get('ip6')
-        ? [{ family: 'ip6', name: compileOptions.table }]
-        : [];
-    // Adopt the generation a previous run left, so the count continues across restarts.
-    const ipListing = listings.get('ip');
-    const previous = ipListing ? parseTableComment(ipListing) : undefined;
-    if (previous && previous.generation > this.generation) this.generation = previous.generation;
-    const expected = compile(config, compileOptions, this.generation);
-    const key = contentKey(config, compileOptions);
-    const matches =
-      stale.length === 0 &&
-      expected.every((table) => {
-        const listing = listings.get(table.family);
-        if (!listing) return false;
-        const observed =
-          this.observedListing?.key === key
-            ? this.observedListing.listings.get(table.family)
-            : undefined;
-        const reference = observed
-          ? observed.replace(/generation \d+/, `generation ${this.generation}`)
-          : renderTable(table);
-        return normaliseListing(listing) === normaliseListing(reference);
-      });
-    return { matches, stale };
-  }
-
   /**
-   * Once per process, after a write: does nft print our tables exactly as we render them? If a
-   * version prints differently, remember its listing so resyncs do not see drift that is not there.
+   * Lists our tables (ip6 too with IPv6 off: a table of ours left there is deleted). A same-named
+   * table that is not ours is an error and left untouched, unless this process created it.
    */
-  private async checkRenderer(tables: readonly Table[], key: string): Promise<void> {
-    const differing = new Map<string, string>();
-    for (const table of tables) {
+  private async readTables(): Promise<{
+    listings: Map<Family, string | null>;
+    stale: TableRef[];
+    generation: number | undefined;
+  }> {
+    const { kernel, compileOptions } = this.deps;
+    const listings = new Map<Family, string | null>();
+    const owners = new Map<Family, TableOwner>();
+    for (const family of ['ip', 'ip6'] as const) {
       this.kernelReads.inc();
-      const listing = await this.deps.kernel.listTable(table);
-      if (listing && normaliseListing(listing) !== normaliseListing(renderTable(table))) {
-        differing.set(table.family, listing);
+      const listing = await kernel.listTable({ family, name: compileOptions.table });
+      listings.set(family, listing);
+      if (listing !== null) owners.set(family, tableOwner(listing));
+    }
+    const managed: readonly Family[] = compileOptions.enableIPv6 ? ['ip', 'ip6'] : ['ip'];
+    for (const family of managed) {
+      if (owners.get(family)?.kind === 'foreign' && !this.written.has(family)) {
+        throw new Error(
+          `table ${family} ${compileOptions.table} exists and is not ipmasq-agent's (no ` +
+            '"ipmasq-agent generation" comment): left untouched; choose another --table',
+        );
       }
     }
-    this.rendererChecked = true;
-    if (differing.size > 0) {
-      this.deps.logger.warn(
-        { families: [...differing.keys()] },
-        'nft lists our tables differently from how the agent renders them; drift checks compare with the listing',
-      );
-      this.observedListing = { key, listings: differing };
-    }
+    const ip6 = owners.get('ip6');
+    const stale: TableRef[] =
+      !compileOptions.enableIPv6 && ip6 && (ip6.kind !== 'foreign' || this.written.has('ip6'))
+        ? [{ family: 'ip6', name: compileOptions.table }]
+        : [];
+    const ip = owners.get('ip');
+    return { listings, stale, generation: ip?.kind === 'ours' ? ip.generation : undefined };
+  }
+
+  /** A restart continues the count from the generation our table carries. */
+  private adoptGeneration(found: number | undefined): void {
+    if (found !== undefined && found > this.generation) this.generation = found;
+  }
+
+  /** Whether the listings are exactly our rendering of `config` at the current generation. */
+  private holds(listings: ReadonlyMap<Family, string | null>, config: Config): boolean {
+    return compile(config, this.deps.compileOptions, this.generation).every((table) => {
+      const listing = listings.get(table.family);
+      return listing ? normaliseListing(listing) === normaliseListing(renderTable(table)) : false;
+    });
   }
 
   /** Counts of what the kernel now holds: called only once a write or a read-back confirmed it. */

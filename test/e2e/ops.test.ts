@@ -224,6 +224,26 @@ if (requireRoot(t)) {
     t.equal((await runCli(ns, ['--cleanup'])).code, 0, 'again, with nothing to delete');
   });
 
+  t.test(
+    "--table nat beside iptables-nft's nat tables: refused, and both left byte-for-byte",
+    async (t) => {
+      const ns = await freshNode();
+      for (const tool of ['iptables-nft', 'ip6tables-nft']) {
+        await inNetns(ns, tool, ['-t', 'nat', '-N', 'KUBE-SERVICES']);
+        await inNetns(ns, tool, ['-t', 'nat', '-A', 'PREROUTING', '-j', 'KUBE-SERVICES']);
+      }
+      const before = [await listTable(ns, 'ip', 'nat'), await listTable(ns, 'ip6', 'nat')];
+      t.match(before[0], /KUBE-SERVICES/);
+      const once = await runCli(ns, ['--once', '--table', 'nat', '--config', goodConfig]);
+      t.equal(once.code, 1, 'exit 1');
+      t.match(once.stdout, /table ip nat exists and is not ipmasq-agent's/);
+      const cleanup = await runCli(ns, ['--cleanup', '--table', 'nat']);
+      t.equal(cleanup.code, 1, '--cleanup refuses too');
+      t.match(cleanup.stdout, /not deleted: the table is not ipmasq-agent's/);
+      t.same([await listTable(ns, 'ip', 'nat'), await listTable(ns, 'ip6', 'nat')], before);
+    },
+  );
+
   t.test('without CAP_NET_ADMIN: /healthz 503, retries with backoff, no crash', async (t) => {
     const ns = await freshNode();
     const dropNetAdmin = ['setpriv', '--bounding-set=-net_admin', '--inh-caps=-net_admin'];

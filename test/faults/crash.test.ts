@@ -8,6 +8,8 @@ import { httpGet, startAgent, waitFor, type RunningAgent } from '../helpers/agen
 import { requireRoot } from '../helpers/netns.js';
 import {
   agentArgs,
+  isRunning,
+  processAndChildren,
   generation,
   makeNode,
   manyCidrsConfig,
@@ -21,31 +23,7 @@ import {
 const OLD = 1_000;
 const NEW = 100_000;
 // How long into the write each kill comes: early, middle, late (a write takes about 0.55 s here).
-const KILL_AFTER_MS = [100, 250, 400];
-
-/** The process and its children: libnftables runs in a child the addon forks for each call. */
-function processAndChildren(pid: number): number[] {
-  const pids = [pid];
-  try {
-    for (const tid of readdirSync(`/proc/${pid}/task`)) {
-      const children = readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').trim();
-      if (children) pids.push(...children.split(/\s+/).map(Number));
-    }
-  } catch {
-    // exited meanwhile
-  }
-  return pids;
-}
-
-/** Whether pid runs: not gone, and not a zombie waiting for its new parent to reap it. */
-function isRunning(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return !/^[ZX]/.test(stat.slice(stat.lastIndexOf(')') + 2));
-  } catch {
-    return false;
-  }
-}
+const KILL_AFTER_MS = [50, 150, 250];
 
 function socketInodes(pid: number): Set<string> {
   const inodes = new Set<string>();

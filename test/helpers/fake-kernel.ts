@@ -10,6 +10,8 @@ export class FakeKernel implements Kernel {
   reads = 0;
   applies: string[] = [];
   failWrites: Error | undefined;
+  /** Runs right after a commit, before the caller sees it returned: another tool's interleaving. */
+  afterCommit: (() => void) | undefined;
 
   private static key(ref: TableRef): string {
     return `${ref.family} ${ref.name}`;
@@ -63,6 +65,7 @@ export class FakeKernel implements Kernel {
     this.tables = next;
     this.applies.push(script);
     this.genId++;
+    this.afterCommit?.();
   }
 
   /** Another tool's commit: changes the generation id, and optionally our table. */

@@ -5,7 +5,7 @@ import t from 'tap';
 import {
   compile,
   masqueradeRules,
-  parseTableComment,
+  tableOwner,
   tableComment,
   type CompileOptions,
 } from '../../src/compile.js';
@@ -166,10 +166,27 @@ t.test('to-ports draws give each range its share of the ports', async (t) => {
   );
 });
 
-t.test('the table comment carries generation and hash, and parses back', async (t) => {
-  const listing = `table ip ipmasq {\n\tcomment "${tableComment(42, 'cd'.repeat(32))}"\n}`;
-  t.same(parseTableComment(listing), { generation: 42, hash: 'cd'.repeat(32) });
-  t.equal(parseTableComment('table ip ipmasq {\n}'), undefined);
+t.test('the table comment carries generation and hash, and parses back strictly', async (t) => {
+  const listed = (comment: string) => `table ip ipmasq {\n\tcomment "${comment}"\n}`;
+  const hash = 'cd'.repeat(32);
+  t.same(tableOwner(listed(tableComment(42, hash))), { kind: 'ours', generation: 42, hash });
+  t.same(tableOwner(listed(tableComment(999_999_999_999_999, hash))), {
+    kind: 'ours',
+    generation: 999_999_999_999_999,
+    hash,
+  });
+  for (const planted of [
+    `ipmasq-agent generation 1000000000000000000000 config sha256:${hash}`,
+    `ipmasq-agent generation 1e21 config sha256:${hash}`,
+    `ipmasq-agent generation 0 config sha256:${hash}`,
+    `ipmasq-agent generation 007 config sha256:${hash}`,
+    `ipmasq-agent generation 3 config sha256:abc`,
+    'ipmasq-agent',
+  ]) {
+    t.same(tableOwner(listed(planted)), { kind: 'corrupt' }, planted);
+  }
+  t.same(tableOwner('table ip nat {\n\tchain POSTROUTING {\n\t}\n}'), { kind: 'foreign' });
+  t.same(tableOwner(listed('made by hand')), { kind: 'foreign' });
 });
 
 t.test('a full-length prefix is written as nft prints it, a bare address', async (t) => {

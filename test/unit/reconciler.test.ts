@@ -199,9 +199,11 @@ t.test('a failed write is an error outcome and unhealthy; the next success recov
   t.equal(reconciler.status(true).generation, 1);
 });
 
+const ourComment = `\tcomment "ipmasq-agent generation 4 config sha256:${'ab'.repeat(32)}"`;
+
 t.test('with IPv6 off, a stale ip6 table of ours is deleted in the same transaction', async (t) => {
   const kernel = new FakeKernel();
-  kernel.tables.set('ip6 ipmasq', 'table ip6 ipmasq {\n}\n');
+  kernel.tables.set('ip6 ipmasq', `table ip6 ipmasq {\n${ourComment}\n}\n`);
   const { reconciler } = setup(kernel);
   await reconciler.sync();
   t.notOk(kernel.tables.has('ip6 ipmasq'));
@@ -316,5 +318,51 @@ t.test(
       'nftables: Error: Could not process rule: Operation not permitted',
     );
     t.equal(await metric('ipmasq_libnftables_failures_total', { kind: 'error' }), 1);
+  },
+);
+
+t.test('a same-named table that is not ours is an error and left untouched', async (t) => {
+  const kernel = new FakeKernel();
+  const theirs = 'table ip ipmasq {\n\tchain POSTROUTING {\n\t}\n}\n';
+  kernel.tables.set('ip ipmasq', theirs);
+  kernel.tables.set('ip6 ipmasq', 'table ip6 ipmasq {\n}\n');
+  const { reconciler } = setup(kernel);
+  t.equal((await reconciler.sync()).ok, false);
+  t.match(reconciler.status(true).lastError, /table ip ipmasq exists and is not ipmasq-agent's/);
+  t.same(kernel.applies, [], 'nothing written');
+  t.equal(kernel.tables.get('ip ipmasq'), theirs);
+  t.ok(kernel.tables.has('ip6 ipmasq'), 'a foreign ip6 table is not "stale" either');
+});
+
+t.test('a table with a planted, unparsable comment is replaced, counting from 1', async (t) => {
+  const kernel = new FakeKernel();
+  const planted = `\tcomment "ipmasq-agent generation 1000000000000000000000 config sha256:${'ab'.repeat(32)}"`;
+  kernel.tables.set('ip ipmasq', `table ip ipmasq {\n${planted}\n}\n`);
+  const { reconciler } = setup(kernel);
+  t.same(await reconciler.sync(), { ok: true });
+  t.equal(reconciler.status(true).generation, 1);
+  t.match(kernel.tables.get('ip ipmasq'), /generation 1 config/);
+  t.same(await reconciler.sync(), { ok: true }, 'and it stays repaired');
+});
+
+t.test(
+  'a commit by someone else right after ours is not taken for ours: the next sync reads and repairs',
+  async (t) => {
+    const kernel = new FakeKernel();
+    const { reconciler, metric } = setup(kernel);
+    // The interleaving of a stopped agent: our commit, then another tool's, before we read the id.
+    kernel.afterCommit = () => {
+      kernel.afterCommit = undefined;
+      kernel.tamper(ip, (listing) =>
+        listing.replace('elements = { ', 'elements = { 198.51.100.0/24, '),
+      );
+    };
+    await reconciler.sync();
+    t.match(kernel.tables.get('ip ipmasq'), /198\.51\.100\.0\/24/, 'the foreign element landed');
+    const reads = kernel.reads;
+    await reconciler.sync();
+    t.ok(kernel.reads > reads, 'the next sync read the table back');
+    t.notMatch(kernel.tables.get('ip ipmasq'), /198\.51\.100\.0\/24/, 'and repaired it');
+    t.equal(await metric('ipmasq_drift_repairs_total'), 1);
   },
 );

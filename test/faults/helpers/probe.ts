@@ -101,3 +101,27 @@ export function manyCidrsConfig(count: number, resyncInterval = '60s'): string {
   lines.push(`cidrLimit: ${count}`, `resyncInterval: ${resyncInterval}`, '');
   return lines.join('\n');
 }
+
+/** The process and its children: libnftables runs in a child the addon forks for each call. */
+export function processAndChildren(pid: number): number[] {
+  const pids = [pid];
+  try {
+    for (const tid of readdirSync(`/proc/${pid}/task`)) {
+      const children = readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').trim();
+      if (children) pids.push(...children.split(/\s+/).map(Number));
+    }
+  } catch {
+    // exited meanwhile
+  }
+  return pids;
+}
+
+/** Whether pid runs: not gone, and not a zombie waiting for its new parent to reap it. */
+export function isRunning(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return !/^[ZX]/.test(stat.slice(stat.lastIndexOf(')') + 2));
+  } catch {
+    return false;
+  }
+}
