@@ -173,7 +173,13 @@ export function parseFragment(text: string, file: string, options: LoadOptions):
   const document = parsed.value;
   if (document === null || document === undefined) return { ok: true, fragment, warnings };
   if (!(document instanceof Map)) {
-    const message = `expected a mapping of keys such as nonMasqueradeCIDRs, got ${describe(document)}`;
+    // A file that is not a mapping may be anything the path points at (a symlink to
+    // /proc/self/environ): say what it is, never what it holds.
+    const got =
+      typeof document === 'string'
+        ? `a string of ${document.length} characters (not shown)`
+        : describe(document);
+    const message = `expected a mapping of keys such as nonMasqueradeCIDRs, got ${got}`;
     return { ok: false, error: new ConfigError(file, message), warnings };
   }
   try {

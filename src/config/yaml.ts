@@ -2,19 +2,123 @@
 // so plain block lists of CIDR-looking items are cut out and parsed by hand when the whole document
 // is made of single-line constructs only; anything else goes to the full parser unchanged.
 import { parseDocument } from 'yaml';
-import { escapeUnprintable } from '../cidr/index.js';
+import { escapeUnprintable, quote } from '../cidr/index.js';
 
 /** A parser's message may quote the input: keep it printable and short. */
 function reasonText(message: string): string {
   return escapeUnprintable(message.length > 300 ? `${message.slice(0, 300)}…` : message);
 }
 
-/** yaml's first line holds the reason and position; the rest is a source excerpt. */
+/**
+ * yaml's first line holds the reason and position; the rest is a source excerpt. A stack overflow's
+ * position depends on how deep the stack happened to be: reported without it, so that the same file
+ * gives the same error (and one log line) every time.
+ */
 function yamlReason(message: string): string {
-  return reasonText((message.split('\n')[0] as string).replace(/:$/, ''));
+  const first = (message.split('\n')[0] as string).replace(/:$/, '');
+  if (/Maximum call stack size exceeded/.test(first)) return 'nested too deeply for the parser';
+  return reasonText(first);
+}
+
+/**
+ * V8's JSON errors quote an excerpt of the input ("Unexpected token 'S', "{"a": SECRETVALU"... is
+ * not valid JSON"): the excerpt is dropped, the one-character token kept.
+ */
+function jsonReason(message: string): string {
+  return reasonText(
+    message.replace(/, ".*" is not valid JSON$|, ".*"\.\.\. is not valid JSON$/s, ''),
+  );
+}
+
+/**
+ * The first key given twice in the top-level object of valid JSON text: JSON.parse keeps the last
+ * silently, while YAML refuses duplicates, so JSON is held to the same rule. Only the top level
+ * matters: a config's values are lists and scalars.
+ */
+export function duplicateTopLevelKey(text: string): string | undefined {
+  const seen = new Set<string>();
+  let depth = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 34) {
+      const start = i;
+      for (i++; i < text.length && text.charCodeAt(i) !== 34; i++)
+        if (text.charCodeAt(i) === 92) i++;
+      if (depth !== 1) continue;
+      let next = i + 1;
+      while (next < text.length && /\s/.test(text.charAt(next))) next++;
+      if (text.charCodeAt(next) !== 58) continue; // a value, not a key
+      const key = JSON.parse(text.slice(start, i + 1)) as string;
+      if (seen.has(key)) return key;
+      seen.add(key);
+    } else if (c === 91 || c === 123) {
+      depth++;
+    } else if (c === 93 || c === 125) {
+      depth--;
+    }
+  }
+  return undefined;
 }
 
 export type ParsedText = { ok: true; value: unknown } | { ok: false; message: string };
+
+/** Deeper than this, `[`/`{` nesting is refused before parsing: a config needs two levels. */
+export const MAX_NESTING = 64;
+/** Longer than this, a line's block indentation (spaces and `- ? :` indicators) is refused. */
+export const MAX_INDENT = 512;
+
+/**
+ * Bounds nesting in one linear pass before any parser sees the text: the parsers recurse per level,
+ * and thousands of `[` overflow their stack and can take the whole process down with them (a fatal
+ * V8 error, not an exception). Quoted scalars and comments are skipped; `#` starts a comment only
+ * in YAML. The message names the line only, so the same file always gives the same error.
+ */
+export function nestingProblem(text: string, yaml: boolean): string | undefined {
+  let depth = 0;
+  let line = 1;
+  let lineStart = true;
+  let indent = 0;
+  let quote = 0; // the open quote's char code, or 0
+  let previous = 10; // "\n"
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 10) {
+      line++;
+      lineStart = true;
+      indent = 0;
+      previous = c;
+      continue;
+    }
+    if (lineStart) {
+      // spaces, and the block indicators "- ", "? ", ": " that open a nested node on the same line
+      if (c === 32 || ((c === 45 || c === 63 || c === 58) && text.charCodeAt(i + 1) === 32)) {
+        if (++indent > MAX_INDENT)
+          return `indented more than ${MAX_INDENT} columns at line ${line}`;
+        previous = c;
+        continue;
+      }
+      lineStart = false;
+    }
+    if (quote !== 0) {
+      if (c === 92 && quote === 34)
+        i++; // an escape in a double-quoted scalar
+      else if (c === quote) quote = 0;
+    } else if (c === 34 || c === 39) {
+      quote = c;
+    } else if (yaml && c === 35 && (previous === 32 || previous === 9 || previous === 10)) {
+      const end = text.indexOf('\n', i);
+      if (end < 0) break;
+      i = end - 1;
+    } else if (c === 91 || c === 123) {
+      if (++depth > MAX_NESTING)
+        return `nested more than ${MAX_NESTING} levels deep at line ${line}`;
+    } else if ((c === 93 || c === 125) && depth > 0) {
+      depth--;
+    }
+    previous = c;
+  }
+  return undefined;
+}
 
 // A column-0 key whose value is a single-line plain scalar or nothing, then an optional comment.
 const KEY_LINE = /^([A-Za-z][A-Za-z0-9_-]*):(?:[ ]+([^\s"'[\]{}|>&*!%@`#][^#]*?))?[ ]*(?:[ ]#.*)?$/;
@@ -88,19 +192,28 @@ export function parseYamlFast(text: string): ParsedText | undefined {
 }
 
 export function parseYaml(text: string): ParsedText {
+  const tooDeep = nestingProblem(text, true);
+  if (tooDeep) return { ok: false, message: `invalid YAML: ${tooDeep}` };
   return parseYamlFast(text) ?? parseYamlFull(text);
 }
 
 /** JSON when the first non-blank character is "{", as upstream; otherwise YAML 1.1. */
 export function parseConfigDocument(text: string): ParsedText {
   if (/^\s*\{/.test(text)) {
+    const tooDeep = nestingProblem(text, false);
+    if (tooDeep) return { ok: false, message: `invalid JSON: ${tooDeep}` };
+    let value: unknown;
     try {
-      const value: unknown = JSON.parse(text);
-      const map = value !== null && typeof value === 'object' && !Array.isArray(value);
-      return { ok: true, value: map ? new Map(Object.entries(value)) : value };
+      value = JSON.parse(text);
     } catch (err) {
-      return { ok: false, message: `invalid JSON: ${reasonText((err as Error).message)}` };
+      return { ok: false, message: `invalid JSON: ${jsonReason((err as Error).message)}` };
     }
+    const duplicate = duplicateTopLevelKey(text);
+    if (duplicate !== undefined) {
+      return { ok: false, message: `invalid JSON: the key ${quote(duplicate)} is given twice` };
+    }
+    const map = value !== null && typeof value === 'object' && !Array.isArray(value);
+    return { ok: true, value: map ? new Map(Object.entries(value as object)) : value };
   }
   return parseYaml(text);
 }

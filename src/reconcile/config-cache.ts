@@ -29,7 +29,18 @@ export async function configStamp(path: string): Promise<string> {
   return `dir|${stamps.join('|')}`;
 }
 
-/** Wraps a loader: while the stamp is unchanged, a valid result is returned again without reading. */
+/**
+ * A failure to read (errno: EACCES, EMFILE, …) may pass with the file unchanged, so it is tried again;
+ * a file that was read and found invalid stays invalid while its stamp is unchanged.
+ */
+function worthCaching(result: LoadResult): boolean {
+  return result.ok || !/: cannot be read: /.test(result.error.message);
+}
+
+/**
+ * Wraps a loader: while the stamp is unchanged, the last result is returned again without reading,
+ * an invalid one too (a pathological file is not parsed again at every resync).
+ */
 export function cachingLoader(load: Loader): Loader {
   let last: { path: string; options: LoadOptions; stamp: string; result: LoadResult } | undefined;
   return async (path, options) => {
@@ -37,8 +48,7 @@ export function cachingLoader(load: Loader): Loader {
     if (last && last.path === path && last.options === options && last.stamp === stamp)
       return last.result;
     const result = await load(path, options);
-    // An invalid result is read again next time: the error must not hide behind a stale stamp.
-    last = result.ok ? { path, options, stamp, result } : undefined;
+    last = worthCaching(result) ? { path, options, stamp, result } : undefined;
     return result;
   };
 }

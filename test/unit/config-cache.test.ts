@@ -12,7 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { loadConfig } from '../../src/config/index.js';
-import type { LoadOptions } from '../../src/config/types.js';
+import { ConfigError, type LoadOptions } from '../../src/config/types.js';
 import { cachingLoader } from '../../src/reconcile/config-cache.js';
 
 const options: LoadOptions = { enableIPv6: false, nomasqAllReservedRanges: false };
@@ -52,15 +52,35 @@ t.test('file: unchanged → no read; rewritten, renamed over, deleted → read',
   t.equal(reads(), 4, 'appeared');
 });
 
-t.test('an invalid result is never cached', async (t) => {
+t.test('an invalid file is parsed once while unchanged, and read again once changed', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'ipmasq-cache-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const file = join(dir, 'ip-masq-agent');
   writeFileSync(file, 'nonMasqueradeCIDRs: [10.0.0.1/8]\n');
   const { load, reads } = counted();
-  t.notOk((await load(file, options)).ok);
-  t.notOk((await load(file, options)).ok);
+  const first = await load(file, options);
+  t.notOk(first.ok);
+  t.equal(await load(file, options), first, 'the same failure, not parsed again');
+  t.equal(reads(), 1);
+  writeFileSync(`${file}.tmp`, 'nonMasqueradeCIDRs: [10.0.0.0/8]\n');
+  renameSync(`${file}.tmp`, file);
+  t.ok((await load(file, options)).ok, 'fixed');
   t.equal(reads(), 2);
+});
+
+t.test('a failure to read the file is tried again, file unchanged', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-cache-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const file = join(dir, 'ip-masq-agent');
+  writeFileSync(file, 'nonMasqueradeCIDRs: [10.0.0.0/8]\n');
+  let reads = 0;
+  const load = cachingLoader(async () => {
+    reads++;
+    return { ok: false, error: new ConfigError(file, 'cannot be read: EMFILE'), warnings: [] };
+  });
+  await load(file, options);
+  await load(file, options);
+  t.equal(reads, 2);
 });
 
 t.test('directory: a ConfigMap symlink swap and a new ip-masq file are seen', async (t) => {

@@ -194,7 +194,7 @@ t.test('document shapes', async (t) => {
     error(t, parse('- 10.0.0.0/8')),
     /^cfg: expected a mapping of keys such as nonMasqueradeCIDRs, got a list$/,
   );
-  t.match(error(t, parse('just text')), /got a string \("just text"\)/);
+  t.match(error(t, parse('just text')), /got a string of 9 characters \(not shown\)/);
   t.match(error(t, parse('42')), /got number 42/);
   t.match(error(t, parse('a: 1\n---\nb: 2')), /^cfg: invalid YAML: /, 'several documents');
   t.match(error(t, parse('[1, 2')), /^cfg: invalid YAML: /);
