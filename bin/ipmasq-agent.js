@@ -1,5 +1,9 @@
 #!/usr/bin/env node
-import { main } from '../dist/cli.js';
+// Signal handlers come first, before the agent's modules load (~100 ms): without them a SIGTERM or
+// SIGHUP in that time kills the process (src/signals.ts says what they do until the agent starts).
+const { installSignalHandlers } = await import('../dist/signals.js');
+installSignalHandlers();
+const { main } = await import('../dist/cli.js');
 
 main(process.argv.slice(2)).then(
   (code) => {

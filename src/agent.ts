@@ -3,6 +3,7 @@
 import type { Logger } from 'pino';
 import { loadConfigAdaptive } from './config/load-worker.js';
 import { libnftablesVersion } from './nftables/addon.js';
+import { handleSignals } from './signals.js';
 import { version } from './version.js';
 import type { AgentOptions } from './cli/flags.js';
 import { cachingLoader } from './reconcile/config-cache.js';
@@ -109,9 +110,23 @@ export function removingLegacyChainAfterSync(
 
 /** Runs until SIGTERM/SIGINT; then exits 0 within 5 s, leaving the tables in place. */
 export async function runAgent(options: AgentOptions, logger: Logger): Promise<void> {
+  // Signals first (src/signals.ts): a SIGTERM during the start ends it with exit 0 like any other,
+  // a SIGHUP before the runner exists is absorbed.
+  let runner: SyncRunner | undefined;
+  let stop: () => Promise<unknown> = async () => undefined;
+  let stopping = false;
+  const shutdown = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, 'shutting down; tables stay in place');
+    setTimeout(() => process.exit(0), SHUTDOWN_BUDGET_MS).unref();
+    void stop().then(() => process.exit(0));
+  };
+  handleSignals((signal) => (signal === 'SIGHUP' ? runner?.trigger('SIGHUP') : shutdown(signal)));
+
   const metrics = agentMetrics();
   const reconciler = makeReconciler(options, logger, metrics);
-  const runner = new SyncRunner({
+  const syncRunner = new SyncRunner({
     sync: removingLegacyChainAfterSync(
       () => reconciler.sync(),
       reconciler,
@@ -124,33 +139,28 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
     onError: (err) => logger.debug({ err }, 'sync failed; retrying with backoff'),
   });
   const server = await buildServer({
-    status: () => reconciler.status(runner.alive),
+    status: () => reconciler.status(syncRunner.alive),
     metrics,
     logger,
   });
+  stop = () => Promise.allSettled([syncRunner.stop(), server.close()]);
   await server.listen({ host: options.listen.host, port: options.listen.port });
+  if (stopping) return;
   logger.info(
     { listen: options.listen, config: options.config, table: options.table },
     'ipmasq-agent started',
   );
 
   await handleLegacyChain(options, logger, metrics, false);
+  if (stopping) return;
   // A ConfigMap swap or a rename-write is a burst of events within a few ms: 25 ms coalesces it.
-  const watcher = watchConfig(options.config, () => runner.trigger('config changed'), {
+  const watcher = watchConfig(options.config, () => syncRunner.trigger('config changed'), {
     debounceMs: 25,
   });
-  process.on('SIGHUP', () => runner.trigger('SIGHUP'));
-  runner.start();
-
-  let stopping = false;
-  const shutdown = (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    logger.info({ signal }, 'shutting down; tables stay in place');
-    setTimeout(() => process.exit(0), SHUTDOWN_BUDGET_MS).unref();
+  stop = () => {
     watcher.close();
-    void Promise.allSettled([runner.stop(), server.close()]).then(() => process.exit(0));
+    return Promise.allSettled([syncRunner.stop(), server.close()]);
   };
-  process.on('SIGTERM', () => shutdown('SIGTERM'));
-  process.on('SIGINT', () => shutdown('SIGINT'));
+  runner = syncRunner;
+  syncRunner.start();
 }

@@ -37,7 +37,7 @@ export function startAgent(
 ): RunningAgent {
   const child = spawn(
     'ip',
-    ['netns', 'exec', ns, ...wrapper, process.execPath, agentBin, ...args],
+    ['netns', 'exec', ns, ...withoutTap, ...wrapper, process.execPath, agentBin, ...args],
     {
       cwd: packageRoot,
       env: agentEnv(),
