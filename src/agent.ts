@@ -110,23 +110,9 @@ export function removingLegacyChainAfterSync(
 
 /** Runs until SIGTERM/SIGINT; then exits 0 within 5 s, leaving the tables in place. */
 export async function runAgent(options: AgentOptions, logger: Logger): Promise<void> {
-  // Signals first (src/signals.ts): a SIGTERM during the start ends it with exit 0 like any other,
-  // a SIGHUP before the runner exists is absorbed.
-  let runner: SyncRunner | undefined;
-  let stop: () => Promise<unknown> = async () => undefined;
-  let stopping = false;
-  const shutdown = (signal: string) => {
-    if (stopping) return;
-    stopping = true;
-    logger.info({ signal }, 'shutting down; tables stay in place');
-    setTimeout(() => process.exit(0), SHUTDOWN_BUDGET_MS).unref();
-    void stop().then(() => process.exit(0));
-  };
-  handleSignals((signal) => (signal === 'SIGHUP' ? runner?.trigger('SIGHUP') : shutdown(signal)));
-
   const metrics = agentMetrics();
   const reconciler = makeReconciler(options, logger, metrics);
-  const syncRunner = new SyncRunner({
+  const runner = new SyncRunner({
     sync: removingLegacyChainAfterSync(
       () => reconciler.sync(),
       reconciler,
@@ -138,12 +124,30 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
     // The reconciler logs each distinct failure once; every retry is still here at debug.
     onError: (err) => logger.debug({ err }, 'sync failed; retrying with backoff'),
   });
+
+  // Signals before any I/O (src/signals.ts): a SIGTERM during the start ends it with exit 0 like
+  // any other, a SIGHUP before the runner starts is absorbed (its first sync reads the config).
+  let started = false;
+  let stop: () => Promise<unknown> = async () => undefined;
+  let stopping = false;
+  const shutdown = (signal: string) => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, 'shutting down; tables stay in place');
+    setTimeout(() => process.exit(0), SHUTDOWN_BUDGET_MS).unref();
+    void stop().then(() => process.exit(0));
+  };
+  handleSignals((signal) => {
+    if (signal !== 'SIGHUP') shutdown(signal);
+    else if (started) runner.trigger('SIGHUP');
+  });
+
   const server = await buildServer({
-    status: () => reconciler.status(syncRunner.alive),
+    status: () => reconciler.status(runner.alive),
     metrics,
     logger,
   });
-  stop = () => Promise.allSettled([syncRunner.stop(), server.close()]);
+  stop = () => Promise.allSettled([runner.stop(), server.close()]);
   await server.listen({ host: options.listen.host, port: options.listen.port });
   if (stopping) return;
   logger.info(
@@ -154,13 +158,13 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   await handleLegacyChain(options, logger, metrics, false);
   if (stopping) return;
   // A ConfigMap swap or a rename-write is a burst of events within a few ms: 25 ms coalesces it.
-  const watcher = watchConfig(options.config, () => syncRunner.trigger('config changed'), {
+  const watcher = watchConfig(options.config, () => runner.trigger('config changed'), {
     debounceMs: 25,
   });
   stop = () => {
     watcher.close();
-    return Promise.allSettled([syncRunner.stop(), server.close()]);
+    return Promise.allSettled([runner.stop(), server.close()]);
   };
-  runner = syncRunner;
-  syncRunner.start();
+  started = true;
+  runner.start();
 }
