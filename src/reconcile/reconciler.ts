@@ -1,7 +1,6 @@
 // One sync: read the config, compile the desired tables, compare with the kernel when it may have
 // moved, and write the whole tables in one transaction when they differ. CONTRACT §5 and §6.
 import type { Logger } from 'pino';
-import { Counter } from 'prom-client';
 import { compile, tableOwner, type CompileOptions, type TableOwner } from '../compile.js';
 import type { Config, LoadOptions, LoadResult } from '../config/types.js';
 import { normaliseListing, renderReplace, renderTable } from '../nftables/render.js';
@@ -40,7 +39,6 @@ function errorText(err: unknown): string {
 
 export class Reconciler {
   private readonly deps: ReconcilerDeps;
-  private readonly kernelReads: Counter;
   private goodConfig: Config | undefined;
   private generation = 0;
   /** Content key of what we last wrote or found right in the kernel. */
@@ -65,11 +63,6 @@ export class Reconciler {
 
   constructor(deps: ReconcilerDeps) {
     this.deps = deps;
-    this.kernelReads = new Counter({
-      name: 'ipmasq_kernel_reads_total',
-      help: 'Read-backs of our tables from the kernel (skipped while the nftables generation id is unchanged)',
-      registers: [deps.metrics.registry],
-    });
   }
 
   get resyncIntervalMs(): number {
@@ -279,7 +272,7 @@ export class Reconciler {
     const listings = new Map<Family, string | null>();
     const owners = new Map<Family, TableOwner>();
     for (const family of ['ip', 'ip6'] as const) {
-      this.kernelReads.inc();
+      this.deps.metrics.incKernelReads();
       const listing = await kernel.listTable({ family, name: compileOptions.table });
       listings.set(family, listing);
       if (listing !== null) owners.set(family, tableOwner(listing));

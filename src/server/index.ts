@@ -94,7 +94,7 @@ function resolveOptions(opts: Partial<ServerOptions> | undefined): ServerOptions
     throw new ServerOptionsError('the server needs a status function returning AgentStatus');
   }
   // Duck-typed rather than instanceof so a second copy of this module (src vs dist) still works.
-  if (typeof opts.metrics?.registry?.metrics !== 'function') {
+  if (typeof opts.metrics?.exposition !== 'function') {
     throw new ServerOptionsError('the server needs an AgentMetrics instance');
   }
   return { status: opts.status, metrics: opts.metrics };
@@ -135,7 +135,7 @@ const agentServer: FastifyPluginAsync<ServerOptions> = async (app, opts) => {
   );
 
   app.get('/metrics', async (_request, reply) => {
-    const text = await metrics.registry.metrics();
+    const text = await metrics.exposition();
     return reply.type(metrics.registry.contentType).send(text);
   });
 
@@ -190,6 +190,16 @@ class ProbeLogController extends LogController {
   }
 }
 
+/** Kubelet and Prometheus need a handful of connections; a flood of idle ones must not pile up. */
+export const MAX_CONNECTIONS = 64;
+/** A request must arrive whole, and an idle keep-alive socket is closed, within 5 s. */
+const SERVER_LIMITS = {
+  connectionTimeout: 5_000,
+  requestTimeout: 5_000,
+  keepAliveTimeout: 5_000,
+  http: { headersTimeout: 5_000 },
+} as const;
+
 /** A server with the plugin registered; `logger` is a pino logger, or false for none. */
 export async function buildServer(
   opts: ServerOptions & { logger?: FastifyBaseLogger | false },
@@ -197,8 +207,11 @@ export async function buildServer(
   const { logger, ...pluginOptions } = opts;
   const logController = new ProbeLogController();
   const app: FastifyInstance = logger
-    ? Fastify({ loggerInstance: logger, logController })
-    : Fastify({ logger: false });
+    ? Fastify({ loggerInstance: logger, logController, ...SERVER_LIMITS })
+    : Fastify({ logger: false, ...SERVER_LIMITS });
+  // Connections past this are closed at once: idle or half-open sockets from probes and scrapers
+  // must never take the file descriptors the agent needs for its own work (netlink, libnftables).
+  app.server.maxConnections = MAX_CONNECTIONS;
   await app.register(agentServerPlugin, pluginOptions);
   return app;
 }

@@ -10,6 +10,9 @@ export interface BuildInfo {
 }
 
 const nftFailureKinds = ['error', 'crash', 'timeout', 'spawn'] as const;
+
+/** How stale the process_* and nodejs_* series of a cached exposition may be. */
+export const EXPOSITION_MAX_AGE_MS = 1_000;
 export type Family = 'ipv4' | 'ipv6';
 
 const syncResults: readonly SyncResult[] = ['applied', 'unchanged', 'error'];
@@ -33,6 +36,10 @@ export class AgentMetrics {
   private readonly legacyChainPresent: Gauge;
   private readonly largeSetWarning: Gauge;
   private readonly nftFailures: Counter<'kind'>;
+  private readonly kernelReads: Counter;
+  /** Moves on every change of the agent's own series: the cached exposition is then stale. */
+  private version = 0;
+  private cached: { version: number; at: number; text: Promise<string> } | undefined;
 
   constructor(build: BuildInfo = { version: 'unknown', libnftables: 'unknown' }) {
     const registry = new Registry();
@@ -94,6 +101,11 @@ export class AgentMetrics {
       registers,
     });
 
+    this.kernelReads = new Counter({
+      name: 'ipmasq_kernel_reads_total',
+      help: 'Read-backs of our tables from the kernel (skipped while the nftables generation id is unchanged)',
+      registers,
+    });
     this.nftFailures = new Counter({
       name: 'ipmasq_libnftables_failures_total',
       help: 'Syncs that failed inside libnftables, by how: error (it refused), crash (its process died), timeout (killed after the time limit), spawn (no process could be started).',
@@ -113,44 +125,76 @@ export class AgentMetrics {
     for (const family of families) this.nonMasqueradeCIDRs.set({ family }, 0);
   }
 
+  /**
+   * The text exposition. A scrape flood must not starve the probes of CPU: the text is rendered
+   * again only when one of the agent's series changed, or after EXPOSITION_MAX_AGE_MS for the
+   * process and runtime series, which only ever lag by that much.
+   */
+  exposition(now = Date.now()): Promise<string> {
+    const cached = this.cached;
+    if (cached && cached.version === this.version && now - cached.at < EXPOSITION_MAX_AGE_MS)
+      return cached.text;
+    const text = this.registry.metrics();
+    this.cached = { version: this.version, at: now, text };
+    text.catch(() => {
+      if (this.cached?.text === text) this.cached = undefined;
+    });
+    return text;
+  }
+
+  incKernelReads(): void {
+    this.version++;
+    this.kernelReads.inc();
+  }
+
   setGeneration(n: number): void {
+    this.version++;
     this.generation.set(n);
   }
 
   recordSync(result: SyncResult, seconds: number): void {
+    this.version++;
     this.syncs.inc({ result });
     this.syncDuration.observe(seconds);
   }
 
   setConfigValid(valid: boolean): void {
+    this.version++;
     this.configValid.set(valid ? 1 : 0);
   }
 
   incConfigErrors(): void {
+    this.version++;
     this.configErrors.inc();
   }
 
   incDriftRepairs(): void {
+    this.version++;
     this.driftRepairs.inc();
   }
 
   setNonMasqueradeCount(family: Family, n: number): void {
+    this.version++;
     this.nonMasqueradeCIDRs.set({ family }, n);
   }
 
   setLastSuccess(date: Date): void {
+    this.version++;
     this.lastSuccess.set(date.getTime() / 1000);
   }
 
   setLegacyChainPresent(present: boolean): void {
+    this.version++;
     this.legacyChainPresent.set(present ? 1 : 0);
   }
 
   incNftFailure(kind: (typeof nftFailureKinds)[number]): void {
+    this.version++;
     this.nftFailures.inc({ kind });
   }
 
   setLargeSetWarning(on: boolean): void {
+    this.version++;
     this.largeSetWarning.set(on ? 1 : 0);
   }
 }

@@ -1,15 +1,16 @@
 // Inputs that used to end the process or leak through /healthz (hardening round 2, items 2, 9, 11,
 // 12), given to the running agent: it stays up, keeps and repairs the last good ruleset, logs each
 // distinct error once, and never shows what the config path points at.
-import { rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import t from 'tap';
 import { httpGet, startAgent, waitFor } from '../helpers/agent.js';
-import { inNetns, requireRoot } from '../helpers/netns.js';
+import { inNetns, python, requireRoot } from '../helpers/netns.js';
 import {
   agentArgs,
   generation,
   makeNode,
   setElements,
+  sleep,
   untilGeneration,
   untilUp,
 } from './helpers/probe.js';
@@ -71,4 +72,54 @@ if (requireRoot(t)) {
       (await healthz()).body.configError === null ? true : undefined,
     );
   });
+}
+
+// Hardening round 2, item 6: half-open connections to the health port used to take every file
+// descriptor, and the next libnftables call aborted the process. The server now holds at most a
+// few dozen connections, each for at most 5 s.
+const HOLDER = `
+import socket, sys, time
+port, count, hold = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+held = []
+for _ in range(count):
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=1)
+        s.send(b"GET /healthz HTTP/1.1\\r\\nHost: x\\r\\n")  # headers never finished
+        held.append(s)
+    except OSError:
+        pass
+print(len(held), flush=True)
+time.sleep(hold)
+`;
+
+if (requireRoot(t)) {
+  t.test(
+    '400 half-open connections under a 256-descriptor limit: the agent still writes',
+    async (t) => {
+      const node = await makeNode(t, 'fdflood');
+      writeFileSync(node.configFile, GOOD);
+      const agent = startAgent(t, node.ns, agentArgs(node), ['prlimit', '--nofile=256:256']);
+      await untilGeneration(node, 1, 10_000);
+      await untilUp(node);
+      const flood = inNetns(node.ns, python, ['-c', HOLDER, String(node.port), '400', '8'], {
+        timeoutMs: 30_000,
+      });
+      await sleep(2_000); // the connections are open (or refused) by now
+      writeFileSync(
+        node.configFile,
+        'nonMasqueradeCIDRs: [10.0.0.0/8, 192.168.0.0/16]\nresyncInterval: 1s\n',
+      );
+      await untilGeneration(node, 2, 5_000);
+      t.same(await setElements(node, 'nonmasq'), [
+        '10.0.0.0/8',
+        '169.254.0.0/16',
+        '192.168.0.0/16',
+      ]);
+      const fds = readdirSync(`/proc/${agent.child.pid}/fd`).length;
+      t.ok(fds < 200, `${fds} descriptors open in the agent during the flood`);
+      await flood;
+      t.equal(agent.child.exitCode, null, 'still running');
+      t.equal((await httpGet(node.ns, node.port, '/healthz')).status, 200);
+    },
+  );
 }

@@ -225,3 +225,29 @@ t.test('the parser rejects what it should', async (t) => {
   const parsed = parseExposition('# TYPE a gauge\na{x="q\\"uote",y="2"} 1.5');
   t.same(parsed.get('a')?.samples, [{ name: 'a', labels: { x: 'q"uote', y: '2' }, value: 1.5 }]);
 });
+
+t.test(
+  'the exposition is rendered again only when an agent series changed, or after 1 s',
+  async (t) => {
+    const metrics = new AgentMetrics({ version: 'test', libnftables: '1.0.6' });
+    let renders = 0;
+    const render = metrics.registry.metrics.bind(metrics.registry);
+    metrics.registry.metrics = () => {
+      renders++;
+      return render();
+    };
+    const first = await metrics.exposition(1_000);
+    for (let i = 0; i < 100; i++) await metrics.exposition(1_500); // a scrape flood within the second
+    t.equal(renders, 1, 'one render for 101 scrapes');
+    metrics.incDriftRepairs();
+    const changed = await metrics.exposition(1_600);
+    t.equal(renders, 2, 'a changed series renders at once');
+    t.not(changed, first);
+    t.match(changed, /^ipmasq_drift_repairs_total 1$/m);
+    await metrics.exposition(2_599);
+    t.equal(renders, 2);
+    await metrics.exposition(2_600);
+    t.equal(renders, 3, 'process series refresh after 1 s');
+    t.match(changed, /^ipmasq_build_info\{version="test",libnftables="1\.0\.6",node="v\d+/m);
+  },
+);
