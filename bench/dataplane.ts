@@ -23,7 +23,7 @@ import {
 } from './scripts.js';
 
 const senderScript = join(dirname(fileURLToPath(import.meta.url)), 'sender.py');
-const DESTINATION = REMOTE_TARGETS_IPV4.publicA;
+const DESTINATION = REMOTE_TARGETS_IPV4.outsideDefaultsA;
 /** 10.9.0.0/24 is the 1 153rd /24 of scripts.cidrs(): exempt from that size on. */
 const EXEMPT_DESTINATION = REMOTE_TARGETS_IPV4.private10;
 const EXEMPT_FROM_SIZE = 1_153;

@@ -166,7 +166,7 @@ export function flowSection(r: BenchResults, largest: number): string {
     '## 2. Cost per new flow',
     '',
     'A python sender in the pod namespace sends one UDP datagram per new socket, each bound to its own source port (a new ' +
-      `conntrack entry and NAT decision per flow), to ${'8.8.4.4'} on the remote — not exempt, so every layout walks its whole ` +
+      `conntrack entry and NAT decision per flow), to ${'198.19.0.4'} on the remote — not exempt, so every layout walks its whole ` +
       'decision and masquerades. Batches sized to a few hundred ms; median of the batches\u2019 µs per flow. In brackets: minus ' +
       'a baseline with no NAT table in the node measured just before each cell ' +
       `(median ${fmt(f.baselineUs)} µs, from ${fmt(Math.min(...f.baselines))} to ${fmt(Math.max(...f.baselines))}). ` +

@@ -9,7 +9,7 @@ import { packageRoot } from '../test/helpers/netns.js';
 
 /**
  * `count` distinct /24s, every other one so nothing merges (variant 0 and 1 interleave, so
- * switching between them replaces every element). All lie in 10.0.0.0–13.x, never 8.8.4.4.
+ * switching between them replaces every element). All lie in 10.0.0.0–13.x, never the bench's destination 198.19.0.4.
  */
 export function cidrs(count: number, variant: 0 | 1 = 0): string[] {
   const list: string[] = [];

@@ -104,18 +104,18 @@ if (requireRoot(t)) {
     t.equal(metricValue(text, 'ipmasq_generation'), 1);
     t.equal(metricValue(text, 'ipmasq_config_valid'), 1);
     t.equal(metricValue(text, 'ipmasq_syncs_total{result="applied"}'), 1);
-    t.equal(await via(V4.publicA), 'node');
+    t.equal(await via(V4.outsideDefaultsA), 'node');
     t.equal(await via(V4.private10), 'pod');
   });
 
   t.test('a live update lands within 1 s of the write', async (t) => {
     const written = writeConfig(
-      'nonMasqueradeCIDRs: [10.0.0.0/8, 8.8.4.0/24]\nresyncInterval: 2s\n',
+      'nonMasqueradeCIDRs: [10.0.0.0/8, 198.19.0.0/24]\nresyncInterval: 2s\n',
     );
     await untilGeneration(2);
     const elapsed = Date.now() - written;
     t.ok(elapsed <= 1000, `applied ${elapsed} ms after the write`);
-    t.equal(await via(V4.publicA), 'pod');
+    t.equal(await via(V4.outsideDefaultsA), 'pod');
   });
 
   t.test('an invalid update keeps the old behaviour on the wire; the fix recovers', async (t) => {
@@ -131,7 +131,7 @@ if (requireRoot(t)) {
     t.equal(h.status, 200, 'healthy: the last good ruleset is in place');
     t.equal((await httpGet(ns, port, '/readyz')).status, 503);
     t.equal(await generation(), 2);
-    t.equal(await via(V4.publicA), 'pod', 'still the last good config');
+    t.equal(await via(V4.outsideDefaultsA), 'pod', 'still the last good config');
     t.equal(metricValue(await metrics(), 'ipmasq_config_valid'), 0);
     const errorLines = agent.logs.filter(
       (l) => l.level === 50 && /not aligned/.test(String(l.msg)),
@@ -139,7 +139,7 @@ if (requireRoot(t)) {
     t.equal(errorLines.length, 1, 'the error is logged once');
     writeConfig('nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 2s\n');
     await untilGeneration(3);
-    t.equal(await via(V4.publicA), 'node');
+    t.equal(await via(V4.outsideDefaultsA), 'node');
     await waitFor('ready', async () =>
       (await httpGet(ns, port, '/readyz')).status === 200 ? true : undefined,
     );
@@ -241,10 +241,10 @@ if (requireRoot(t)) {
     const g = (await generation()) ?? 0;
     agent.child.kill('SIGKILL');
     await agent.exited;
-    writeConfig('nonMasqueradeCIDRs: [10.0.0.0/8, 1.1.1.0/24]\nresyncInterval: 60s\n');
+    writeConfig('nonMasqueradeCIDRs: [10.0.0.0/8, 198.18.255.0/24]\nresyncInterval: 60s\n');
     agent = startAgent(root, ns, args);
     await untilGeneration(g + 1, 10_000);
-    t.equal(await via(V4.publicB), 'pod');
+    t.equal(await via(V4.outsideDefaultsB), 'pod');
   });
 
   t.test('SIGTERM: exit 0 within 5 s, tables left in place', async (t) => {

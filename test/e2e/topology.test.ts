@@ -56,14 +56,14 @@ t.test('harness topology', async (t) => {
   });
 
   await t.test('each probe is a new flow with its own source port', async (t) => {
-    const dst = REMOTE_TARGETS_IPV4.publicA;
+    const dst = REMOTE_TARGETS_IPV4.outsideDefaultsA;
     const seen = await probeSources(topo, [dst, dst, dst]);
     t.equal(new Set(seen.map((s) => s.port)).size, 3, JSON.stringify(seen));
   });
 
   await t.test('a masquerade rule in the node changes what the remote sees', async (t) => {
     await inNetns(topo.node, 'nft', ['-f', '-'], { input: MASQUERADE_OUTSIDE_PRIVATE });
-    const dsts = [REMOTE_TARGETS_IPV4.publicA, REMOTE_TARGETS_IPV4.private10];
+    const dsts = [REMOTE_TARGETS_IPV4.outsideDefaultsA, REMOTE_TARGETS_IPV4.private10];
     const dsts6 = [REMOTE_TARGETS_IPV6.documentation, REMOTE_TARGETS_IPV6.uniqueLocal];
     for (const proto of ['udp', 'tcp'] as const) {
       t.same(
@@ -82,7 +82,7 @@ t.test('harness topology', async (t) => {
   await t.test('removing the rule restores the pod address for new flows', async (t) => {
     await inNetns(topo.node, 'nft', ['delete table ip t; delete table ip6 t']);
     const seen = await probeSources(topo, [
-      REMOTE_TARGETS_IPV4.publicA,
+      REMOTE_TARGETS_IPV4.outsideDefaultsA,
       REMOTE_TARGETS_IPV6.documentation,
     ]);
     t.same(addresses(seen), [POD_IPV4, POD_IPV6]);
@@ -92,7 +92,7 @@ t.test('harness topology', async (t) => {
 t.test('an IPv4-only topology has no IPv6 on the pod', async (t) => {
   if (!requireRoot(t)) return;
   const topo = await makeTopology(t, { ipv6: false });
-  const [seen] = await probeSources(topo, [REMOTE_TARGETS_IPV4.publicB]);
+  const [seen] = await probeSources(topo, [REMOTE_TARGETS_IPV4.outsideDefaultsB]);
   t.equal(seen?.address, POD_IPV4);
   await t.rejects(
     probeSources(topo, [REMOTE_TARGETS_IPV6.documentation], 'udp', { attempts: 1, timeoutMs: 300 }),

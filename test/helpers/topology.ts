@@ -36,8 +36,12 @@ export const REMOTE_TARGETS_IPV4 = {
   testNet2: '198.51.100.7', // 198.51.100.0/24
   testNet3: '203.0.113.9', // 203.0.113.0/24
   classE: '240.0.0.1', // 240.0.0.0/4
-  publicA: '8.8.4.4',
-  publicB: '1.1.1.1',
+  // Not exempt by the default list (only --nomasq-all-reserved-ranges exempts 198.18.0.0/15):
+  // "an address nothing exempts" without ever naming a public host, even inside a namespace.
+  outsideDefaultsA: '198.19.0.4',
+  outsideDefaultsB: '198.18.255.1',
+  // Probed only by the --to-ports test: no earlier flow's conntrack entry can be reused for it.
+  outsideDefaultsPorts: '198.19.7.7',
 } as const;
 
 /** IPv6 destinations on the remote's lo (link-local fe80::/10 does not route, so none here). */
@@ -45,7 +49,7 @@ export const REMOTE_TARGETS_IPV6 = {
   uniqueLocal: 'fd12::1',
   documentation: '2001:db8:ff::1',
   remoteLink: REMOTE_IPV6,
-  public: '2001:4860:4860::8844',
+  uniqueLocalOther: 'fd34::1', // not exempt: no IPv6 CIDR in the default list
 } as const;
 
 export interface Topology {

@@ -172,8 +172,8 @@ t.test('error messages name the file, key, index, value and fix', async (t) => {
     '/etc/config/ip-masq-agent: nonMasqueradeCIDRs[3]: "10.0.0.1/8" is not aligned to its prefix (did you mean 10.0.0.0/8?)',
   );
   t.equal(
-    failed(t, parse('masqueradeCIDRs: ["8.8.8.8/24"]')),
-    '/etc/config/ip-masq-agent: masqueradeCIDRs[0]: "8.8.8.8/24" is not aligned to its prefix (did you mean 8.8.8.0/24?)',
+    failed(t, parse('masqueradeCIDRs: ["203.0.113.8/24"]')),
+    '/etc/config/ip-masq-agent: masqueradeCIDRs[0]: "203.0.113.8/24" is not aligned to its prefix (did you mean 203.0.113.0/24?)',
   );
   const v6 = failed(t, parse('nonMasqueradeCIDRs: [10.0.0.0/8, "fc00::/7"]', V4));
   t.equal(
