@@ -1,4 +1,4 @@
-// Times loadConfig on a 100 000-CIDR YAML config (the size FIELD-NOTES measures the kernel at).
+// Times loadConfig on a 100 000-CIDR YAML config (the largest size docs/bench.md measures).
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -1,4 +1,4 @@
-// Issue 7 measurement 2 and issue 9 measurement 8 (data path): cost per new flow through the node
+// The data path measurements of docs/bench.md: cost per new flow through the node
 // namespace, destination not exempt, with our table, the original agent's linear iptables-nft
 // chain, and concatenated-range variants of our table, against no NAT table at all.
 import { writeFile } from 'node:fs/promises';

@@ -1,4 +1,4 @@
-// Issue 7 measurements 3 and 5: what an idle resync costs the agent (CPU, kernel writes and reads)
+// What an idle resync costs the agent (CPU, kernel writes and reads)
 // and the agent's resident memory once settled, per config size.
 import { AgentSession } from './agent-session.js';
 import { CLOCK_TICKS, sleep, withScope } from './harness.js';

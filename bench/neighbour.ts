@@ -1,4 +1,4 @@
-// Issue 9, measurements 7 and 8 (neighbour side): what our table costs another nftables user — a
+// The neighbour side: what our table costs another nftables user — a
 // kube-proxy-like transaction with one flat `add element` — by set size and set layout.
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';

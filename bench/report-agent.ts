@@ -56,7 +56,7 @@ export function idleSection(r: BenchResults, largest: number): string {
           verdict((small?.cpuMsPerResync ?? Infinity) <= 5),
         ],
         [
-          `≤ 10 ms CPU per idle resync at ${n(largest)} (issue 9)`,
+          `≤ 10 ms CPU per idle resync at ${n(largest)}`,
           `${fmt(big?.cpuMsPerResync ?? Number.NaN)} ms`,
           verdict((big?.cpuMsPerResync ?? Infinity) <= 10),
         ],

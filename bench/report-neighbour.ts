@@ -1,4 +1,4 @@
-// The issue 9 half of docs/bench.md: what our set costs other nftables users, and whether a
+// The neighbour half of docs/bench.md: what our set costs other nftables users, and whether a
 // concatenated-range layout would remove that cost.
 import { OURS } from './dataplane.js';
 import { fmt, verdict } from './harness.js';
@@ -14,7 +14,7 @@ export function roundThreshold(crossAt: number): number {
 export function neighbourSection(r: BenchResults): string {
   const { ours, none, crossAt, addedCrossAt } = neighbourFigures(r);
   const lines = [
-    '## 7. Neighbour cost (issue 9)',
+    '## 7. Neighbour cost',
     '',
     'A kube-proxy-like `nft -f` on its own table `ip kp` — add/delete/add the table, two chains, a verdict map, a rule and ' +
       'one flat `add element` into its map — timed inside the namespace (median of ' +
@@ -124,7 +124,7 @@ export function layoutSection(r: BenchResults): string {
     ([layout, text]) => `\`${layout}\`:\n\n\`\`\`\n${text}\n\`\`\``,
   );
   return [
-    '## 8. Would another set layout remove the neighbour cost? (issue 9)',
+    '## 8. Would another set layout remove the neighbour cost?',
     '',
     'Hand-written variants of the agent\u2019s script: each set gets a second concatenated field holding its full range, so ' +
       'every packet matches it, and each lookup concatenates it (`ip daddr . meta l4proto @nonmasq`, `ip daddr . meta mark ' +

@@ -118,7 +118,7 @@ function chart(r: BenchResults): string {
         ],
       },
       {
-        title: "A neighbour's nft -f (issue 9)",
+        title: "A neighbour's nft -f",
         yLabel: 'ms (median)',
         series: [
           {

@@ -1,4 +1,4 @@
-// Issue 7, measurements 1 and 4: config write → kernel through the running agent, against bare
+// Config write → kernel through the running agent, against bare
 // `nft -f` of the same script and the original agent's iptables-nft-restore; /healthz latency
 // while the largest transaction applies.
 import { writeFile } from 'node:fs/promises';

@@ -1,5 +1,5 @@
 // Wires the long-running agent: config watcher and signals → runner → reconciler → kernel, with the
-// health/metrics server reading the reconciler's status. CONTRACT §6–§8.
+// health/metrics server reading the reconciler's status. README, "When it writes" and "HTTP".
 import type { Logger } from 'pino';
 import { loadConfigAdaptive } from './config/load-worker.js';
 import { libnftablesVersion } from './nftables/addon.js';

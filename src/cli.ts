@@ -1,4 +1,4 @@
-// Entry point: flags → one of the modes of CONTRACT §2.
+// Entry point: flags → one of the modes of README, "Flags".
 import { pino, type Logger } from 'pino';
 import {
   agentMetrics,

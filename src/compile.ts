@@ -1,4 +1,4 @@
-// Config + flags → the agent's desired tables (pure). CONTRACT §5.
+// Config + flags → the agent's desired tables (pure). README, "What it does".
 import type { Config } from './config/types.js';
 import type { Chain, Family, SetKey, Table } from './nftables/types.js';
 

@@ -1,4 +1,4 @@
-// Command-line flags (CONTRACT §2), parsed by hand because existing manifests use Go's flag syntax:
+// Command-line flags (README, "Flags"), parsed by hand because existing manifests use Go's flag syntax:
 // `-flag=value` and `-flag value` with one dash, `--flag` for booleans, and klog flags we must tolerate.
 import { isIPv4, isIPv6 } from 'node:net';
 import { BASE_CHAIN } from '../compile.js';
@@ -14,7 +14,7 @@ export type LogLevel = (typeof logLevels)[number];
 
 export type Mode = 'run' | 'once' | 'render' | 'cleanup' | 'version';
 
-/** `interval`: sets of addresses (CONTRACT §5). `concat`: address . protocol ranges (docs/bench.md §8). */
+/** `interval`: sets of addresses (README, "What it does"). `concat`: address . protocol ranges (docs/bench.md §8). */
 export const setLayouts = ['interval', 'concat'] as const;
 export type SetLayout = (typeof setLayouts)[number];
 

@@ -60,7 +60,7 @@ function hashOf(config: Omit<Config, 'hash' | 'sources'>): string {
 }
 
 /**
- * Merges files as CONTRACT section 4 says: lists unioned, booleans OR'd, the smallest resyncInterval
+ * Merges files as the README's "Configuration" says: lists unioned, booleans OR'd, the smallest resyncInterval
  * and the largest cidrLimit among the files that set them, the limit checked against all entries.
  * `origin` (the file or directory) names the config in errors that no single file causes.
  */

@@ -1,4 +1,4 @@
-// Config loading: file or directory -> validated, merged, frozen Config (CONTRACT sections 3 and 4).
+// Config loading: file or directory -> validated, merged, frozen Config (README, "Configuration").
 import { buildConfig } from './build.js';
 import { parseFragment } from './fragment.js';
 import type { Config, LoadOptions, LoadResult } from './types.js';

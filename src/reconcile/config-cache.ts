@@ -1,4 +1,4 @@
-// Resyncs re-read the config (CONTRACT §6), but parsing 100 000 CIDRs costs ~300 ms of CPU. A stat of
+// Resyncs re-read the config (README, "When it writes"), but parsing 100 000 CIDRs costs ~300 ms of CPU. A stat of
 // each file the loader would read is enough to know nothing changed; only then is the last result reused.
 import { readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';

@@ -1,4 +1,4 @@
-// The original agent's leftover chain in iptables-nft's `ip nat` table (CONTRACT §5, migration).
+// The original agent's leftover chain in iptables-nft's `ip nat` table (docs/migration.md).
 import { NftError, runNft } from '../nftables/addon.js';
 
 const NAT_TABLE = 'ip nat';

@@ -1,4 +1,4 @@
-// Turns a failed kernel call into the words an operator needs. When libnftables crashed or hung,
+// Turns a failed kernel call into the words an operator needs. When libnftables crashed,
 // the usual cause is an object it cannot parse that another tool wrote (README, "nftables
 // versions"): the tables are named over plain netlink and each foreign one is listed on its own,
 // each in its own libnftables process, to say which one it is.
@@ -10,7 +10,7 @@ export interface KernelFailure {
   readonly message: string;
   /** How libnftables failed, when it did; undefined for other errors. */
   readonly kind: NftError['kind'] | undefined;
-  /** Foreign tables libnftables cannot list (crashes or hangs on), when that was the cause. */
+  /** Foreign tables libnftables cannot list (crashes on), when that was the cause. */
   readonly unreadable: readonly AnyTableRef[];
 }
 
@@ -24,9 +24,8 @@ export async function describeKernelFailure(
   ownTable: string,
 ): Promise<KernelFailure> {
   if (!(err instanceof NftError)) return { message: text(err), kind: undefined, unreadable: [] };
-  if (err.kind !== 'crash' && err.kind !== 'timeout') {
-    return { message: text(err), kind: err.kind, unreadable: [] };
-  }
+  // Only a crash is diagnosed: after a hang, every probe could take the whole time limit again.
+  if (err.kind !== 'crash') return { message: text(err), kind: err.kind, unreadable: [] };
   const unreadable: AnyTableRef[] = [];
   try {
     for (const ref of await kernel.tableNames()) {

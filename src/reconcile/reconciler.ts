@@ -1,5 +1,5 @@
 // One sync: read the config, compile the desired tables, compare with the kernel when it may have
-// moved, and write the whole tables in one transaction when they differ. CONTRACT §5 and §6.
+// moved, and write the whole tables in one transaction when they differ. README, "What it does" and "When it writes".
 import type { Logger } from 'pino';
 import { compile, tableOwner, type CompileOptions, type TableOwner } from '../compile.js';
 import type { Config, LoadOptions, LoadResult } from '../config/types.js';
@@ -19,7 +19,7 @@ export interface ReconcilerDeps {
   readonly kernel: Kernel;
   readonly logger: Logger;
   readonly metrics: AgentMetrics;
-  /** Effective set size above which other nftables users are measurably slowed (issue 9). */
+  /** Effective set size above which other nftables users are measurably slowed. */
   readonly largeSetThreshold?: number;
 }
 

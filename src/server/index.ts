@@ -1,4 +1,4 @@
-// The health and metrics server (CONTRACT §7). It only reads: the agent hands it a status function
+// The health and metrics server (README, "HTTP"). It only reads: the agent hands it a status function
 // and its metrics, so a probe never waits on the sync loop or on libnftables.
 import Fastify, {
   LogController,

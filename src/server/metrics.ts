@@ -1,4 +1,4 @@
-// The agent's Prometheus series (CONTRACT §7). Each instance owns its Registry so that tests, and
+// The agent's Prometheus series (README, "HTTP"). Each instance owns its Registry so that tests, and
 // anything else sharing the process, never collide in prom-client's global one.
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 

@@ -1,4 +1,4 @@
-// The running agent in a node namespace (CONTRACT §6–§7): live reload, invalid config, drift repair,
+// The running agent in a node namespace (README, "When it writes" and "HTTP"): live reload, invalid config, drift repair,
 // SIGHUP, generation-gated resyncs, restarts, SIGTERM — checked in the kernel, on HTTP and on the wire.
 import { mkdtempSync, rmSync, writeFileSync, renameSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -1,4 +1,4 @@
-// Migration from the original agent (CONTRACT §5): its chain left in iptables-nft's `ip nat` is
+// Migration from the original agent (README, "What it does"): its chain left in iptables-nft's `ip nat` is
 // found and reported, left alone by default, and with --remove-legacy-chain deleted together with
 // exactly the POSTROUTING rule that jumps to it. The rules are made by iptables-nft, as the original
 // agent makes them, inside a namespace of the test's own.

@@ -1,4 +1,4 @@
-// The operations surface (CONTRACT §2, §6–§8): flags and exit codes, --render without privileges
+// The operations surface (README, "Flags", "When it writes" and "HTTP"): flags and exit codes, --render without privileges
 // or addon, --once, --cleanup, /healthz when kernel writes fail, /metrics, SIGINT and write logs.
 // Every agent runs in a namespace of its own, so a flag wrongly accepted cannot touch the host.
 import { execFile } from 'node:child_process';

@@ -1,4 +1,4 @@
-// CONTRACT §7: the server keeps answering while a 100 000-CIDR transaction is applied, because
+// README, "HTTP": the server keeps answering while a 100 000-CIDR transaction is applied, because
 // libnftables runs off the JavaScript thread. A client inside the namespace probes /healthz the way
 // the kubelet does (a new connection each time) before, during and after the write.
 import { spawn } from 'node:child_process';

@@ -1,4 +1,4 @@
-// CONTRACT §3–§5 on the wire: the agent applies a config (--once) in the node namespace, and the
+// README, "Configuration" and "What it does" on the wire: the agent applies a config (--once) in the node namespace, and the
 // remote reports which source each new flow from the pod arrived with.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -1,4 +1,4 @@
-// 500 config writes in 5 s (CONTRACT §6: applied within 1 s of the write): the kernel ends with
+// 500 config writes in 5 s (README, "When it writes": applied within 1 s of the write): the kernel ends with
 // the last one within 1 s of the last write, and the agent holds no more fds or memory after.
 import t from 'tap';
 import { startAgent } from '../helpers/agent.js';

@@ -1,4 +1,4 @@
-// kill -9 in the middle of a 100 000-CIDR write (CONTRACT §5: one transaction, old or new, never a
+// kill -9 in the middle of a 100 000-CIDR write (README, "What it does": one transaction, old or new, never a
 // mix), then a restart that converges. The kill is timed from outside: the agent's libnftables
 // process (forked per call, killed with the agent) opens a netlink socket per call, and the write is the first one after a config change that stays
 // open for long (generation-id reads take microseconds), so a kill 100 ms into it lands mid-write.

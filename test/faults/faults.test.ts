@@ -1,4 +1,4 @@
-// Faults around a running agent (CONTRACT §3, §6): its table, a set, a rule or the whole ruleset
+// Faults around a running agent (README, "Configuration" and "When it writes"): its table, a set, a rule or the whole ruleset
 // removed behind its back, the config deleted, unreadable or replaced by a FIFO. After each, the
 // kernel must hold the right ruleset again and the agent must still answer.
 import { execFileSync } from 'node:child_process';

@@ -1,4 +1,4 @@
-// Config strings that carry nft syntax (CONTRACT §5: no config text reaches nftables as written)
+// Config strings that carry nft syntax (README, "What it does": no config text reaches nftables as written)
 // are refused by `--once` and by the running agent; another owner's table stays byte-for-byte
 // the same and ours keeps the last good config.
 import t from 'tap';

@@ -1,4 +1,4 @@
-// Fuzz of the config reader (CONTRACT §3, §5 "no CIDR text reaches nftables as written"): 10 000+
+// Fuzz of the config reader (README, "Configuration" and "What it does" "no CIDR text reaches nftables as written"): 10 000+
 // generated files, text and bytes. Each either gives exactly one ConfigError naming the file, or a
 // config whose CIDRs are the formatter's own output and whose rendered script has the fixed shape
 // of ours with only those addresses in it.

@@ -1,4 +1,4 @@
-// Directory mode (CONTRACT section 4) and file reading limits, on real files in a temporary directory.
+// Directory mode (README, "Configuration") and file reading limits, on real files in a temporary directory.
 import { chmod, mkdir, mkdtemp, open, rm, symlink, writeFile } from 'node:fs/promises';
 import { execFile } from 'node:child_process';
 import { tmpdir } from 'node:os';

@@ -1,5 +1,5 @@
 // Every config case of kubernetes-sigs/ip-masq-agent's cmd/ip-masq-agent tests, with the same
-// accept/reject and the same CIDRs, plus the semantics CONTRACT section 3 adds.
+// accept/reject and the same CIDRs, plus the semantics the README's "Configuration" adds.
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
