@@ -21,9 +21,13 @@ export interface ReconcilerDeps {
   readonly metrics: AgentMetrics;
   /** Effective set size above which other nftables users are measurably slowed. */
   readonly largeSetThreshold?: number;
+  /** The clock for holding back from another agent (tests pass their own). */
+  readonly now?: () => number;
 }
 
 const DEFAULT_RESYNC_MS = 60_000;
+/** The longest hold from another agent's table, in resync intervals. */
+const MAX_HOLD_INTERVALS = 8;
 
 /**
  * Identifies the desired content without rendering it: the tables are a pure function of the
@@ -45,6 +49,14 @@ export class Reconciler {
   private kernelKey: string | undefined;
   /** Generation id of the namespace when the kernel was last known to hold kernelKey. */
   private kernelGenId: number | undefined;
+  /** What this process last wrote, to tell another agent's write from ours. */
+  private lastWrite: { generation: number; hash: string } | undefined;
+  /**
+   * Set while another agent writes our table: how often we saw it, when we last did, and until when
+   * to hold back.
+   */
+  private conflict: { rounds: number; lastSeen: number; holdUntil: number | undefined } | undefined;
+  private readonly now: () => number;
   /** Families whose table this process has written: ours even if its comment was changed. */
   private readonly written = new Set<Family>();
   private largeSetWarned = false;
@@ -63,6 +75,7 @@ export class Reconciler {
 
   constructor(deps: ReconcilerDeps) {
     this.deps = deps;
+    this.now = deps.now ?? Date.now;
   }
 
   get resyncIntervalMs(): number {
@@ -128,10 +141,12 @@ export class Reconciler {
       this.state.lastWriteOk = true;
       this.state.lastError = null;
       this.state.lastSyncTime = new Date();
-      this.state.ready = configValid;
-      this.state.notReadyReason = configValid
-        ? null
-        : `config invalid, the kernel keeps the last good ruleset: ${this.state.configError}`;
+      this.state.ready = configValid && !this.conflict;
+      this.state.notReadyReason = !configValid
+        ? `config invalid, the kernel keeps the last good ruleset: ${this.state.configError}`
+        : this.conflict
+          ? 'another ipmasq-agent is writing our table with another config; holding back'
+          : null;
       const elapsed = seconds();
       this.deps.metrics.recordSync(wrote ? 'applied' : 'unchanged', elapsed);
       this.deps.metrics.setLastSuccess(this.state.lastSyncTime);
@@ -226,12 +241,17 @@ export class Reconciler {
     if (!kernelUnmoved) {
       const found = await this.timed('readMs', () => this.readTables());
       stale = found.stale;
-      this.adoptGeneration(found.generation);
+      const writer = found.ip?.kind === 'ours' ? found.ip : undefined;
+      // Another agent's table of another config: yield for a while rather than fight (README,
+      // "Choices where the contract is silent"). The kernel is read again at every resync meanwhile.
+      if (writer && this.otherAgentWrote(writer, config) && this.holdingBack(writer)) return false;
+      this.adoptGeneration(writer?.generation);
       if (stale.length === 0 && this.holds(found.listings, config)) {
+        if (writer && this.isOurLastWrite(writer)) this.ourWriteStayed();
         this.kernelKey = key;
         // The listings are at least as new as genId: if another commit came between, the id has
-        // moved past it and the next sync reads again.
-        this.kernelGenId = genId;
+        // moved past it and the next sync reads again. While a conflict is open, always read.
+        this.kernelGenId = this.conflict ? undefined : genId;
         metrics.setGeneration(this.generation);
         this.setCounts(config);
         return false;
@@ -246,14 +266,19 @@ export class Reconciler {
     await this.timed('applyMs', () => kernel.apply(script));
     if (drift) metrics.incDriftRepairs();
     for (const table of tables) this.written.add(table.family);
+    this.lastWrite = { generation, hash: config.hash };
     this.generation = generation;
     this.kernelKey = key;
     // "The kernel holds what we wrote at id G" only when G is provably our commit's: our one
     // transaction moves the id by exactly one, so any other step means another commit came before
     // or after ours, and the next sync reads the tables back instead of trusting them.
     const after = await kernel.generationId().catch(() => undefined);
+    // While another agent writes our table, read back at every resync: that our write stayed is
+    // how the conflict ends.
     this.kernelGenId =
-      genId !== undefined && after !== undefined && after === (genId + 1) >>> 0 ? after : undefined;
+      !this.conflict && genId !== undefined && after !== undefined && after === (genId + 1) >>> 0
+        ? after
+        : undefined;
     metrics.setGeneration(generation);
     this.setCounts(config);
     return true;
@@ -266,7 +291,7 @@ export class Reconciler {
   private async readTables(): Promise<{
     listings: Map<Family, string | null>;
     stale: TableRef[];
-    generation: number | undefined;
+    ip: TableOwner | undefined;
   }> {
     const { kernel, compileOptions } = this.deps;
     const listings = new Map<Family, string | null>();
@@ -291,8 +316,62 @@ export class Reconciler {
       !compileOptions.enableIPv6 && ip6 && (ip6.kind !== 'foreign' || this.written.has('ip6'))
         ? [{ family: 'ip6', name: compileOptions.table }]
         : [];
-    const ip = owners.get('ip');
-    return { listings, stale, generation: ip?.kind === 'ours' ? ip.generation : undefined };
+    return { listings, stale, ip: owners.get('ip') };
+  }
+
+  /**
+   * Whether a table in our format holds what another agent wrote: neither what we last wrote nor
+   * our config. Before our first write a table of another config is simply the last run's.
+   */
+  private otherAgentWrote(writer: { generation: number; hash: string }, config: Config): boolean {
+    return (
+      this.lastWrite !== undefined && !this.isOurLastWrite(writer) && writer.hash !== config.hash
+    );
+  }
+
+  private isOurLastWrite(writer: { generation: number; hash: string }): boolean {
+    return writer.generation === this.lastWrite?.generation && writer.hash === this.lastWrite.hash;
+  }
+
+  /**
+   * Another agent writes this table: warn once, hold back for one resync interval, then two, four,
+   * at most eight, before writing ours again. Whichever agent stays wins once the other leaves: its
+   * write is no longer overwritten, and the conflict ends when that write has stayed in place for the
+   * longest hold (eight intervals), long enough for a holding-back other agent to have come back.
+   */
+  private holdingBack(writer: { generation: number; hash: string }): boolean {
+    const now = this.now();
+    const conflict = this.conflict;
+    if (conflict) conflict.lastSeen = now;
+    if (conflict?.holdUntil !== undefined) {
+      if (now < conflict.holdUntil) return true;
+      conflict.holdUntil = undefined; // held long enough: write ours once more
+      return false;
+    }
+    const rounds = conflict?.rounds ?? 0;
+    const holdMs = this.resyncIntervalMs * Math.min(2 ** rounds, MAX_HOLD_INTERVALS);
+    this.conflict = { rounds: rounds + 1, lastSeen: now, holdUntil: now + holdMs };
+    if (!conflict) {
+      this.deps.logger.warn(
+        { otherGeneration: writer.generation, otherConfig: writer.hash, holdMs },
+        'another ipmasq-agent is writing our table with another config; holding back instead of overwriting it',
+      );
+      this.deps.metrics.setConflictingWriter(true);
+    }
+    this.kernelGenId = undefined;
+    return true;
+  }
+
+  /** Our write is in place: the conflict is over once it has stayed so for the longest hold. */
+  private ourWriteStayed(): void {
+    const conflict = this.conflict;
+    if (!conflict || this.now() - conflict.lastSeen < this.resyncIntervalMs * MAX_HOLD_INTERVALS)
+      return;
+    this.conflict = undefined;
+    this.deps.metrics.setConflictingWriter(false);
+    this.deps.logger.info(
+      'our write stayed in place: no other ipmasq-agent is writing our table now',
+    );
   }
 
   /** A restart continues the count from the generation our table carries. */

@@ -37,6 +37,7 @@ export class AgentMetrics {
   private readonly largeSetWarning: Gauge;
   private readonly nftFailures: Counter<'kind'>;
   private readonly kernelReads: Counter;
+  private readonly conflictingWriter: Gauge;
   /** Moves on every change of the agent's own series: the cached exposition is then stale. */
   private version = 0;
   private cached: { version: number; at: number; text: Promise<string> } | undefined;
@@ -101,6 +102,11 @@ export class AgentMetrics {
       registers,
     });
 
+    this.conflictingWriter = new Gauge({
+      name: 'ipmasq_conflicting_writer',
+      help: '1 while another ipmasq-agent writes our table with another config (the agent holds back), else 0.',
+      registers,
+    });
     this.kernelReads = new Counter({
       name: 'ipmasq_kernel_reads_total',
       help: 'Read-backs of our tables from the kernel (skipped while the nftables generation id is unchanged)',
@@ -140,6 +146,11 @@ export class AgentMetrics {
       if (this.cached?.text === text) this.cached = undefined;
     });
     return text;
+  }
+
+  setConflictingWriter(on: boolean): void {
+    this.version++;
+    this.conflictingWriter.set(on ? 1 : 0);
   }
 
   incKernelReads(): void {

@@ -366,3 +366,68 @@ t.test(
     t.equal(await metric('ipmasq_drift_repairs_total'), 1);
   },
 );
+
+t.test(
+  'another agent writing our table with another config: held back from, 1, 2 resyncs; over once it leaves',
+  async (t) => {
+    const kernel = new FakeKernel();
+    let now = 1_000_000;
+    const { reconciler, logs, metric } = setup(kernel, undefined, { now: () => now });
+    await reconciler.sync();
+    t.equal(kernel.applies.length, 1, 'our first write');
+    const other = (generation: number) =>
+      kernel.tamper(ip, (listing) =>
+        listing.replace(
+          /ipmasq-agent generation \d+ config sha256:[0-9a-f]+/,
+          `ipmasq-agent generation ${generation} config sha256:${'ee'.repeat(32)}`,
+        ),
+      );
+    other(2);
+    await reconciler.sync();
+    t.equal(kernel.applies.length, 1, 'no rewrite: holding back');
+    t.equal(await metric('ipmasq_conflicting_writer'), 1);
+    t.equal(reconciler.status(true).ready, false);
+    t.match(reconciler.status(true).notReadyReason, /another ipmasq-agent/);
+    now += 30_000;
+    await reconciler.sync();
+    t.equal(kernel.applies.length, 1, 'still holding back within the resync interval');
+    now += 30_000;
+    await reconciler.sync();
+    t.equal(kernel.applies.length, 2, 'after one interval: ours again');
+    t.match(kernel.tables.get('ip ipmasq'), /generation 3 config/, 'counting on from theirs');
+    other(4);
+    await reconciler.sync();
+    now += 60_000;
+    await reconciler.sync();
+    t.equal(kernel.applies.length, 2, 'the second time, two intervals');
+    now += 60_000;
+    await reconciler.sync();
+    t.equal(kernel.applies.length, 3);
+    // The other agent is gone: our write stays; after the longest hold (8 intervals) the conflict ends.
+    await reconciler.sync();
+    t.equal(await metric('ipmasq_conflicting_writer'), 1, 'too soon to tell it is gone');
+    now += 8 * 60_000;
+    await reconciler.sync();
+    t.equal(await metric('ipmasq_conflicting_writer'), 0);
+    t.equal(reconciler.status(true).ready, true);
+    t.equal(
+      logs.filter((l) => l.level === 40 && /another ipmasq-agent/.test(l.msg)).length,
+      1,
+      'warned once',
+    );
+    t.equal(kernel.applies.length, 3);
+  },
+);
+
+t.test('a table of another config found at start is the last run, not another agent', async (t) => {
+  const kernel = new FakeKernel();
+  kernel.tables.set(
+    'ip ipmasq',
+    `table ip ipmasq {\n\tcomment "ipmasq-agent generation 9 config sha256:${'ee'.repeat(32)}"\n}\n`,
+  );
+  const { reconciler, metric } = setup(kernel);
+  await reconciler.sync();
+  t.equal(kernel.applies.length, 1, 'written at once');
+  t.equal(reconciler.status(true).generation, 10);
+  t.equal(await metric('ipmasq_conflicting_writer'), 0);
+});

@@ -1,0 +1,85 @@
+// Two agents in one namespace with different configs, as during a rolling update with maxSurge
+// (hardening round 2, item 8): they used to rewrite each other's table every resync (117 writes a
+// minute each). Each now sees the other's write, says so, and holds back; once one leaves, the
+// other's config stays and its conflict ends.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import { httpGet, metricValue, startAgent, waitFor, type RunningAgent } from '../helpers/agent.js';
+import { requireRoot } from '../helpers/netns.js';
+import { makeNode, setElements, sleep, untilGeneration } from './helpers/probe.js';
+
+const OBSERVE_MS = 10_000;
+
+if (requireRoot(t)) {
+  const node = await makeNode(t, 'twoagents');
+  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-two-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const configA = join(dir, 'a.yaml');
+  const configB = join(dir, 'b.yaml');
+  writeFileSync(configA, 'nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 1s\n');
+  writeFileSync(configB, 'nonMasqueradeCIDRs: [10.0.0.0/8, 192.168.0.0/16]\nresyncInterval: 1s\n');
+  const portB = node.port + 1;
+  const start = (config: string, port: number) =>
+    startAgent(t, node.ns, ['--config', config, '--listen', `127.0.0.1:${port}`]);
+  const writes = (agent: RunningAgent) =>
+    agent.logs.filter((l) => l.msg === 'ruleset written to the kernel').length;
+  const scrape = async (port: number, series: string) =>
+    metricValue((await httpGet(node.ns, port, '/metrics')).body, series);
+
+  const a = start(configA, node.port);
+  await untilGeneration(node, 1, 10_000);
+  const b = start(configB, portB);
+
+  t.test('they hold back from each other instead of rewriting every resync', async (t) => {
+    const readyA: number[] = [];
+    const readyB: number[] = [];
+    const conflicts = { a: 0, b: 0 };
+    const deadline = Date.now() + OBSERVE_MS;
+    while (Date.now() < deadline) {
+      readyA.push((await httpGet(node.ns, node.port, '/readyz')).status);
+      readyB.push((await httpGet(node.ns, portB, '/readyz').catch(() => ({ status: 0 }))).status);
+      conflicts.a = Math.max(
+        conflicts.a,
+        (await scrape(node.port, 'ipmasq_conflicting_writer')) ?? 0,
+      );
+      conflicts.b = Math.max(
+        conflicts.b,
+        (await scrape(portB, 'ipmasq_conflicting_writer').catch(() => 0)) ?? 0,
+      );
+      await sleep(250);
+    }
+    const total = writes(a) + writes(b);
+    t.comment(`writes in ${OBSERVE_MS} ms: A ${writes(a)}, B ${writes(b)}`);
+    // Fighting, each agent rewrites at every 1 s resync: about 20 writes in 10 s.
+    t.ok(total <= 10, `${total} writes in ${OBSERVE_MS / 1000} s`);
+    t.same(conflicts, { a: 1, b: 1 }, 'each exposed ipmasq_conflicting_writer 1');
+    t.ok(readyA.includes(503) && readyB.includes(503), 'each was not ready while holding back');
+    const warned = (agent: RunningAgent) =>
+      agent.logs.filter((l) => l.level === 40 && /another ipmasq-agent/.test(String(l.msg))).length;
+    t.same([warned(a), warned(b)], [1, 1], 'each warned once');
+  });
+
+  t.test("once A leaves, B's config stays and B is ready", async (t) => {
+    a.child.kill('SIGTERM');
+    t.same(await a.exited, { code: 0, signal: null });
+    await waitFor(
+      "B's config in the kernel and B ready",
+      async () => {
+        const elements = (await setElements(node, 'nonmasq')).join();
+        const ready = (await httpGet(node.ns, portB, '/readyz')).status;
+        return elements === '10.0.0.0/8,169.254.0.0/16,192.168.0.0/16' && ready === 200
+          ? true
+          : undefined;
+      },
+      30_000,
+      250,
+    );
+    t.equal(await scrape(portB, 'ipmasq_conflicting_writer'), 0);
+    const settled = writes(b);
+    await sleep(3_000);
+    t.equal(writes(b), settled, 'no more writes once it is alone');
+    t.equal(b.child.exitCode, null);
+  });
+}
