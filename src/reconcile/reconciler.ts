@@ -9,6 +9,7 @@ import type { AgentMetrics } from '../server/metrics.js';
 import type { AgentStatus } from '../server/index.js';
 import type { Kernel } from './kernel.js';
 import { describeKernelFailure, type KernelFailure } from './nft-failure.js';
+import { OtherAgentWatch } from './other-agent.js';
 import type { SyncOutcome } from './runner.js';
 
 export interface ReconcilerDeps {
@@ -26,8 +27,6 @@ export interface ReconcilerDeps {
 }
 
 const DEFAULT_RESYNC_MS = 60_000;
-/** The longest hold from another agent's table, in resync intervals. */
-const MAX_HOLD_INTERVALS = 8;
 
 /**
  * Identifies the desired content without rendering it: the tables are a pure function of the
@@ -49,14 +48,7 @@ export class Reconciler {
   private kernelKey: string | undefined;
   /** Generation id of the namespace when the kernel was last known to hold kernelKey. */
   private kernelGenId: number | undefined;
-  /** What this process last wrote, to tell another agent's write from ours. */
-  private lastWrite: { generation: number; hash: string } | undefined;
-  /**
-   * Set while another agent writes our table: how often we saw it, when we last did, and until when
-   * to hold back.
-   */
-  private conflict: { rounds: number; lastSeen: number; holdUntil: number | undefined } | undefined;
-  private readonly now: () => number;
+  private readonly otherAgent: OtherAgentWatch;
   /** Families whose table this process has written: ours even if its comment was changed. */
   private readonly written = new Set<Family>();
   private largeSetWarned = false;
@@ -75,7 +67,12 @@ export class Reconciler {
 
   constructor(deps: ReconcilerDeps) {
     this.deps = deps;
-    this.now = deps.now ?? Date.now;
+    this.otherAgent = new OtherAgentWatch({
+      logger: deps.logger,
+      metrics: deps.metrics,
+      now: deps.now ?? Date.now,
+      intervalMs: () => this.resyncIntervalMs,
+    });
   }
 
   get resyncIntervalMs(): number {
@@ -141,10 +138,10 @@ export class Reconciler {
       this.state.lastWriteOk = true;
       this.state.lastError = null;
       this.state.lastSyncTime = new Date();
-      this.state.ready = configValid && !this.conflict;
+      this.state.ready = configValid && !this.otherAgent.active;
       this.state.notReadyReason = !configValid
         ? `config invalid, the kernel keeps the last good ruleset: ${this.state.configError}`
-        : this.conflict
+        : this.otherAgent.active
           ? 'another ipmasq-agent is writing our table with another config; holding back'
           : null;
       const elapsed = seconds();
@@ -242,16 +239,19 @@ export class Reconciler {
       const found = await this.timed('readMs', () => this.readTables());
       stale = found.stale;
       const writer = found.ip?.kind === 'ours' ? found.ip : undefined;
-      // Another agent's table of another config: yield for a while rather than fight (README,
-      // "Choices where the contract is silent"). The kernel is read again at every resync meanwhile.
-      if (writer && this.otherAgentWrote(writer, config) && this.holdingBack(writer)) return false;
+      // Another agent's table of another config: hold back for a while rather than fight
+      // (other-agent.ts). The kernel is read again at every resync meanwhile.
+      if (writer && this.otherAgent.holdBack(writer, config.hash)) {
+        this.kernelGenId = undefined;
+        return false;
+      }
       this.adoptGeneration(writer?.generation);
       if (stale.length === 0 && this.holds(found.listings, config)) {
-        if (writer && this.isOurLastWrite(writer)) this.ourWriteStayed();
+        if (writer) this.otherAgent.inPlace(writer);
         this.kernelKey = key;
         // The listings are at least as new as genId: if another commit came between, the id has
         // moved past it and the next sync reads again. While a conflict is open, always read.
-        this.kernelGenId = this.conflict ? undefined : genId;
+        this.kernelGenId = this.otherAgent.active ? undefined : genId;
         metrics.setGeneration(this.generation);
         this.setCounts(config);
         return false;
@@ -266,7 +266,7 @@ export class Reconciler {
     await this.timed('applyMs', () => kernel.apply(script));
     if (drift) metrics.incDriftRepairs();
     for (const table of tables) this.written.add(table.family);
-    this.lastWrite = { generation, hash: config.hash };
+    this.otherAgent.wrote({ generation, hash: config.hash });
     this.generation = generation;
     this.kernelKey = key;
     // "The kernel holds what we wrote at id G" only when G is provably our commit's: our one
@@ -276,7 +276,10 @@ export class Reconciler {
     // While another agent writes our table, read back at every resync: that our write stayed is
     // how the conflict ends.
     this.kernelGenId =
-      !this.conflict && genId !== undefined && after !== undefined && after === (genId + 1) >>> 0
+      !this.otherAgent.active &&
+      genId !== undefined &&
+      after !== undefined &&
+      after === (genId + 1) >>> 0
         ? after
         : undefined;
     metrics.setGeneration(generation);
@@ -317,61 +320,6 @@ export class Reconciler {
         ? [{ family: 'ip6', name: compileOptions.table }]
         : [];
     return { listings, stale, ip: owners.get('ip') };
-  }
-
-  /**
-   * Whether a table in our format holds what another agent wrote: neither what we last wrote nor
-   * our config. Before our first write a table of another config is simply the last run's.
-   */
-  private otherAgentWrote(writer: { generation: number; hash: string }, config: Config): boolean {
-    return (
-      this.lastWrite !== undefined && !this.isOurLastWrite(writer) && writer.hash !== config.hash
-    );
-  }
-
-  private isOurLastWrite(writer: { generation: number; hash: string }): boolean {
-    return writer.generation === this.lastWrite?.generation && writer.hash === this.lastWrite.hash;
-  }
-
-  /**
-   * Another agent writes this table: warn once, hold back for one resync interval, then two, four,
-   * at most eight, before writing ours again. Whichever agent stays wins once the other leaves: its
-   * write is no longer overwritten, and the conflict ends when that write has stayed in place for the
-   * longest hold (eight intervals), long enough for a holding-back other agent to have come back.
-   */
-  private holdingBack(writer: { generation: number; hash: string }): boolean {
-    const now = this.now();
-    const conflict = this.conflict;
-    if (conflict) conflict.lastSeen = now;
-    if (conflict?.holdUntil !== undefined) {
-      if (now < conflict.holdUntil) return true;
-      conflict.holdUntil = undefined; // held long enough: write ours once more
-      return false;
-    }
-    const rounds = conflict?.rounds ?? 0;
-    const holdMs = this.resyncIntervalMs * Math.min(2 ** rounds, MAX_HOLD_INTERVALS);
-    this.conflict = { rounds: rounds + 1, lastSeen: now, holdUntil: now + holdMs };
-    if (!conflict) {
-      this.deps.logger.warn(
-        { otherGeneration: writer.generation, otherConfig: writer.hash, holdMs },
-        'another ipmasq-agent is writing our table with another config; holding back instead of overwriting it',
-      );
-      this.deps.metrics.setConflictingWriter(true);
-    }
-    this.kernelGenId = undefined;
-    return true;
-  }
-
-  /** Our write is in place: the conflict is over once it has stayed so for the longest hold. */
-  private ourWriteStayed(): void {
-    const conflict = this.conflict;
-    if (!conflict || this.now() - conflict.lastSeen < this.resyncIntervalMs * MAX_HOLD_INTERVALS)
-      return;
-    this.conflict = undefined;
-    this.deps.metrics.setConflictingWriter(false);
-    this.deps.logger.info(
-      'our write stayed in place: no other ipmasq-agent is writing our table now',
-    );
   }
 
   /** A restart continues the count from the generation our table carries. */

@@ -1,0 +1,92 @@
+// Another ipmasq-agent writing our table with another config, as during a rolling update with
+// maxSurge (README, "Choices where the contract is silent"). Recognised by the table's comment: our
+// format, but neither what this process last wrote nor its config. The agent then holds back for 1,
+// 2, 4, at most 8 resync intervals before writing its own config again, instead of rewriting at every
+// resync; whichever agent stays wins once the other leaves.
+import type { Logger } from 'pino';
+import type { AgentMetrics } from '../server/metrics.js';
+
+/** What a table's comment says wrote it. */
+export interface TableWriter {
+  readonly generation: number;
+  readonly hash: string;
+}
+
+/** The longest hold, in resync intervals; also how long our write must stay to end a conflict. */
+export const MAX_HOLD_INTERVALS = 8;
+
+export interface OtherAgentDeps {
+  readonly logger: Logger;
+  readonly metrics: AgentMetrics;
+  readonly now: () => number;
+  readonly intervalMs: () => number;
+}
+
+export class OtherAgentWatch {
+  private readonly deps: OtherAgentDeps;
+  private lastWrite: TableWriter | undefined;
+  /** How often another agent's write was seen, when last, and until when to hold back. */
+  private conflict: { rounds: number; lastSeen: number; holdUntil: number | undefined } | undefined;
+
+  constructor(deps: OtherAgentDeps) {
+    this.deps = deps;
+  }
+
+  /** Another agent's write was seen lately: the agent is not ready, and reads back every resync. */
+  get active(): boolean {
+    return this.conflict !== undefined;
+  }
+
+  /** This process wrote the table. */
+  wrote(writer: TableWriter): void {
+    this.lastWrite = writer;
+  }
+
+  /**
+   * The table found carries `found`; `desiredHash` is our config's. True while we hold back from
+   * another agent's write; false when there is none, or when it is time to write ours again.
+   */
+  holdBack(found: TableWriter, desiredHash: string): boolean {
+    // Before our first write, a table of another config is simply the last run's.
+    if (!this.lastWrite || this.isOurLastWrite(found) || found.hash === desiredHash) return false;
+    const now = this.deps.now();
+    const conflict = this.conflict;
+    if (conflict) conflict.lastSeen = now;
+    if (conflict?.holdUntil !== undefined) {
+      if (now < conflict.holdUntil) return true;
+      conflict.holdUntil = undefined; // held long enough: write ours once more
+      return false;
+    }
+    const rounds = conflict?.rounds ?? 0;
+    const holdMs = this.deps.intervalMs() * Math.min(2 ** rounds, MAX_HOLD_INTERVALS);
+    this.conflict = { rounds: rounds + 1, lastSeen: now, holdUntil: now + holdMs };
+    if (!conflict) {
+      this.deps.logger.warn(
+        { otherGeneration: found.generation, otherConfig: found.hash, holdMs },
+        'another ipmasq-agent is writing our table with another config; holding back instead of overwriting it',
+      );
+      this.deps.metrics.setConflictingWriter(true);
+    }
+    return true;
+  }
+
+  /**
+   * The table holds our config as `found` says. When that is our own last write and it has stayed
+   * for the longest hold, long enough for a holding-back other agent to have come back, the
+   * conflict is over.
+   */
+  inPlace(found: TableWriter): void {
+    const conflict = this.conflict;
+    if (!conflict || !this.isOurLastWrite(found)) return;
+    if (this.deps.now() - conflict.lastSeen < this.deps.intervalMs() * MAX_HOLD_INTERVALS) return;
+    this.conflict = undefined;
+    this.deps.metrics.setConflictingWriter(false);
+    this.deps.logger.info(
+      'our write stayed in place: no other ipmasq-agent is writing our table now',
+    );
+  }
+
+  private isOurLastWrite(found: TableWriter): boolean {
+    return found.generation === this.lastWrite?.generation && found.hash === this.lastWrite.hash;
+  }
+}
