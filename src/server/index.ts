@@ -86,7 +86,7 @@ const notReadySchema = {
   properties: { status: { type: 'string', const: 'not ready' }, reason: { type: 'string' } },
 } as const;
 
-const routes = ['/healthz', '/readyz', '/metrics'];
+const routes = ['/healthz', '/livez', '/readyz', '/metrics'];
 const allowedMethods = ['GET', 'HEAD'];
 
 function resolveOptions(opts: Partial<ServerOptions> | undefined): ServerOptions {
@@ -103,23 +103,23 @@ function resolveOptions(opts: Partial<ServerOptions> | undefined): ServerOptions
 const agentServer: FastifyPluginAsync<ServerOptions> = async (app, opts) => {
   const { status, metrics } = resolveOptions(opts);
 
-  app.get(
-    '/healthz',
-    { schema: { response: { 200: healthSchema, 503: healthSchema } } },
-    async (_request, reply) => {
-      const s = status();
-      const healthy = s.alive && s.lastWriteOk;
-      return reply.code(healthy ? 200 : 503).send({
-        status: healthy ? 'ok' : 'unhealthy',
-        generation: s.generation,
-        configHash: s.configHash,
-        lastSyncTime: s.lastSyncTime?.toISOString() ?? null,
-        lastError: s.lastError,
-        configError: s.configError,
-        nonMasqueradeCIDRs: { ipv4: s.nonMasqueradeCIDRs.ipv4, ipv6: s.nonMasqueradeCIDRs.ipv6 },
-      });
-    },
-  );
+  // /livez is the API server's name for the same liveness answer.
+  const health = async (_request: FastifyRequest, reply: FastifyReply) => {
+    const s = status();
+    const healthy = s.alive && s.lastWriteOk;
+    return reply.code(healthy ? 200 : 503).send({
+      status: healthy ? 'ok' : 'unhealthy',
+      generation: s.generation,
+      configHash: s.configHash,
+      lastSyncTime: s.lastSyncTime?.toISOString() ?? null,
+      lastError: s.lastError,
+      configError: s.configError,
+      nonMasqueradeCIDRs: { ipv4: s.nonMasqueradeCIDRs.ipv4, ipv6: s.nonMasqueradeCIDRs.ipv6 },
+    });
+  };
+  for (const url of ['/healthz', '/livez']) {
+    app.get(url, { schema: { response: { 200: healthSchema, 503: healthSchema } } }, health);
+  }
 
   app.get(
     '/readyz',

@@ -225,6 +225,26 @@ if (requireRoot(t)) {
   });
 
   t.test(
+    'a planted comment with a huge generation: replaced from generation 1, also on a restart',
+    async (t) => {
+      const ns = await freshNode();
+      const planted =
+        'table ip ipmasq {\n\tcomment "ipmasq-agent generation 1000000000000000000000 config sha256:' +
+        'ab'.repeat(32) +
+        '"\n\tset nonmasq { typeof ip daddr; flags interval; elements = { 203.0.113.0/24 }; }\n}\n';
+      await inNetns(ns, 'nft', ['-f', '-'], { input: planted });
+      const first = await runCli(ns, ['--once', '--config', goodConfig]);
+      t.equal(first.code, 0, first.stdout + first.stderr);
+      const listing = await listTable(ns, 'ip');
+      t.match(listing, /comment "ipmasq-agent generation 1 config sha256:[0-9a-f]{64}"/);
+      t.notMatch(listing, /203\.0\.113\.0/, 'the planted set is gone');
+      const again = await runCli(ns, ['--once', '--config', goodConfig]);
+      t.equal(again.code, 0);
+      t.match(await listTable(ns, 'ip'), /generation 1 config/, 'a restart finds it right');
+    },
+  );
+
+  t.test(
     "--table nat beside iptables-nft's nat tables: refused, and both left byte-for-byte",
     async (t) => {
       const ns = await freshNode();

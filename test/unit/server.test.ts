@@ -277,3 +277,17 @@ t.test('over a real socket', async (t) => {
   t.equal(((await res.json()) as { status: string }).status, 'ok');
   await app.close();
 });
+
+t.test('GET /livez answers as /healthz does, healthy and not', async (t) => {
+  for (const status of [
+    healthyStatus(),
+    { ...healthyStatus(), lastWriteOk: false, lastError: 'x' },
+  ]) {
+    const app = await serverWith(t, status);
+    const health = await app.inject({ method: 'GET', url: '/healthz' });
+    const live = await app.inject({ method: 'GET', url: '/livez' });
+    t.equal(live.statusCode, health.statusCode);
+    t.same(live.json(), health.json());
+    t.equal((await app.inject({ method: 'POST', url: '/livez' })).statusCode, 405);
+  }
+});
