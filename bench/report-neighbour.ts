@@ -52,7 +52,7 @@ export function neighbourSection(r: BenchResults): string {
         : '';
     lines.push(
       `The neighbour\u2019s transaction passes 100 ms at about **${n(crossAt)} CIDRs** on this machine (linear interpolation ` +
-        `between the measured sizes). ${added}\`LARGE_SET_THRESHOLD\` in \`src/agent.ts\` should be ` +
+        `between the measured sizes). ${added}\`AUTO_LAYOUT_CROSSOVER\` in \`src/compile.ts\` should be ` +
         `**${n(roundThreshold(crossAt))}** (the first figure, rounded down to one significant digit): above it the agent ` +
         'warns and sets `ipmasq_large_set_warning`. On a faster or idle node the crossing moves up, on a busier one down; ' +
         `past a few thousand elements the cost grows about linearly, ${fmt(slopeMsPer1000(ours))} ms per 1 000 here.`,
@@ -181,7 +181,7 @@ export function recommendation(r: BenchResults): string {
     verdicts.find((v) => v.removes && v.flowOk && v.layout.includes('l4proto')) ?? adopt;
   if (preferred && ours && preferred.nbr) {
     lines.push(
-      `**Adopt \`${preferred.layout}\` behind a flag, off by default, and suggest it above \`LARGE_SET_THRESHOLD\`.** ` +
+      `**Adopt \`${preferred.layout}\` behind a flag, off by default, and suggest it above \`AUTO_LAYOUT_CROSSOVER\`.** ` +
         `At ${n(largest)} CIDRs it takes every other nftables user\u2019s transaction from ${fmt(ours.neighbourMs)} ms back to ` +
         `${fmt(preferred.nbr.neighbourMs)} ms (no table of ours: ${fmt(r.neighbour.rows.find((row) => row.layout === NONE)?.neighbourMs ?? Number.NaN)} ms) ` +
         'without slowing new flows. The price is ours: writing the table takes ' +
@@ -195,7 +195,7 @@ export function recommendation(r: BenchResults): string {
   } else {
     lines.push(
       '**Do not adopt a concatenated layout.** No variant removed the neighbour cost without slowing the data path at ' +
-        'the largest size measured. Keep the interval set and keep warning past `LARGE_SET_THRESHOLD` ' +
+        'the largest size measured. Keep the interval set and keep warning past `AUTO_LAYOUT_CROSSOVER` ' +
         '(`ipmasq_large_set_warning`) so operators merge or trim their lists.',
     );
   }

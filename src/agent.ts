@@ -1,6 +1,7 @@
 // Wires the long-running agent: config watcher and signals → runner → reconciler → kernel, with the
 // health/metrics server reading the reconciler's status. README, "When it writes" and "HTTP".
 import type { Logger } from 'pino';
+import { AUTO_LAYOUT_CROSSOVER } from './compile.js';
 import { loadConfigAdaptive } from './config/load-worker.js';
 import { libnftablesVersion } from './nftables/addon.js';
 import { handleSignals } from './signals.js';
@@ -20,8 +21,6 @@ export function agentMetrics(): AgentMetrics {
   return new AgentMetrics({ version: version(), libnftables: libnftablesVersion() });
 }
 
-/** Effective set size past which a kube-proxy-like transaction takes > 100 ms here (docs/bench.md). */
-export const LARGE_SET_THRESHOLD = 10_000;
 const SHUTDOWN_BUDGET_MS = 4_000;
 
 export function makeReconciler(
@@ -48,7 +47,7 @@ export function makeReconciler(
     kernel,
     logger,
     metrics,
-    largeSetThreshold: LARGE_SET_THRESHOLD,
+    largeSetThreshold: AUTO_LAYOUT_CROSSOVER,
   });
 }
 

@@ -14,8 +14,12 @@ export type LogLevel = (typeof logLevels)[number];
 
 export type Mode = 'run' | 'once' | 'render' | 'cleanup' | 'version';
 
-/** `interval`: sets of addresses (README, "What it does"). `concat`: address . protocol ranges (docs/bench.md §8). */
-export const setLayouts = ['interval', 'concat'] as const;
+/**
+ * `interval`: sets of addresses (README, "What it does"). `concat`: address . protocol ranges,
+ * which other tools' element commands do not download. `auto`: interval up to the crossover
+ * (AUTO_LAYOUT_CROSSOVER in compile.ts), concat above (README, "Performance").
+ */
+export const setLayouts = ['auto', 'interval', 'concat'] as const;
 export type SetLayout = (typeof setLayouts)[number];
 
 export interface AgentOptions {
@@ -54,9 +58,9 @@ Booleans may be given bare (--flag) or as --flag=true / --flag=false.
   --listen HOST:PORT            health and metrics server (default 0.0.0.0:9410; IPv6 as [::]:9410)
   --remove-legacy-chain         delete the original agent's leftover iptables chain (default false)
   --log-level LEVEL             ${logLevels.join(', ')} (default info)
-  --set-layout LAYOUT           interval (default): sets of addresses; concat: sets of
-                                address . protocol ranges, which other nftables tools' element
-                                commands do not download (for very large sets)
+  --set-layout LAYOUT           auto (default): interval up to 4 000 CIDRs, concat above;
+                                interval: sets of addresses; concat: sets of address . protocol
+                                ranges, which other nftables tools' element commands do not download
 
 Modes (at most one; without one the agent runs until SIGTERM):
   --once                        apply the config once, exit 0 on success, 1 on failure
@@ -238,7 +242,7 @@ export function parseArgs(argv: readonly string[]): ParseResult {
     mode: 'run',
     removeLegacyChain: false,
     logLevel: 'info',
-    setLayout: 'interval',
+    setLayout: 'auto',
     modes: [],
   };
   const ignoredKlogFlags: string[] = [];

@@ -348,13 +348,14 @@ export class Reconciler {
     // Concatenated sets are not downloaded by other tools' element commands: no neighbour cost.
     const large =
       threshold !== undefined &&
-      this.deps.compileOptions.setLayout !== 'concat' &&
+      // Only an explicit interval layout can be large: auto switches to concat above the crossover.
+      this.deps.compileOptions.setLayout === 'interval' &&
       counts.ipv4 + counts.ipv6 > threshold;
     if (large && !this.largeSetWarned) {
       this.deps.logger.warn(
         { elements: counts.ipv4 + counts.ipv6, threshold },
         'the non-masquerade set is large: every other nftables tool that adds or deletes elements now pays to download it; ' +
-          'merge CIDRs, or consider --set-layout concat',
+          'merge CIDRs, or use --set-layout auto (the default) or concat',
       );
     }
     this.largeSetWarned = large;

@@ -184,6 +184,36 @@ if (requireRoot(t)) {
     }
   });
 
+  t.test(
+    '--set-layout auto (the default): concat above 4 000 CIDRs, interval again below',
+    async (t) => {
+      // 4 000 non-adjacent /24s in 10.32.0.0–10.63.x, plus 10.9.0.0/16 for the probe: 4 001 entries.
+      const many = Array.from(
+        { length: 4_000 },
+        (_, i) => `  - 10.${32 + ((i * 2) >> 8)}.${(i * 2) & 255}.0/24`,
+      );
+      const big = `cidrLimit: 5000\nnonMasqueradeCIDRs:\n  - 10.9.0.0/16\n${many.join('\n')}\n`;
+      await apply(big);
+      t.match(
+        await listTable(topo.node, 'ip'),
+        /typeof ip daddr \. meta l4proto/,
+        'concatenated above',
+      );
+      t.same(await seen([V4.private10, V4.outsideDefaultsA]), {
+        [V4.private10]: 'pod',
+        [V4.outsideDefaultsA]: 'node',
+      });
+      await apply('nonMasqueradeCIDRs: [10.9.0.0/16]\n');
+      const listing = await listTable(topo.node, 'ip');
+      t.match(listing, /typeof ip daddr\n/, 'interval again below');
+      t.notMatch(listing, /meta l4proto/);
+      t.same(await seen([V4.private10, V4.outsideDefaultsA]), {
+        [V4.private10]: 'pod',
+        [V4.outsideDefaultsA]: 'node',
+      });
+    },
+  );
+
   t.test('--random-fully=false still masquerades, without fully-random', async (t) => {
     await apply(null, ['--random-fully=false']);
     t.same(await seen([V4.outsideDefaultsA, V4.private10]), {

@@ -6,6 +6,8 @@ import {
   compile,
   masqueradeRules,
   tableOwner,
+  AUTO_LAYOUT_CROSSOVER,
+  chooseLayout,
   tableComment,
   type CompileOptions,
 } from '../../src/compile.js';
@@ -229,5 +231,33 @@ t.test(
       /set nonmasq \{\n\t\ttypeof ip daddr\n\t\tflags interval\n\t\telements = \{ 10\.0\.0\.0\/24, /,
     );
     t.equal(script.match(/^table /gm)?.length, 2, 'one nested block per family');
+  },
+);
+
+t.test(
+  '--set-layout auto: interval up to the crossover, concat above, for every set at once',
+  async (t) => {
+    const prefixes = (n: number) =>
+      Array.from({ length: n }, (_, i) => `10.${(i * 2) >> 8}.${(i * 2) & 255}.0/24`);
+    const at = config({ nonMasquerade: { ipv4: prefixes(AUTO_LAYOUT_CROSSOVER), ipv6: [] } });
+    const above = config({
+      nonMasquerade: { ipv4: prefixes(AUTO_LAYOUT_CROSSOVER - 1), ipv6: [] },
+      masquerade: { ipv4: ['192.168.0.0/24', '192.168.2.0/24'], ipv6: [] },
+    });
+    t.equal(chooseLayout(at, { ...flags, setLayout: 'auto' }), 'interval');
+    t.equal(
+      chooseLayout(above, { ...flags, setLayout: 'auto' }),
+      'concat',
+      'masq entries count too',
+    );
+    t.equal(chooseLayout(above, { ...flags, setLayout: undefined }), 'concat', 'auto by default');
+    t.equal(chooseLayout(above, { ...flags, setLayout: 'interval' }), 'interval', 'explicit wins');
+    t.equal(chooseLayout(config(), { ...flags, setLayout: 'concat' }), 'concat');
+    const [table] = compile(above, { ...flags, setLayout: 'auto' }, 1);
+    t.same(
+      table?.sets.map((set) => set.key.expression),
+      ['ip daddr . meta l4proto', 'ip daddr . meta l4proto'],
+    );
+    t.match(table?.chains[1]?.rules[0], /^ip daddr \. meta l4proto @masq /);
   },
 );

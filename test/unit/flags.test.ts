@@ -31,7 +31,7 @@ t.test('defaults', async (t) => {
       mode: 'run',
       removeLegacyChain: false,
       logLevel: 'info',
-      setLayout: 'interval',
+      setLayout: 'auto',
     },
   });
 });
@@ -310,10 +310,15 @@ t.test('--listen', async (t) => {
 });
 
 t.test('--set-layout', async (t) => {
+  t.equal(options([]).setLayout, 'auto', 'auto by default');
   t.equal(options(['--set-layout', 'concat']).setLayout, 'concat');
   t.equal(options(['-set-layout=interval']).setLayout, 'interval');
+  t.equal(options(['--set-layout=auto']).setLayout, 'auto');
   for (const bad of ['', 'Concat', 'hash', 'interval,concat']) {
-    t.match(failure([`--set-layout=${bad}`]), /--set-layout: .* is not one of interval, concat/);
+    t.match(
+      failure([`--set-layout=${bad}`]),
+      /--set-layout: .* is not one of auto, interval, concat/,
+    );
   }
 });
 

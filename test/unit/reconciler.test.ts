@@ -211,20 +211,49 @@ t.test('with IPv6 off, a stale ip6 table of ours is deleted in the same transact
   t.ok(kernel.tables.has('ip ipmasq'));
 });
 
-t.test('a large set sets the warning gauge and logs once', async (t) => {
-  const { reconciler, logs, metric, setConfig } = setup();
-  await reconciler.sync();
-  t.equal(await metric('ipmasq_large_set_warning'), 0);
-  setConfig({
-    ok: true,
-    config: config(['1.0.0.0/24', '2.0.0.0/24', '3.0.0.0/24', '4.0.0.0/24']),
-    warnings: [],
-  });
-  await reconciler.sync();
-  await reconciler.sync();
-  t.equal(await metric('ipmasq_large_set_warning'), 1);
-  t.equal(logs.filter((l) => /set is large/.test(l.msg)).length, 1);
-});
+const explicitInterval = {
+  compileOptions: {
+    table: 'ipmasq',
+    masqChain: 'IP-MASQ-AGENT',
+    randomFully: true,
+    toPorts: [],
+    enableIPv6: false,
+    setLayout: 'interval',
+  },
+} as const;
+
+t.test(
+  'a large set with an explicit interval layout sets the warning gauge and logs once',
+  async (t) => {
+    const { reconciler, logs, metric, setConfig } = setup(undefined, undefined, explicitInterval);
+    await reconciler.sync();
+    t.equal(await metric('ipmasq_large_set_warning'), 0);
+    setConfig({
+      ok: true,
+      config: config(['1.0.0.0/24', '2.0.0.0/24', '3.0.0.0/24', '4.0.0.0/24']),
+      warnings: [],
+    });
+    await reconciler.sync();
+    await reconciler.sync();
+    t.equal(await metric('ipmasq_large_set_warning'), 1);
+    t.equal(logs.filter((l) => /set is large/.test(l.msg)).length, 1);
+  },
+);
+
+t.test(
+  'no large-set warning with the auto layout (the default): it switches instead',
+  async (t) => {
+    const { reconciler, logs, metric, setConfig } = setup();
+    setConfig({
+      ok: true,
+      config: config(['1.0.0.0/24', '2.0.0.0/24', '3.0.0.0/24', '4.0.0.0/24']),
+      warnings: [],
+    });
+    await reconciler.sync();
+    t.equal(await metric('ipmasq_large_set_warning'), 0);
+    t.equal(logs.filter((l) => /set is large/.test(l.msg)).length, 0);
+  },
+);
 
 t.test('counts report what the kernel holds, not what a failed write wanted', async (t) => {
   const { kernel, reconciler, metric, setConfig } = setup();
