@@ -31,7 +31,7 @@ export function configText(count: number, variant: 0 | 1 = 0, resyncInterval = '
   return `${lines.join('\n')}\n`;
 }
 
-/** The exact script the agent applies for this config: `ipmasq-agent --render`. */
+/** The exact script the agent applies for this config with the interval layout: `--render`. */
 export async function renderScript(
   dir: string,
   count: number,
@@ -42,7 +42,8 @@ export async function renderScript(
   return new Promise((resolve, reject) => {
     execFile(
       process.execPath,
-      [agentBin, '--render', '--config', config],
+      // The plain layout explicitly: the concatenated variants are derived from it (concatScript).
+      [agentBin, '--render', '--set-layout', 'interval', '--config', config],
       { cwd: packageRoot, env: agentEnv(), maxBuffer: 256 * 1024 * 1024, timeout: 60_000 },
       (err, stdout, stderr) =>
         err ? reject(new Error(`--render: ${stderr || err.message}`)) : resolve(stdout),

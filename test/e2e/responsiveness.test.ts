@@ -80,7 +80,8 @@ if (requireRoot(t)) {
   const agent = startAgent(
     t,
     ns,
-    ['--config', configFile, '--listen', `127.0.0.1:${port}`],
+    // The plain interval layout, explicitly: the largest write there is, and the large-set warning.
+    ['--config', configFile, '--listen', `127.0.0.1:${port}`, '--set-layout', 'interval'],
     ['env', '-u', 'NODE_OPTIONS'],
   );
   const written = (generation: number) =>
