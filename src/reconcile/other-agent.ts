@@ -1,6 +1,7 @@
-// Another ipmasq-agent writing our table with another config, as during a rolling update with
-// maxSurge (README, "Choices where the contract is silent"). Recognised by the table's comment: our
-// format, but neither what this process last wrote nor its config. The agent then holds back for 1,
+// Another ipmasq-agent writing our tables otherwise than we would (another config or other flags), as
+// during a rolling update with maxSurge (README, "Choices where the contract is silent"). Recognised
+// by the table's comment: our format, but not what this process last wrote, on tables that do not
+// hold what we would write. The agent then holds back for 1,
 // 2, 4, at most 8 resync intervals before writing its own config again, instead of rewriting at every
 // resync; whichever agent stays wins once the other leaves.
 import type { Logger } from 'pino';
@@ -43,12 +44,13 @@ export class OtherAgentWatch {
   }
 
   /**
-   * The table found carries `found`; `desiredHash` is our config's. True while we hold back from
-   * another agent's write; false when there is none, or when it is time to write ours again.
+   * Our tables do not hold what we would write, and the table found carries `found`. True while we
+   * hold back from another agent's write; false when it is not one (our own last write, changed by
+   * someone without an agent's comment: plain drift), or when it is time to write ours again.
    */
-  holdBack(found: TableWriter, desiredHash: string): boolean {
+  holdBack(found: TableWriter): boolean {
     // Before our first write, a table of another config is simply the last run's.
-    if (!this.lastWrite || this.isOurLastWrite(found) || found.hash === desiredHash) return false;
+    if (!this.lastWrite || this.isOurLastWrite(found)) return false;
     const now = this.deps.now();
     const conflict = this.conflict;
     if (conflict) conflict.lastSeen = now;

@@ -239,14 +239,15 @@ export class Reconciler {
       const found = await this.timed('readMs', () => this.readTables());
       stale = found.stale;
       const writer = found.ip?.kind === 'ours' ? found.ip : undefined;
-      // Another agent's table of another config: hold back for a while rather than fight
-      // (other-agent.ts). The kernel is read again at every resync meanwhile.
-      if (writer && this.otherAgent.holdBack(writer, config.hash)) {
+      this.adoptGeneration(writer?.generation);
+      const inPlace = stale.length === 0 && this.holds(found.listings, config);
+      // Not what we would write, and written by another agent: hold back for a while rather than
+      // fight (other-agent.ts). The kernel is read again at every resync meanwhile.
+      if (!inPlace && writer && this.otherAgent.holdBack(writer)) {
         this.kernelGenId = undefined;
         return false;
       }
-      this.adoptGeneration(writer?.generation);
-      if (stale.length === 0 && this.holds(found.listings, config)) {
+      if (inPlace) {
         if (writer) this.otherAgent.inPlace(writer);
         this.kernelKey = key;
         // The listings are at least as new as genId: if another commit came between, the id has

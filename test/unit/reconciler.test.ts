@@ -460,3 +460,38 @@ t.test('a table of another config found at start is the last run, not another ag
   t.equal(reconciler.status(true).generation, 10);
   t.equal(await metric('ipmasq_conflicting_writer'), 0);
 });
+
+t.test(
+  'two agents, same config, one with IPv6: they hold back from each other; the one that stays wins',
+  async (t) => {
+    const kernel = new FakeKernel();
+    let now = 1_000_000;
+    const clock = { now: () => now };
+    const withoutIPv6 = setup(kernel, undefined, clock);
+    const withIPv6 = setup(kernel, undefined, {
+      ...clock,
+      compileOptions: { ...explicitInterval.compileOptions, setLayout: 'auto', enableIPv6: true },
+    });
+    for (let round = 0; round < 20; round++) {
+      now += 60_000;
+      await withoutIPv6.reconciler.sync();
+      await withIPv6.reconciler.sync();
+    }
+    // Fighting, each rewrites at every resync: 40 writes in 20 rounds.
+    t.ok(kernel.applies.length <= 12, `${kernel.applies.length} writes in 20 rounds`);
+    t.equal(await withoutIPv6.metric('ipmasq_conflicting_writer'), 1);
+    t.equal(await withIPv6.metric('ipmasq_conflicting_writer'), 1);
+    // The agent without IPv6 leaves.
+    for (let round = 0; round < 20; round++) {
+      now += 60_000;
+      await withIPv6.reconciler.sync();
+    }
+    t.ok(kernel.tables.has('ip6 ipmasq'), "the staying agent's ip6 table is in place");
+    t.equal(await withIPv6.metric('ipmasq_conflicting_writer'), 0);
+    t.equal(withIPv6.reconciler.status(true).ready, true);
+    const settled = kernel.applies.length;
+    now += 60_000;
+    await withIPv6.reconciler.sync();
+    t.equal(kernel.applies.length, settled, 'and it writes no more');
+  },
+);
