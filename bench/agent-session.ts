@@ -60,7 +60,9 @@ export class AgentSession {
     await mkdir(join(dir, 'staging'));
     const configFile = join(dir, 'config', 'ip-masq-agent');
     await writeFile(configFile, configText(count));
-    const args = ['--config', configFile, '--listen', `127.0.0.1:${PORT}`, ...extraArgs];
+    // The interval layout unless a caller asks otherwise: the baseline is `nft -f` of that script.
+    const layout = extraArgs.includes('--set-layout') ? [] : ['--set-layout', 'interval'];
+    const args = ['--config', configFile, '--listen', `127.0.0.1:${PORT}`, ...layout, ...extraArgs];
     const agent = startAgent(scope, ns, args);
     const session = new AgentSession(ns, agent, configFile, join(dir, 'staging', 'next'));
     scope.teardown(() => session.close());
