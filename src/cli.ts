@@ -14,8 +14,6 @@ import { loadConfig } from './config/index.js';
 import { renderReplace } from './nftables/render.js';
 import { version } from './version.js';
 
-export { version };
-
 /** --render: needs no privileges and never loads the addon. */
 async function render(options: AgentOptions, flagWarnings: readonly string[]): Promise<number> {
   for (const warning of flagWarnings) process.stderr.write(`warning: ${warning}\n`);
