@@ -2,19 +2,17 @@
 // health/metrics server reading the reconciler's status. README, "When it writes" and "HTTP".
 import type { Logger } from 'pino';
 import { AUTO_LAYOUT_CROSSOVER } from './compile.js';
-import { loadConfigAdaptive } from './config/load-worker.js';
+import { configLoader } from './config/loader.js';
 import { libnftablesVersion } from './nftables/addon.js';
-import { handleSignals } from './signals.js';
-import { version } from './version.js';
-import type { AgentOptions } from './cli/flags.js';
-import { cachingLoader } from './reconcile/config-cache.js';
+import { plan, type AgentOptions } from './options.js';
 import { nftKernel, type Kernel } from './reconcile/kernel.js';
-import { findLegacyChains, legacyChainNames, removeLegacyChain } from './reconcile/legacy.js';
+import { AgentMetrics } from './reconcile/metrics.js';
 import { Reconciler } from './reconcile/reconciler.js';
-import { SyncRunner, type SyncOutcome } from './reconcile/runner.js';
+import { SyncRunner } from './reconcile/runner.js';
 import { watchConfig } from './reconcile/watcher.js';
 import { buildServer } from './server/index.js';
-import { AgentMetrics } from './server/metrics.js';
+import { handleSignals } from './signals.js';
+import { version } from './version.js';
 
 /** The agent's metrics, labelled with what it is built from. */
 export function agentMetrics(): AgentMetrics {
@@ -23,27 +21,20 @@ export function agentMetrics(): AgentMetrics {
 
 const SHUTDOWN_BUDGET_MS = 4_000;
 
+/** The reconciler for run and --once: every stage's options from the one plan (options.ts). */
 export function makeReconciler(
   options: AgentOptions,
   logger: Logger,
   metrics: AgentMetrics,
   kernel: Kernel = nftKernel,
 ): Reconciler {
+  const stages = plan(options);
   return new Reconciler({
-    configPath: options.config,
-    loadOptions: {
-      enableIPv6: options.enableIPv6,
-      nomasqAllReservedRanges: options.nomasqAllReservedRanges,
-    },
-    compileOptions: {
-      table: options.table,
-      masqChain: options.masqChain,
-      randomFully: options.randomFully,
-      toPorts: options.toPorts,
-      enableIPv6: options.enableIPv6,
-      setLayout: options.setLayout,
-    },
-    loadConfig: cachingLoader(loadConfigAdaptive),
+    configPath: stages.configPath,
+    loadOptions: stages.load,
+    compileOptions: stages.compile,
+    legacy: stages.legacy,
+    loadConfig: configLoader(),
     kernel,
     logger,
     metrics,
@@ -51,74 +42,12 @@ export function makeReconciler(
   });
 }
 
-/**
- * Looks for the original agent's chain in `ip nat` and warns; with `remove`, deletes it. Never fatal.
- * Removal waits until our own table is in the kernel, so no flow goes out unmasqueraded meanwhile.
- */
-export async function handleLegacyChain(
-  options: AgentOptions,
-  logger: Logger,
-  metrics: AgentMetrics,
-  remove: boolean,
-): Promise<void> {
-  let remaining: string[] = [];
-  try {
-    remaining = await findLegacyChains(legacyChainNames(options.masqChain));
-    for (const chain of [...remaining]) {
-      if (!remove) {
-        logger.warn(
-          { chain },
-          "the original ip-masq-agent's chain is still in table ip nat: traffic we exempt may still be masqueraded there; " +
-            (options.removeLegacyChain
-              ? 'it is removed once our table is in the kernel'
-              : 'run with --remove-legacy-chain to delete it'),
-        );
-        continue;
-      }
-      const rules = await removeLegacyChain(chain);
-      remaining = remaining.filter((name) => name !== chain);
-      logger.warn(
-        { chain, jumpRulesDeleted: rules },
-        "removed the original agent's chain from table ip nat",
-      );
-    }
-  } catch (err) {
-    logger.error({ err }, "could not check or remove the original agent's chain in table ip nat");
-  }
-  metrics.setLegacyChainPresent(remaining.length > 0);
-}
-
-/** Wraps a sync so that the legacy chain is removed after the first sync that leaves our table in place. */
-export function removingLegacyChainAfterSync(
-  sync: () => Promise<SyncOutcome>,
-  reconciler: Reconciler,
-  options: AgentOptions,
-  logger: Logger,
-  metrics: AgentMetrics,
-): () => Promise<SyncOutcome> {
-  let pending = options.removeLegacyChain;
-  return async () => {
-    const outcome = await sync();
-    if (pending && outcome.ok && reconciler.status(true).generation > 0) {
-      pending = false;
-      await handleLegacyChain(options, logger, metrics, true);
-    }
-    return outcome;
-  };
-}
-
 /** Runs until SIGTERM/SIGINT; then exits 0 within 5 s, leaving the tables in place. */
 export async function runAgent(options: AgentOptions, logger: Logger): Promise<void> {
   const metrics = agentMetrics();
   const reconciler = makeReconciler(options, logger, metrics);
   const runner = new SyncRunner({
-    sync: removingLegacyChainAfterSync(
-      () => reconciler.sync(),
-      reconciler,
-      options,
-      logger,
-      metrics,
-    ),
+    sync: () => reconciler.sync(),
     intervalMs: () => reconciler.resyncIntervalMs,
     // The reconciler logs each distinct failure once; every retry is still here at debug.
     onError: (err) => logger.debug({ err }, 'sync failed; retrying with backoff'),
@@ -154,8 +83,6 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
     'ipmasq-agent started',
   );
 
-  await handleLegacyChain(options, logger, metrics, false);
-  if (stopping) return;
   // A ConfigMap swap or a rename-write is a burst of events within a few ms: 25 ms coalesces it.
   const watcher = watchConfig(options.config, () => runner.trigger('config changed'), {
     debounceMs: 25,

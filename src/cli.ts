@@ -1,78 +1,35 @@
-// Entry point: flags → one of the modes of README, "Flags".
+// Entry point: flags → one of the modes of README, "Flags". Every mode takes its stage options from
+// plan() (options.ts).
 import { pino, type Logger } from 'pino';
-import {
-  agentMetrics,
-  handleLegacyChain,
-  makeReconciler,
-  removingLegacyChainAfterSync,
-  runAgent,
-} from './agent.js';
-import { parseArgs, type AgentOptions } from './cli/flags.js';
-import { compile, tableOwner } from './compile.js';
-import { nftKernel } from './reconcile/kernel.js';
+import { agentMetrics, makeReconciler, runAgent } from './agent.js';
+import { parseArgs } from './cli/flags.js';
+import { compile } from './compile.js';
 import { loadConfig } from './config/index.js';
 import { renderReplace } from './nftables/render.js';
+import { plan, type AgentOptions } from './options.js';
+import { cleanup } from './reconcile/cleanup.js';
+import { nftKernel } from './reconcile/kernel.js';
 import { version } from './version.js';
 
 /** --render: needs no privileges and never loads the addon. */
 async function render(options: AgentOptions, flagWarnings: readonly string[]): Promise<number> {
   for (const warning of flagWarnings) process.stderr.write(`warning: ${warning}\n`);
-  const loadOptions = {
-    enableIPv6: options.enableIPv6,
-    nomasqAllReservedRanges: options.nomasqAllReservedRanges,
-  };
-  const result = await loadConfig(options.config, loadOptions);
+  const stages = plan(options);
+  const result = await loadConfig(stages.configPath, stages.load);
   for (const warning of result.warnings) process.stderr.write(`warning: ${warning}\n`);
   if (!result.ok) {
     process.stderr.write(`invalid config: ${result.error.message}\n`);
     return 1;
   }
-  process.stdout.write(renderReplace(compile(result.config, options, 1)));
+  process.stdout.write(renderReplace(compile(result.config, stages.compile, 1)));
   return 0;
 }
 
 async function once(options: AgentOptions, logger: Logger): Promise<number> {
-  const metrics = agentMetrics();
-  await handleLegacyChain(options, logger, metrics, false);
-  const reconciler = makeReconciler(options, logger, metrics);
-  const sync = removingLegacyChainAfterSync(
-    () => reconciler.sync(),
-    reconciler,
-    options,
-    logger,
-    metrics,
-  );
-  const outcome = await sync();
-  const status = reconciler.status(true);
+  const reconciler = makeReconciler(options, logger, agentMetrics());
+  const outcome = await reconciler.sync();
   if (!outcome.ok) return 1; // the reconciler has logged why
-  return status.configError === null ? 0 : 1;
-}
-
-/** --cleanup: deletes our ip/ip6 tables; a same-named table that is not ours is left, an error. */
-async function cleanup(options: AgentOptions, logger: Logger): Promise<number> {
-  let code = 0;
-  for (const family of ['ip', 'ip6'] as const) {
-    const ref = { family, name: options.table };
-    try {
-      const listing = await nftKernel.listTable(ref);
-      if (listing === null) continue;
-      if (tableOwner(listing).kind === 'foreign') {
-        logger.error(
-          { table: `${family} ${options.table}` },
-          'not deleted: the table is not ipmasq-agent\'s (no "ipmasq-agent generation" comment)',
-        );
-        code = 1;
-        continue;
-      }
-      await nftKernel.apply(`delete table ${family} ${options.table}`);
-      logger.info({ table: `${family} ${options.table}` }, 'deleted');
-    } catch (err) {
-      logger.error({ err }, `could not delete table ${family} ${options.table}`);
-      return 1;
-    }
-  }
-  if (options.removeLegacyChain) await handleLegacyChain(options, logger, agentMetrics(), true);
-  return code;
+  return reconciler.status(true).configError === null ? 0 : 1;
 }
 
 export async function main(argv: readonly string[]): Promise<number | undefined> {
@@ -92,8 +49,16 @@ export async function main(argv: readonly string[]): Promise<number | undefined>
   switch (options.mode) {
     case 'once':
       return once(options, logger);
-    case 'cleanup':
-      return cleanup(options, logger);
+    case 'cleanup': {
+      const stages = plan(options);
+      return cleanup({
+        table: stages.compile.table,
+        legacy: stages.legacy,
+        kernel: nftKernel,
+        logger,
+        metrics: agentMetrics(),
+      });
+    }
     case 'run':
       await runAgent(options, logger);
       return undefined;

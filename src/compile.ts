@@ -1,20 +1,28 @@
 // Config + flags → the agent's desired tables (pure). README, "What it does".
 import type { Config } from './config/types.js';
-import type { Chain, Family, SetKey, Table } from './nftables/types.js';
+import type { Chain, TableFamily, SetKey, Table } from './nftables/types.js';
 
-export interface PortRangeLike {
+export interface PortRange {
   readonly first: number;
   readonly last: number;
 }
+
+/**
+ * `interval`: sets of addresses (README, "What it does"). `concat`: address . protocol ranges,
+ * which other tools' element commands do not download. `auto`: interval up to
+ * AUTO_LAYOUT_CROSSOVER elements, concat above (README, "Performance").
+ */
+export const setLayouts = ['auto', 'interval', 'concat'] as const;
+export type SetLayout = (typeof setLayouts)[number];
 
 export interface CompileOptions {
   readonly table: string;
   readonly masqChain: string;
   readonly randomFully: boolean;
-  readonly toPorts: readonly PortRangeLike[];
+  readonly toPorts: readonly PortRange[];
   readonly enableIPv6: boolean;
-  /** `auto` (the default): `interval` up to AUTO_LAYOUT_CROSSOVER elements, `concat` above. */
-  readonly setLayout?: 'auto' | 'interval' | 'concat';
+  /** `auto` (the default) when left out. */
+  readonly setLayout?: SetLayout;
 }
 
 export const BASE_CHAIN = 'postrouting';
@@ -56,7 +64,7 @@ function integer(n: number, what: string): string {
  * chosen in proportion to its size: rule i takes size_i out of what the ranges from i on hold, so the
  * chained draws give every range its share; other protocols fall through to a plain masquerade.
  */
-export function masqueradeRules(randomFully: boolean, toPorts: readonly PortRangeLike[]): string[] {
+export function masqueradeRules(randomFully: boolean, toPorts: readonly PortRange[]): string[] {
   const flags = randomFully ? ' fully-random' : '';
   const sizes = toPorts.map((r) => r.last - r.first + 1);
   const rules = toPorts.map((range, i) => {
@@ -100,14 +108,14 @@ export function chooseLayout(config: Config, options: CompileOptions): 'interval
  * each prefix paired with every protocol (0-255), so the decision is the same while other tools'
  * element commands skip downloading the set (docs/bench.md).
  */
-export function setKey(family: Family, layout: 'interval' | 'concat'): SetKey {
+export function setKey(family: TableFamily, layout: 'interval' | 'concat'): SetKey {
   return layout === 'concat'
     ? { expression: `${family} daddr . meta l4proto`, elementSuffix: ' . 0-255' }
     : { expression: `${family} daddr`, elementSuffix: '' };
 }
 
 function compileFamily(
-  family: Family,
+  family: TableFamily,
   config: Config,
   options: CompileOptions,
   generation: number,
@@ -158,7 +166,7 @@ export function compile(config: Config, options: CompileOptions, generation: num
   if (options.masqChain === BASE_CHAIN) {
     throw new Error(`--masq-chain may not be ${BASE_CHAIN}: the base chain has that name`);
   }
-  const families: Family[] = options.enableIPv6 ? ['ip', 'ip6'] : ['ip'];
+  const families: TableFamily[] = options.enableIPv6 ? ['ip', 'ip6'] : ['ip'];
   const layout = chooseLayout(config, options);
   return families.map((family) => compileFamily(family, config, options, generation, layout));
 }

@@ -1,42 +1,11 @@
 // Command-line flags (README, "Flags"), parsed by hand because existing manifests use Go's flag syntax:
 // `-flag=value` and `-flag value` with one dash, `--flag` for booleans, and klog flags we must tolerate.
 import { isIPv4, isIPv6 } from 'node:net';
-import { BASE_CHAIN } from '../compile.js';
+import { BASE_CHAIN, setLayouts, type PortRange } from '../compile.js';
 import { nameProblem } from '../nftables/names.js';
+import { logLevels, type AgentOptions, type Mode } from '../options.js';
 
-export interface PortRange {
-  readonly first: number;
-  readonly last: number;
-}
-
-export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
-export type LogLevel = (typeof logLevels)[number];
-
-export type Mode = 'run' | 'once' | 'render' | 'cleanup' | 'version';
-
-/**
- * `interval`: sets of addresses (README, "What it does"). `concat`: address . protocol ranges,
- * which other tools' element commands do not download. `auto`: interval up to the crossover
- * (AUTO_LAYOUT_CROSSOVER in compile.ts), concat above (README, "Performance").
- */
-export const setLayouts = ['auto', 'interval', 'concat'] as const;
-export type SetLayout = (typeof setLayouts)[number];
-
-export interface AgentOptions {
-  readonly config: string;
-  readonly masqChain: string;
-  readonly nomasqAllReservedRanges: boolean;
-  readonly enableIPv6: boolean;
-  readonly randomFully: boolean;
-  /** Sorted by first port, never overlapping; empty means "any source port". */
-  readonly toPorts: readonly PortRange[];
-  readonly table: string;
-  readonly listen: { readonly host: string; readonly port: number };
-  readonly mode: Mode;
-  readonly removeLegacyChain: boolean;
-  readonly logLevel: LogLevel;
-  readonly setLayout: SetLayout;
-}
+export type { AgentOptions } from '../options.js';
 
 export type ParseResult =
   | { ok: true; options: AgentOptions; warnings: string[] }

@@ -43,18 +43,17 @@ function mergedSets(prefixes: readonly Prefix[]): CidrSets {
   });
 }
 
-/** sha256 of the meaning only: the sets are already merged and sorted, so spelling and order vanish. */
-function hashOf(config: Omit<Config, 'hash' | 'sources'>): string {
+/**
+ * sha256 of exactly what compile consumes: the merged, sorted sets (masqLinkLocal* are already in
+ * them), so spelling and order vanish, and changing resyncInterval or cidrLimit rewrites nothing.
+ */
+function hashOf(sets: Pick<Config, 'nonMasquerade' | 'masquerade'>): string {
   const canonical = JSON.stringify([
-    'ipmasq-config-v1',
-    config.nonMasquerade.ipv4,
-    config.nonMasquerade.ipv6,
-    config.masquerade.ipv4,
-    config.masquerade.ipv6,
-    config.masqLinkLocal,
-    config.masqLinkLocalIPv6,
-    config.cidrLimit,
-    config.resyncIntervalMs,
+    'ipmasq-config-v2',
+    sets.nonMasquerade.ipv4,
+    sets.nonMasquerade.ipv6,
+    sets.masquerade.ipv4,
+    sets.masquerade.ipv6,
   ]);
   return createHash('sha256').update(canonical).digest('hex');
 }

@@ -1,13 +1,12 @@
 // Loading 100 000 CIDRs takes ~0.3–0.6 s of CPU, mostly parsing and garbage: run it on a worker
 // thread so /healthz and /metrics keep answering while a large config is read.
-import { readdir, stat } from 'node:fs/promises';
-import { join } from 'node:path';
 import { isMainThread, parentPort, Worker } from 'node:worker_threads';
-import { loadConfig } from './index.js';
+import { loadSource } from './load.js';
+import type { ConfigSource } from './source.js';
 import { ConfigError, type Config, type LoadOptions, type LoadResult } from './types.js';
 
 interface Request {
-  readonly path: string;
+  readonly source: ConfigSource;
   readonly options: LoadOptions;
 }
 
@@ -81,23 +80,26 @@ const IDLE_MS = 30_000;
 /** A config that takes longer than this to parse is refused (the yaml parser has slow paths). */
 export const LOAD_TIME_LIMIT_MS = 20_000;
 
-/** loadConfig, run on the config worker thread, within timeLimitMs. */
-export function loadConfigOffThread(
-  path: string,
+/** loadSource, run on the config worker thread, within timeLimitMs. */
+export function loadSourceOffThread(
+  source: ConfigSource,
   options: LoadOptions,
   timeLimitMs = LOAD_TIME_LIMIT_MS,
 ): Promise<LoadResult> {
   const loader = (current ??= startThread());
   clearTimeout(loader.idle);
   const id = nextId++;
-  const request: Request = { path, options };
+  const request: Request = { source, options };
   const result = new Promise<LoadResult>((resolve, reject) => {
     const timer = setTimeout(() => {
       // Refuse the config and drop the busy thread; the next load starts a fresh one.
       if (current === loader) current = undefined;
       loader.pending.delete(id);
       void loader.thread.terminate();
-      const error = new ConfigError(path, `reading took longer than ${timeLimitMs} ms; refused`);
+      const error = new ConfigError(
+        source.path,
+        `reading took longer than ${timeLimitMs} ms; refused`,
+      );
       resolve({ ok: false, error, warnings: [] });
     }, timeLimitMs);
     timer.unref();
@@ -117,38 +119,10 @@ export function loadConfigOffThread(
   return result;
 }
 
-/** Files up to this size are parsed in-thread: a worker's start costs more than their parse. */
-export const IN_THREAD_MAX_BYTES = 4 * 1024;
-
-async function configBytes(path: string): Promise<number> {
-  const info = await stat(path).catch(() => undefined);
-  if (!info?.isDirectory()) return info?.size ?? 0;
-  const names = (await readdir(path).catch(() => [])).filter((name) => name.startsWith('ip-masq'));
-  const sizes = await Promise.all(
-    names.map((name) =>
-      stat(join(path, name)).then(
-        (s) => s.size,
-        () => 0,
-      ),
-    ),
-  );
-  return sizes.reduce((a, b) => a + b, 0);
-}
-
-/**
- * The agent's loader: small configs (the usual few CIDRs) in-thread, where the slowest YAML of that
- * size parses in well under a second; anything larger on the worker, with its time limit.
- */
-export async function loadConfigAdaptive(path: string, options: LoadOptions): Promise<LoadResult> {
-  return (await configBytes(path)) <= IN_THREAD_MAX_BYTES
-    ? loadConfig(path, options)
-    : loadConfigOffThread(path, options);
-}
-
 if (!isMainThread && parentPort) {
   const port = parentPort;
   port.on('message', async ({ id, request }: { id: number; request: Request }) => {
-    const result = await loadConfig(request.path, request.options);
+    const result = await loadSource(request.source, request.options);
     const reply: Reply = result.ok
       ? { ok: true, config: result.config, warnings: [...result.warnings] }
       : {

@@ -1,21 +1,14 @@
-// Reads --config: one file, or every regular `ip-masq*` file of a directory (ConfigMap volume layout).
-import { constants, type Stats } from 'node:fs';
-import { open, readdir, stat } from 'node:fs/promises';
-import { join } from 'node:path';
+// Reads the files of a config source (source.ts), each bounded in size, into one Config.
+import { constants } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { buildConfig } from './build.js';
 import { type ConfigFragment, parseFragment } from './fragment.js';
+import { type ConfigSource, errnoText, findConfigSource } from './source.js';
 import { ConfigError, type LoadOptions, type LoadResult } from './types.js';
 
 export const MAX_CONFIG_BYTES = 16 * 1024 * 1024;
-const FILE_PREFIX = 'ip-masq';
 
 class ReadFailure extends Error {}
-
-function errnoText(err: unknown): string {
-  const code = (err as NodeJS.ErrnoException).code;
-  if (code === 'EACCES' || code === 'EPERM') return `cannot be read: permission denied (${code})`;
-  return `cannot be read: ${code ?? (err as Error).message}`;
-}
 
 function tooLarge(bytes: number): ReadFailure {
   return new ReadFailure(
@@ -73,68 +66,32 @@ async function readFragment(
   return result.ok ? result.fragment : result.error;
 }
 
-/** Regular files (symlinks followed) named ip-masq*, dot-names skipped, in name order. */
-async function listConfigFiles(dir: string, warnings: string[]): Promise<string[]> {
-  const names = (await readdir(dir))
-    .filter((name) => !name.startsWith('.') && name.startsWith(FILE_PREFIX))
-    .sort();
-  const files: string[] = [];
-  for (const name of names) {
-    const path = join(dir, name);
-    let info: Stats;
-    try {
-      info = await stat(path);
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-      warnings.push(`${path}: skipped: a dangling symlink`);
-      continue;
-    }
-    if (info.isFile()) files.push(path);
-    else warnings.push(`${path}: skipped: not a regular file`);
-  }
-  return files;
-}
-
-function failure(file: string, message: string, warnings: string[]): LoadResult {
-  return Object.freeze({
-    ok: false,
-    error: new ConfigError(file, message),
-    warnings: Object.freeze(warnings),
-  });
-}
-
 /**
- * Loads the config at `path` (file or directory). Missing path or no ip-masq* file: defaults.
+ * Reads the files `source` names (config/source.ts). Missing path or no ip-masq* file: defaults.
  * Any unreadable or invalid file makes the whole result invalid. Never rejects for bad input.
  */
-export async function loadConfig(path: string, options: LoadOptions): Promise<LoadResult> {
-  const warnings: string[] = [];
-  let info: Stats;
-  try {
-    info = await stat(path);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return buildConfig([], options, path);
-    return failure(path, errnoText(err), warnings);
+export async function loadSource(source: ConfigSource, options: LoadOptions): Promise<LoadResult> {
+  if (source.kind === 'missing') return buildConfig([], options, source.path);
+  if (source.kind === 'error') {
+    return Object.freeze({
+      ok: false,
+      error: new ConfigError(source.path, source.message),
+      warnings: Object.freeze([]),
+    });
   }
-  let files: string[];
-  if (info.isDirectory()) {
-    try {
-      files = await listConfigFiles(path, warnings);
-    } catch (err) {
-      return failure(path, errnoText(err), warnings);
-    }
-  } else if (info.isFile()) {
-    files = [path];
-  } else {
-    return failure(path, 'is neither a regular file nor a directory', warnings);
-  }
+  const warnings = [...source.warnings];
   const fragments: ConfigFragment[] = [];
-  for (const file of files) {
+  for (const file of source.files) {
     const fragment = await readFragment(file, options, warnings);
     if (fragment instanceof ConfigError) {
       return Object.freeze({ ok: false, error: fragment, warnings: Object.freeze(warnings) });
     }
     fragments.push(fragment);
   }
-  return buildConfig(fragments, options, path, warnings);
+  return buildConfig(fragments, options, source.path, warnings);
+}
+
+/** Loads the config at `path` (file or directory) in this thread. */
+export async function loadConfig(path: string, options: LoadOptions): Promise<LoadResult> {
+  return loadSource(await findConfigSource(path), options);
 }

@@ -1,10 +1,9 @@
 // The shape every other module sees of a loaded config. Produced only by src/config.
 
+export type AddressFamily = 'ipv4' | 'ipv6';
+
 /** Canonical CIDR strings (formatted by src/cidr), merged and sorted by address, per family. */
-export interface CidrSets {
-  readonly ipv4: readonly string[];
-  readonly ipv6: readonly string[];
-}
+export type CidrSets = { readonly [F in AddressFamily]: readonly string[] };
 
 export interface Config {
   /** Effective non-masquerade set: configured (or default) CIDRs, plus link-local unless masqLinkLocal(IPv6), merged. */

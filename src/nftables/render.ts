@@ -1,7 +1,7 @@
 // Renders typed tables into nft script text. The nested block form is also what `nft list table`
 // prints, so the same text serves as the write and as the expectation a read-back is compared with.
 import { nameProblem } from './names.js';
-import type { Chain, Family, NamedSet, Table, TableRef } from './types.js';
+import type { Chain, TableFamily, NamedSet, Table, TableRef } from './types.js';
 
 /** Throws unless every name is a plain identifier and the comment cannot break out of its quotes. */
 export function validateTable(table: Table): void {
@@ -16,12 +16,12 @@ export function validateTable(table: Table): void {
 }
 
 /** nft prints a full-length prefix as a bare address; write it the same way. */
-function elementText(element: string, family: Family): string {
+function elementText(element: string, family: TableFamily): string {
   const full = family === 'ip' ? '/32' : '/128';
   return element.endsWith(full) ? element.slice(0, -full.length) : element;
 }
 
-function renderSet(set: NamedSet, family: Family): string[] {
+function renderSet(set: NamedSet, family: TableFamily): string[] {
   const lines = [`\tset ${set.name} {`, `\t\ttypeof ${set.key.expression}`];
   if (set.flags.length > 0) lines.push(`\t\tflags ${set.flags.join(',')}`);
   if (set.elements.length > 0) {
@@ -75,8 +75,12 @@ export function renderReplace(tables: readonly Table[], stale: readonly TableRef
     parts.push(`delete table ${table.family} ${table.name}`);
     parts.push(renderTable(table));
   }
-  for (const ref of stale) parts.push(`delete table ${ref.family} ${ref.name}`);
-  return parts.join('\n') + '\n';
+  return parts.join('\n') + '\n' + renderDelete(stale);
+}
+
+/** One transaction deleting these tables. */
+export function renderDelete(refs: readonly TableRef[]): string {
+  return refs.map((ref) => `delete table ${ref.family} ${ref.name}\n`).join('');
 }
 
 /** Whitespace-insensitive form of a table listing, for comparing a read-back with a rendering. */

@@ -1,6 +1,6 @@
 // Data types of the nftables objects the agent writes. Behaviour (rendering) lives in render.ts.
 
-export type Family = 'ip' | 'ip6';
+export type TableFamily = 'ip' | 'ip6';
 
 /**
  * What a set's elements are keyed by. Sets are declared `typeof EXPRESSION`, never `type
@@ -37,7 +37,7 @@ export interface Chain {
 }
 
 export interface Table {
-  readonly family: Family;
+  readonly family: TableFamily;
   readonly name: string;
   readonly comment: string;
   readonly sets: readonly NamedSet[];
@@ -45,6 +45,6 @@ export interface Table {
 }
 
 export interface TableRef {
-  readonly family: Family;
+  readonly family: TableFamily;
   readonly name: string;
 }

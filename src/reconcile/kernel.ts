@@ -1,5 +1,5 @@
-// The reconciler's view of the kernel, all through the addon. Tests wrap it to count reads or stand
-// in a fake; nothing else in the reconciler talks to nftables.
+// The agent's one view of the kernel, all through the addon: nothing else in src/ runs nftables
+// commands. Tests wrap it to count reads or stand in a fake (test/helpers/fake-kernel.ts).
 import { NftError, nftGenerationId, nftTableNames, runNft } from '../nftables/addon.js';
 import type { TableRef } from '../nftables/types.js';
 
@@ -20,6 +20,41 @@ export interface Kernel {
   tableNames(): Promise<AnyTableRef[]>;
   /** Whether libnftables can list this table (false when listing it crashes or hangs libnftables). */
   readable(ref: AnyTableRef): Promise<boolean>;
+  /** Which of these chains exist in iptables-nft's `ip nat` (the original agent's, docs/migration.md). */
+  legacyChains(names: readonly string[]): Promise<string[]>;
+  /** Deletes that chain and the POSTROUTING rules jumping to it, in one transaction: the rules deleted. */
+  removeLegacyChain(chain: string): Promise<number>;
+}
+
+const NAT_TABLE = 'ip nat';
+const POSTROUTING = 'POSTROUTING';
+
+interface JsonRule {
+  rule?: { handle?: number; expr?: Array<Record<string, unknown>> };
+}
+
+async function natChainExists(name: string): Promise<boolean> {
+  try {
+    await runNft(`list chain ${NAT_TABLE} ${name}`);
+    return true;
+  } catch (err) {
+    if (err instanceof NftError && err.isNotFound()) return false;
+    throw err;
+  }
+}
+
+/** Handles of POSTROUTING rules in `ip nat` that jump to `chain`. */
+async function jumpRuleHandles(chain: string): Promise<number[]> {
+  if (!(await natChainExists(POSTROUTING))) return [];
+  const listing = JSON.parse(
+    await runNft(`list chain ${NAT_TABLE} ${POSTROUTING}`, { json: true }),
+  ) as { nftables: JsonRule[] };
+  return listing.nftables.flatMap((item) => {
+    const jumps = item.rule?.expr?.some(
+      (expr) => (expr.jump as { target?: string } | undefined)?.target === chain,
+    );
+    return jumps && typeof item.rule?.handle === 'number' ? [item.rule.handle] : [];
+  });
 }
 
 const PROBE_FAMILY = /^(ip|ip6|inet|arp|bridge|netdev)$/;
@@ -49,5 +84,21 @@ export const nftKernel: Kernel = {
     } catch (err) {
       return !(err instanceof NftError && (err.kind === 'crash' || err.kind === 'timeout'));
     }
+  },
+  async legacyChains(names) {
+    const found: string[] = [];
+    for (const name of names) if (await natChainExists(name)) found.push(name);
+    return found;
+  },
+  async removeLegacyChain(chain) {
+    const handles = await jumpRuleHandles(chain);
+    await runNft(
+      [
+        ...handles.map((handle) => `delete rule ${NAT_TABLE} ${POSTROUTING} handle ${handle}`),
+        `flush chain ${NAT_TABLE} ${chain}`,
+        `delete chain ${NAT_TABLE} ${chain}`,
+      ].join('\n'),
+    );
+    return handles.length;
   },
 };

@@ -1,59 +1,81 @@
-// The original agent's leftover chain in iptables-nft's `ip nat` table (docs/migration.md).
-import { NftError, runNft } from '../nftables/addon.js';
+// The original agent's leftover chain in iptables-nft's `ip nat` table (docs/migration.md): found and
+// warned about before the first sync, removed with --remove-legacy-chain only once our own table is
+// in the kernel, so no flow goes out unmasqueraded meanwhile. Never fatal.
+import type { Logger } from 'pino';
+import type { Kernel } from './kernel.js';
+import type { AgentMetrics } from './metrics.js';
 
-const NAT_TABLE = 'ip nat';
-const POSTROUTING = 'POSTROUTING';
-
-interface JsonRule {
-  rule?: { handle?: number; expr?: Array<Record<string, unknown>> };
+/** Where to look for the original agent's chain, and whether to remove it. */
+export interface LegacyOptions {
+  /** Chain names it may have left: ours (--masq-chain) and its older default. */
+  readonly chains: readonly string[];
+  /** --remove-legacy-chain: delete it once our table is in the kernel. */
+  readonly remove: boolean;
 }
 
-/** Chain names the original agent may have left: ours (--masq-chain) and its older default. */
-export function legacyChainNames(masqChain: string): string[] {
-  return [...new Set([masqChain, 'IP-MASQ'])];
+export interface LegacyDeps {
+  readonly kernel: Kernel;
+  readonly options: LegacyOptions;
+  readonly logger: Logger;
+  readonly metrics: AgentMetrics;
 }
 
-async function chainExists(name: string): Promise<boolean> {
-  try {
-    await runNft(`list chain ${NAT_TABLE} ${name}`);
-    return true;
-  } catch (err) {
-    if (err instanceof NftError && err.isNotFound()) return false;
-    throw err;
+export class LegacyChain {
+  private readonly deps: LegacyDeps;
+  private checked = false;
+  private removalPending: boolean;
+
+  constructor(deps: LegacyDeps) {
+    this.deps = deps;
+    this.removalPending = deps.options.remove;
   }
-}
 
-/** Which of the candidate chains exist in `ip nat`. */
-export async function findLegacyChains(names: readonly string[]): Promise<string[]> {
-  const found: string[] = [];
-  for (const name of names) if (await chainExists(name)) found.push(name);
-  return found;
-}
+  /** Once, before the first sync: warns about each chain still there. */
+  async checkOnce(): Promise<void> {
+    if (this.checked) return;
+    this.checked = true;
+    await this.handle(false);
+  }
 
-/** Handles of POSTROUTING rules in `ip nat` that jump to `chain`. */
-async function jumpRuleHandles(chain: string): Promise<number[]> {
-  if (!(await chainExists(POSTROUTING))) return [];
-  const listing = JSON.parse(
-    await runNft(`list chain ${NAT_TABLE} ${POSTROUTING}`, { json: true }),
-  ) as {
-    nftables: JsonRule[];
-  };
-  return listing.nftables.flatMap((item) => {
-    const jumps = item.rule?.expr?.some(
-      (expr) => (expr.jump as { target?: string } | undefined)?.target === chain,
-    );
-    return jumps && typeof item.rule?.handle === 'number' ? [item.rule.handle] : [];
-  });
-}
+  /** After a sync: removes the chain (once) when asked to and our table is in the kernel. */
+  async afterSync(ourTableInPlace: boolean): Promise<void> {
+    if (!this.removalPending || !ourTableInPlace) return;
+    this.removalPending = false;
+    await this.handle(true);
+  }
 
-/** Deletes exactly the chain and the POSTROUTING rules that jump to it, in one transaction. */
-export async function removeLegacyChain(chain: string): Promise<number> {
-  const handles = await jumpRuleHandles(chain);
-  const script = [
-    ...handles.map((handle) => `delete rule ${NAT_TABLE} ${POSTROUTING} handle ${handle}`),
-    `flush chain ${NAT_TABLE} ${chain}`,
-    `delete chain ${NAT_TABLE} ${chain}`,
-  ].join('\n');
-  await runNft(script);
-  return handles.length;
+  /** --cleanup --remove-legacy-chain: removes it now. */
+  async remove(): Promise<void> {
+    this.removalPending = false;
+    await this.handle(true);
+  }
+
+  private async handle(remove: boolean): Promise<void> {
+    const { kernel, options, logger, metrics } = this.deps;
+    let remaining: string[] = [];
+    try {
+      remaining = await kernel.legacyChains(options.chains);
+      for (const chain of [...remaining]) {
+        if (!remove) {
+          logger.warn(
+            { chain },
+            "the original ip-masq-agent's chain is still in table ip nat: traffic we exempt may still be masqueraded there; " +
+              (options.remove
+                ? 'it is removed once our table is in the kernel'
+                : 'run with --remove-legacy-chain to delete it'),
+          );
+          continue;
+        }
+        const rules = await kernel.removeLegacyChain(chain);
+        remaining = remaining.filter((name) => name !== chain);
+        logger.warn(
+          { chain, jumpRulesDeleted: rules },
+          "removed the original agent's chain from table ip nat",
+        );
+      }
+    } catch (err) {
+      logger.error({ err }, "could not check or remove the original agent's chain in table ip nat");
+    }
+    metrics.setLegacyChainPresent(remaining.length > 0);
+  }
 }

@@ -5,7 +5,7 @@
 // 2, 4, at most 8 resync intervals before writing its own config again, instead of rewriting at every
 // resync; whichever agent stays wins once the other leaves.
 import type { Logger } from 'pino';
-import type { AgentMetrics } from '../server/metrics.js';
+import type { AgentMetrics } from './metrics.js';
 
 /** What a table's comment says wrote it. */
 export interface TableWriter {

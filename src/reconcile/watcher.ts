@@ -4,7 +4,7 @@
 // It only says "look again"; the reader decides whether anything changed, and the periodic resync
 // re-reads the config anyway, so a missed event costs latency, never correctness.
 import { watch, statSync, type FSWatcher } from 'node:fs';
-import { dirname } from 'node:path';
+import { watchedDirectory } from '../config/source.js';
 
 export interface WatchConfigOptions {
   /** Quiet time after the last event before onChange runs. Default 100. */
@@ -20,16 +20,6 @@ export interface ConfigWatcher {
 }
 
 const missingCodes = new Set(['ENOENT', 'ENOTDIR']);
-
-/** The directory to watch: the config itself in directory mode, else the directory holding the file. */
-function directoryToWatch(path: string): string {
-  try {
-    if (statSync(path).isDirectory()) return path;
-  } catch {
-    // Missing: the file may appear later in its parent directory.
-  }
-  return dirname(path);
-}
 
 function isDirectory(dir: string): boolean {
   try {
@@ -87,7 +77,7 @@ export function watchConfig(
 
   /** Starts watching; false when the directory is not there (or cannot be watched) yet. */
   const establish = (): boolean => {
-    const dir = directoryToWatch(path);
+    const dir = watchedDirectory(path);
     if (!isDirectory(dir)) return false;
     try {
       watcher = watch(dir, { persistent: false }, eventSeen);

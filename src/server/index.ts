@@ -9,27 +9,10 @@ import Fastify, {
   type FastifyRequest,
 } from 'fastify';
 import fp from 'fastify-plugin';
-import { AgentMetrics } from './metrics.js';
+import type { AgentMetrics } from '../reconcile/metrics.js';
+import type { AgentStatus } from '../reconcile/status.js';
 
-export { AgentMetrics } from './metrics.js';
-
-export interface AgentStatus {
-  /** The sync loop is alive. */
-  alive: boolean;
-  /** The last kernel write, if one was needed, succeeded. */
-  lastWriteOk: boolean;
-  /** 0 before the first write. */
-  generation: number;
-  configHash: string | null;
-  lastSyncTime: Date | null;
-  lastError: string | null;
-  configError: string | null;
-  /** Entries in the kernel's non-masquerade sets. */
-  nonMasqueradeCIDRs: { ipv4: number; ipv6: number };
-  /** The kernel holds the ruleset of the current, valid config. */
-  ready: boolean;
-  notReadyReason: string | null;
-}
+export type { AgentStatus } from '../reconcile/status.js';
 
 export interface ServerOptions {
   status: () => AgentStatus;

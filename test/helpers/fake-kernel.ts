@@ -41,6 +41,20 @@ export class FakeKernel implements Kernel {
     return !this.unreadable.has(`${ref.family} ${ref.name}`);
   }
 
+  /** Chains of the original agent "in ip nat", by name, with how many jump rules point at each. */
+  legacy = new Map<string, number>();
+
+  async legacyChains(names: readonly string[]): Promise<string[]> {
+    return names.filter((name) => this.legacy.has(name));
+  }
+
+  async removeLegacyChain(chain: string): Promise<number> {
+    const rules = this.legacy.get(chain) ?? 0;
+    this.legacy.delete(chain);
+    this.genId++;
+    return rules;
+  }
+
   async apply(script: string): Promise<void> {
     if (this.failWrites) throw this.failWrites;
     const next = new Map(this.tables);

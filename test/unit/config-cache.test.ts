@@ -1,4 +1,4 @@
-// The resync's config cache: reuse a valid result only while every file the loader reads is unchanged.
+// The loader's cache: reuse a result only while every file the config source names is unchanged.
 import {
   mkdirSync,
   mkdtempSync,
@@ -11,17 +11,17 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
-import { loadConfig } from '../../src/config/index.js';
+import { loadSource } from '../../src/config/load.js';
 import { ConfigError, type LoadOptions } from '../../src/config/types.js';
-import { cachingLoader } from '../../src/reconcile/config-cache.js';
+import { configLoader } from '../../src/config/loader.js';
 
 const options: LoadOptions = { enableIPv6: false, nomasqAllReservedRanges: false };
 
 function counted() {
   let reads = 0;
-  const load = cachingLoader(async (path, opts) => {
+  const load = configLoader(async (source, opts) => {
     reads++;
-    return loadConfig(path, opts);
+    return loadSource(source, opts);
   });
   return { load, reads: () => reads };
 }
@@ -74,7 +74,7 @@ t.test('a failure to read the file is tried again, file unchanged', async (t) =>
   const file = join(dir, 'ip-masq-agent');
   writeFileSync(file, 'nonMasqueradeCIDRs: [10.0.0.0/8]\n');
   let reads = 0;
-  const load = cachingLoader(async () => {
+  const load = configLoader(async () => {
     reads++;
     return { ok: false, error: new ConfigError(file, 'cannot be read: EMFILE'), warnings: [] };
   });

@@ -289,9 +289,14 @@ t.test('hash depends on meaning only', async (t) => {
   const differs = [
     'nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 61s',
     'nonMasqueradeCIDRs: [10.0.0.0/8, "fd00::/8"]\nmasqLinkLocal: true',
-    'nonMasqueradeCIDRs: [10.0.0.0/8, "fd00::/8"]\ncidrLimit: 65',
     'nonMasqueradeCIDRs: [10.0.0.0/8, "fd00::/8"]\nmasqueradeCIDRs: [10.1.0.0/16]',
     'nonMasqueradeCIDRs: [10.0.0.0/8, "fd00::/9"]',
   ];
   for (const text of differs) t.not(ok(t, parse(text)).hash, a.hash, text);
+  // The hash covers exactly what compile consumes: the timer and the limit change no rule.
+  const same = [
+    'nonMasqueradeCIDRs: [10.0.0.0/8, "fd00::/8"]\nresyncInterval: 61s',
+    'nonMasqueradeCIDRs: [10.0.0.0/8, "fd00::/8"]\ncidrLimit: 65',
+  ];
+  for (const text of same) t.equal(ok(t, parse(text)).hash, a.hash, text);
 });

@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import { loadConfig } from '../../src/config/index.js';
-import { loadConfigOffThread } from '../../src/config/load-worker.js';
+import { loadSourceOffThread } from '../../src/config/load-worker.js';
+import { findConfigSource } from '../../src/config/source.js';
 import { ConfigError, type LoadOptions } from '../../src/config/types.js';
 
 const options: LoadOptions = { enableIPv6: true, nomasqAllReservedRanges: false };
@@ -22,7 +23,7 @@ t.test('valid, invalid and missing configs give what loadConfig gives', async (t
     const path = join(dir, name);
     const [inThread, offThread] = await Promise.all([
       loadConfig(path, options),
-      loadConfigOffThread(path, options),
+      findConfigSource(path).then((source) => loadSourceOffThread(source, options)),
     ]);
     t.same(offThread, inThread, `${name}: same result`);
     if (offThread.ok) {
@@ -43,11 +44,11 @@ t.test('a config that takes too long is refused, and the next load works', async
   const slow = join(dir, 'slow');
   // Thousands of stray closing brackets: the yaml parser builds one error object each (seconds).
   writeFileSync(slow, `a: b\n${'}'.repeat(65_536)}\n`);
-  const refused = await loadConfigOffThread(slow, options, 50);
+  const refused = await loadSourceOffThread(await findConfigSource(slow), options, 50);
   t.notOk(refused.ok);
   if (!refused.ok) t.match(refused.error.message, /slow: reading took longer than 50 ms; refused/);
   const good = join(dir, 'good');
   writeFileSync(good, 'masqLinkLocal: true\n');
-  const next = await loadConfigOffThread(good, options);
+  const next = await loadSourceOffThread(await findConfigSource(good), options);
   t.ok(next.ok && next.config.masqLinkLocal, 'a new worker answers');
 });

@@ -6,7 +6,7 @@ import type { Config, LoadResult } from '../../src/config/types.js';
 import { ConfigError } from '../../src/config/types.js';
 import { NftError } from '../../src/nftables/addon.js';
 import { Reconciler, type ReconcilerDeps } from '../../src/reconcile/reconciler.js';
-import { AgentMetrics } from '../../src/server/metrics.js';
+import { AgentMetrics } from '../../src/reconcile/metrics.js';
 import { FakeKernel } from '../helpers/fake-kernel.js';
 
 const ip = { family: 'ip', name: 'ipmasq' } as const;

@@ -1,7 +1,7 @@
 import t from 'tap';
 import { register as globalRegistry } from 'prom-client';
 import { buildServer, type AgentStatus } from '../../src/server/index.js';
-import { AgentMetrics } from '../../src/server/metrics.js';
+import { AgentMetrics } from '../../src/reconcile/metrics.js';
 
 interface Sample {
   name: string;

@@ -7,7 +7,7 @@ import {
   type AgentStatus,
   type ServerOptions,
 } from '../../src/server/index.js';
-import { AgentMetrics } from '../../src/server/metrics.js';
+import { AgentMetrics } from '../../src/reconcile/metrics.js';
 
 function healthyStatus(): AgentStatus {
   return {

@@ -1,5 +1,6 @@
 // The agent's Prometheus series (README, "HTTP"). Each instance owns its Registry so that tests, and
 // anything else sharing the process, never collide in prom-client's global one.
+import type { AddressFamily } from '../config/types.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 export type SyncResult = 'applied' | 'unchanged' | 'error';
@@ -13,10 +14,9 @@ const nftFailureKinds = ['error', 'crash', 'timeout', 'spawn'] as const;
 
 /** How stale the process_* and nodejs_* series of a cached exposition may be. */
 export const EXPOSITION_MAX_AGE_MS = 1_000;
-export type Family = 'ipv4' | 'ipv6';
 
 const syncResults: readonly SyncResult[] = ['applied', 'unchanged', 'error'];
-const families: readonly Family[] = ['ipv4', 'ipv6'];
+const families: readonly AddressFamily[] = ['ipv4', 'ipv6'];
 
 // A no-op sync takes about a millisecond; a 100 000-element transaction takes about a second.
 const syncDurationBuckets = [
@@ -184,7 +184,7 @@ export class AgentMetrics {
     this.driftRepairs.inc();
   }
 
-  setNonMasqueradeCount(family: Family, n: number): void {
+  setNonMasqueradeCount(family: AddressFamily, n: number): void {
     this.version++;
     this.nonMasqueradeCIDRs.set({ family }, n);
   }

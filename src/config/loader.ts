@@ -1,0 +1,47 @@
+// The agent's one config loader (docs/design.md). Each call looks at the config path once
+// (source.ts); while the source's stamp is unchanged the last result is returned without reading
+// (a resync re-reads the config, README "When it writes", and parsing 100 000 CIDRs costs ~300 ms of
+// CPU); otherwise small configs parse in this thread and larger ones on the worker (load-worker.ts).
+import { loadSource } from './load.js';
+import { loadSourceOffThread } from './load-worker.js';
+import { type ConfigSource, findConfigSource } from './source.js';
+import type { LoadOptions, LoadResult } from './types.js';
+
+export type SourceLoader = (source: ConfigSource, options: LoadOptions) => Promise<LoadResult>;
+export type Loader = (path: string, options: LoadOptions) => Promise<LoadResult>;
+
+/** Sources up to this size parse in-thread: a worker's start costs more than their parse. */
+export const IN_THREAD_MAX_BYTES = 4 * 1024;
+
+/** Small configs (the usual few CIDRs) in-thread; anything larger on the worker, with its time limit. */
+export function loadAdaptive(source: ConfigSource, options: LoadOptions): Promise<LoadResult> {
+  const bytes = source.kind === 'file' || source.kind === 'directory' ? source.bytes : 0;
+  return bytes <= IN_THREAD_MAX_BYTES
+    ? loadSource(source, options)
+    : loadSourceOffThread(source, options);
+}
+
+/**
+ * A failure to read (errno: EACCES, EMFILE, …) may pass with the file unchanged, so it is tried again;
+ * a file that was read and found invalid stays invalid while its stamp is unchanged.
+ */
+function worthCaching(result: LoadResult): boolean {
+  return result.ok || !/: cannot be read: /.test(result.error.message);
+}
+
+/**
+ * The loader: the last result again while the stamp is unchanged, an invalid one too (a
+ * pathological file is not parsed again at every resync). `load` is replaceable for tests.
+ */
+export function configLoader(load: SourceLoader = loadAdaptive): Loader {
+  let last: { path: string; options: LoadOptions; stamp: string; result: LoadResult } | undefined;
+  return async (path, options) => {
+    const source = await findConfigSource(path);
+    const { stamp } = source;
+    if (last && last.path === path && last.options === options && last.stamp === stamp)
+      return last.result;
+    const result = await load(source, options);
+    last = worthCaching(result) ? { path, options, stamp, result } : undefined;
+    return result;
+  };
+}

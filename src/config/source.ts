@@ -1,0 +1,109 @@
+// Which files a config path names (README, "Configuration"): the file itself, or a directory's
+// regular `ip-masq*` files in name order. Found once per read, with a stamp of each, and used by
+// the loader, the resync cache, the in-thread/worker size choice and the watcher alike.
+import { statSync, type Stats } from 'node:fs';
+import { readdir, stat } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
+
+const FILE_PREFIX = 'ip-masq';
+
+export type ConfigSource =
+  /** Nothing at the path: the defaults apply. */
+  | { readonly kind: 'missing'; readonly path: string; readonly stamp: string }
+  /** The path (or its directory listing) cannot be used; `message` says why. */
+  | {
+      readonly kind: 'error';
+      readonly path: string;
+      readonly stamp: string;
+      readonly message: string;
+    }
+  | {
+      readonly kind: 'file' | 'directory';
+      readonly path: string;
+      /** Identity of every file read and every candidate skipped: equal stamps, equal input. */
+      readonly stamp: string;
+      /** The regular files to read, in order. */
+      readonly files: readonly string[];
+      /** Their total size in bytes. */
+      readonly bytes: number;
+      /** Candidates skipped (dangling symlinks, non-regular files). */
+      readonly warnings: readonly string[];
+    };
+
+export function errnoText(err: unknown): string {
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === 'EACCES' || code === 'EPERM') return `cannot be read: permission denied (${code})`;
+  return `cannot be read: ${code ?? (err as Error).message}`;
+}
+
+function stampOf(info: Stats): string {
+  return `${info.dev}:${info.ino}:${info.size}:${info.mtimeMs}:${info.ctimeMs}:${info.mode}`;
+}
+
+async function directorySource(path: string): Promise<ConfigSource> {
+  let names: string[];
+  try {
+    names = (await readdir(path)).filter((name) => name.startsWith(FILE_PREFIX)).sort();
+  } catch (err) {
+    return { kind: 'error', path, stamp: `error:${errnoText(err)}`, message: errnoText(err) };
+  }
+  const files: string[] = [];
+  const warnings: string[] = [];
+  const stamps: string[] = [];
+  let bytes = 0;
+  for (const name of names) {
+    const file = join(path, name);
+    let info: Stats;
+    try {
+      info = await stat(file); // follows the ConfigMap's ..data symlinks
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
+        return { kind: 'error', path, stamp: `error:${errnoText(err)}`, message: errnoText(err) };
+      }
+      warnings.push(`${file}: skipped: a dangling symlink`);
+      stamps.push(`${name}=dangling`);
+      continue;
+    }
+    stamps.push(`${name}=${stampOf(info)}`);
+    if (!info.isFile()) {
+      warnings.push(`${file}: skipped: not a regular file`);
+      continue;
+    }
+    files.push(file);
+    bytes += info.size;
+  }
+  return { kind: 'directory', path, stamp: `dir|${stamps.join('|')}`, files, bytes, warnings };
+}
+
+/** Looks at `path` once. Never rejects: an unusable path is a source of kind `error`. */
+export async function findConfigSource(path: string): Promise<ConfigSource> {
+  let info: Stats;
+  try {
+    info = await stat(path);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
+      return { kind: 'missing', path, stamp: 'missing' };
+    }
+    return { kind: 'error', path, stamp: `error:${errnoText(err)}`, message: errnoText(err) };
+  }
+  if (info.isDirectory()) return directorySource(path);
+  if (info.isFile()) {
+    const stamp = `file|${stampOf(info)}`;
+    return { kind: 'file', path, stamp, files: [path], bytes: info.size, warnings: [] };
+  }
+  const message = 'is neither a regular file nor a directory';
+  return { kind: 'error', path, stamp: `error:${message}|${stampOf(info)}`, message };
+}
+
+/**
+ * The directory to watch for changes: the config itself in directory mode, else the directory
+ * holding the file (a missing file may appear there later).
+ */
+export function watchedDirectory(path: string): string {
+  try {
+    if (statSync(path).isDirectory()) return path;
+  } catch {
+    // Missing: watch where it would appear.
+  }
+  return dirname(path);
+}

@@ -1,0 +1,57 @@
+// What the command line asks for, and the one mapping from it to what each stage consumes: the
+// loader, the compiler and the reconciler (docs/design.md, "Data flow"). Run, --once, --render and
+// --cleanup all take their stage options from plan(), so a new flag reaches every mode or none.
+import type { CompileOptions, SetLayout } from './compile.js';
+import type { LoadOptions } from './config/types.js';
+import type { PortRange } from './compile.js';
+import type { LegacyOptions } from './reconcile/legacy.js';
+
+export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+export type LogLevel = (typeof logLevels)[number];
+
+export type Mode = 'run' | 'once' | 'render' | 'cleanup' | 'version';
+
+export interface AgentOptions {
+  readonly config: string;
+  readonly masqChain: string;
+  readonly nomasqAllReservedRanges: boolean;
+  readonly enableIPv6: boolean;
+  readonly randomFully: boolean;
+  /** Sorted by first port, never overlapping; empty means "any source port". */
+  readonly toPorts: readonly PortRange[];
+  readonly table: string;
+  readonly listen: { readonly host: string; readonly port: number };
+  readonly mode: Mode;
+  readonly removeLegacyChain: boolean;
+  readonly logLevel: LogLevel;
+  readonly setLayout: SetLayout;
+}
+
+export interface Plan {
+  readonly configPath: string;
+  readonly load: LoadOptions;
+  readonly compile: CompileOptions;
+  readonly legacy: LegacyOptions;
+}
+
+export function plan(options: AgentOptions): Plan {
+  return {
+    configPath: options.config,
+    load: {
+      enableIPv6: options.enableIPv6,
+      nomasqAllReservedRanges: options.nomasqAllReservedRanges,
+    },
+    compile: {
+      table: options.table,
+      masqChain: options.masqChain,
+      randomFully: options.randomFully,
+      toPorts: options.toPorts,
+      enableIPv6: options.enableIPv6,
+      setLayout: options.setLayout,
+    },
+    legacy: {
+      chains: [...new Set([options.masqChain, 'IP-MASQ'])],
+      remove: options.removeLegacyChain,
+    },
+  };
+}

@@ -1,0 +1,45 @@
+// --cleanup (README, "Flags"): deletes our ip/ip6 tables through the same Kernel port and ownership
+// rule as a sync — a same-named table that is not ours is left, an error — then, with
+// --remove-legacy-chain, the original agent's chain through the same LegacyChain step.
+import type { Logger } from 'pino';
+import { tableOwner } from '../compile.js';
+import { renderDelete } from '../nftables/render.js';
+import type { Kernel } from './kernel.js';
+import { LegacyChain, type LegacyOptions } from './legacy.js';
+import type { AgentMetrics } from './metrics.js';
+
+export interface CleanupDeps {
+  readonly table: string;
+  readonly legacy: LegacyOptions;
+  readonly kernel: Kernel;
+  readonly logger: Logger;
+  readonly metrics: AgentMetrics;
+}
+
+/** The exit code: 0 when every table of ours is gone, 1 otherwise. */
+export async function cleanup(deps: CleanupDeps): Promise<number> {
+  const { table, kernel, logger } = deps;
+  let code = 0;
+  for (const family of ['ip', 'ip6'] as const) {
+    const ref = { family, name: table };
+    try {
+      const listing = await kernel.listTable(ref);
+      if (listing === null) continue;
+      if (tableOwner(listing).kind === 'foreign') {
+        logger.error(
+          { table: `${family} ${table}` },
+          'not deleted: the table is not ipmasq-agent\'s (no "ipmasq-agent generation" comment)',
+        );
+        code = 1;
+        continue;
+      }
+      await kernel.apply(renderDelete([ref]));
+      logger.info({ table: `${family} ${table}` }, 'deleted');
+    } catch (err) {
+      logger.error({ err }, `could not delete table ${family} ${table}`);
+      return 1;
+    }
+  }
+  if (deps.legacy.remove) await new LegacyChain({ ...deps, options: deps.legacy }).remove();
+  return code;
+}

@@ -1,0 +1,59 @@
+// Reading our tables back from the kernel, and comparing them with what we would write. Reading
+// changes nothing: what the caller does with the generation found is its own, explicit step.
+import { tableOwner, type CompileOptions, type TableOwner } from '../compile.js';
+import { normaliseListing, renderTable } from '../nftables/render.js';
+import type { Table, TableFamily, TableRef } from '../nftables/types.js';
+import type { Kernel } from './kernel.js';
+
+export interface KernelTables {
+  readonly listings: ReadonlyMap<TableFamily, string | null>;
+  /** Tables of ours the config no longer wants (ip6 with IPv6 off): deleted with the next write. */
+  readonly stale: readonly TableRef[];
+  /** Who wrote our ip table, by its comment. */
+  readonly ip: TableOwner | undefined;
+}
+
+/**
+ * Lists our tables (ip6 too with IPv6 off: a table of ours left there is deleted). A same-named
+ * table that is not ours is an error and left untouched, unless this process created it
+ * (`written`: ours even if its comment was changed).
+ */
+export async function readTables(
+  kernel: Kernel,
+  options: CompileOptions,
+  written: ReadonlySet<TableFamily>,
+  onRead: () => void,
+): Promise<KernelTables> {
+  const listings = new Map<TableFamily, string | null>();
+  const owners = new Map<TableFamily, TableOwner>();
+  for (const family of ['ip', 'ip6'] as const) {
+    onRead();
+    const listing = await kernel.listTable({ family, name: options.table });
+    listings.set(family, listing);
+    if (listing !== null) owners.set(family, tableOwner(listing));
+  }
+  const managed: readonly TableFamily[] = options.enableIPv6 ? ['ip', 'ip6'] : ['ip'];
+  for (const family of managed) {
+    if (owners.get(family)?.kind === 'foreign' && !written.has(family)) {
+      throw new Error(
+        `table ${family} ${options.table} exists and is not ipmasq-agent's (no ` +
+          '"ipmasq-agent generation" comment): left untouched; choose another --table',
+      );
+    }
+  }
+  const ip6 = owners.get('ip6');
+  const stale: TableRef[] =
+    !options.enableIPv6 && ip6 && (ip6.kind !== 'foreign' || written.has('ip6'))
+      ? [{ family: 'ip6', name: options.table }]
+      : [];
+  return { listings, stale, ip: owners.get('ip') };
+}
+
+/** Whether the listings are exactly the rendering of `tables`. */
+export function holds(found: KernelTables, tables: readonly Table[]): boolean {
+  if (found.stale.length > 0) return false;
+  return tables.every((table) => {
+    const listing = found.listings.get(table.family);
+    return listing ? normaliseListing(listing) === normaliseListing(renderTable(table)) : false;
+  });
+}
