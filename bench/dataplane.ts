@@ -14,13 +14,7 @@ import {
   type Topology,
 } from '../test/helpers/topology.js';
 import { median, tempDir, timedIn, timedInside, withScope } from './harness.js';
-import {
-  CONCAT_LAYOUTS,
-  concatScript,
-  linearChainScript,
-  renderScript,
-  SINK_SCRIPT,
-} from './scripts.js';
+import { CONCAT_LAYOUTS, linearChainScript, renderScript, SINK_SCRIPT } from './scripts.js';
 
 const senderScript = join(dirname(fileURLToPath(import.meta.url)), 'sender.py');
 const DESTINATION = REMOTE_TARGETS_IPV4.outsideDefaultsA;
@@ -57,19 +51,13 @@ interface Layout {
 }
 
 function layouts(): Layout[] {
-  const rendered = new Map<number, string>();
-  const ours = async (dir: string, count: number) => {
-    const cached = rendered.get(count) ?? (await renderScript(dir, count));
-    rendered.set(count, cached);
-    return cached;
-  };
   const nftFile = async (dir: string, name: string, text: string): Promise<[string, string[]]> => {
     const file = join(dir, name);
     await writeFile(file, text);
     return ['nft', ['-f', file]];
   };
   return [
-    { name: OURS, prepare: async (dir, count) => nftFile(dir, 'ours.nft', await ours(dir, count)) },
+    { name: OURS, prepare: async (dir, count) => nftFile(dir, 'ours.nft', renderScript(count)) },
     {
       name: LINEAR,
       prepare: async (dir, count) => {
@@ -81,7 +69,7 @@ function layouts(): Layout[] {
     ...CONCAT_LAYOUTS.map((layout) => ({
       name: concatName(layout.name),
       prepare: async (dir: string, count: number) =>
-        nftFile(dir, 'concat.nft', concatScript(await ours(dir, count), layout)),
+        nftFile(dir, 'concat.nft', renderScript(count, 0, 'concat')),
     })),
   ];
 }

@@ -3,7 +3,7 @@
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { median, netns, tempDir, timedIn, timedInside, withScope } from './harness.js';
-import { CONCAT_LAYOUTS, concatScript, NEIGHBOUR_SCRIPT, renderScript } from './scripts.js';
+import { CONCAT_LAYOUTS, NEIGHBOUR_SCRIPT, renderScript } from './scripts.js';
 import { concatName, OURS } from './dataplane.js';
 
 export const NONE = 'no table of ours';
@@ -30,7 +30,7 @@ export interface NeighbourResults {
 interface Variant {
   name: string;
   sizes: readonly number[];
-  script(rendered: string): string;
+  layout: 'interval' | 'concat';
 }
 
 export async function benchNeighbour(
@@ -68,20 +68,17 @@ export async function benchNeighbour(
     ];
     const listings = new Map<string, string>();
     const variants: Variant[] = [
-      { name: OURS, sizes: oursSizes, script: (rendered) => rendered },
+      { name: OURS, sizes: oursSizes, layout: 'interval' },
       ...CONCAT_LAYOUTS.map((layout) => ({
         name: concatName(layout.name),
         sizes: concatSizes,
-        script: (rendered: string) => concatScript(rendered, layout),
+        layout: 'concat' as const,
       })),
     ];
-    const rendered = new Map<number, string>();
     for (const variant of variants) {
       for (const count of variant.sizes) {
-        const text = rendered.get(count) ?? (await renderScript(dir, count));
-        rendered.set(count, text);
         const file = join(dir, 'table.nft');
-        await writeFile(file, variant.script(text));
+        await writeFile(file, renderScript(count, 0, variant.layout));
         await timedIn(ns, 'nft', ['flush', 'ruleset']);
         const loadMs = await timedInside(ns, 'nft', ['-f', file], 600_000);
         const listMs = await timedInside(ns, 'nft', ['list', 'table', 'ip', 'ipmasq'], 600_000);

@@ -1,11 +1,11 @@
 // The inputs the benchmarks write: agent configs, the agent's own rendered script, the original
-// agent's linear iptables chain, a concatenated-range variant of our table, and a kube-proxy-like
+// agent's linear iptables chain, and a kube-proxy-like
 // transaction of another tool.
-import { execFile } from 'node:child_process';
-import { writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
-import { agentBin, agentEnv } from '../test/helpers/agent.js';
-import { packageRoot } from '../test/helpers/netns.js';
+import { parseArgs } from '../src/cli/flags.js';
+import { compile } from '../src/compile.js';
+import { parseConfigText } from '../src/config/index.js';
+import { renderReplace } from '../src/nftables/render.js';
+import { plan } from '../src/options.js';
 
 /**
  * `count` distinct /24s, every other one so nothing merges (variant 0 and 1 interleave, so
@@ -31,24 +31,21 @@ export function configText(count: number, variant: 0 | 1 = 0, resyncInterval = '
   return `${lines.join('\n')}\n`;
 }
 
-/** The exact script the agent applies for this config with the interval layout: `--render`. */
-export async function renderScript(
-  dir: string,
+/**
+ * The exact script the agent applies for this config, from the agent's own flags → plan → compile →
+ * render path (what `--render --set-layout LAYOUT` prints).
+ */
+export function renderScript(
   count: number,
   variant: 0 | 1 = 0,
-): Promise<string> {
-  const config = join(dir, `render-${count}-${variant}.yaml`);
-  await writeFile(config, configText(count, variant));
-  return new Promise((resolve, reject) => {
-    execFile(
-      process.execPath,
-      // The plain layout explicitly: the concatenated variants are derived from it (concatScript).
-      [agentBin, '--render', '--set-layout', 'interval', '--config', config],
-      { cwd: packageRoot, env: agentEnv(), maxBuffer: 256 * 1024 * 1024, timeout: 60_000 },
-      (err, stdout, stderr) =>
-        err ? reject(new Error(`--render: ${stderr || err.message}`)) : resolve(stdout),
-    );
-  });
+  layout: 'interval' | 'concat' = 'interval',
+): string {
+  const parsed = parseArgs(['--set-layout', layout]);
+  if (!parsed.ok) throw new Error(parsed.message);
+  const stages = plan(parsed.options);
+  const result = parseConfigText(configText(count, variant), 'bench config', stages.load);
+  if (!result.ok) throw result.error;
+  return renderReplace(compile(result.config, stages.compile, 1));
 }
 
 /** The original ip-masq-agent's ruleset for iptables-nft-restore: one RETURN rule per CIDR. */
@@ -69,42 +66,10 @@ export function linearChainScript(count: number, variant: 0 | 1 = 0): string {
 export interface ConcatLayout {
   /** Short name used in tables and the chart. */
   name: string;
-  /** The set's `typeof` expression. */
-  typeofExpression: string;
-  /** The second field's full range: every packet matches it. */
-  anyValue: string;
-  /** The packet expression concatenated after `ip daddr`. */
-  key: string;
 }
 
-export const CONCAT_LAYOUTS: readonly ConcatLayout[] = [
-  {
-    name: 'addr . l4proto',
-    typeofExpression: 'ip daddr . meta l4proto',
-    anyValue: '0-255',
-    key: 'meta l4proto',
-  },
-  {
-    name: 'addr . mark',
-    typeofExpression: 'ip daddr . meta mark',
-    anyValue: '0x00000000-0xffffffff',
-    key: 'meta mark',
-  },
-];
-
-/**
- * Our rendered script rewritten to a concatenated-range layout: each set gets a second field that
- * always matches, and each lookup concatenates it. Everything else stays as the agent renders it.
- */
-export function concatScript(rendered: string, layout: ConcatLayout): string {
-  return rendered
-    .replace(/typeof ip daddr\n/g, `typeof ${layout.typeofExpression}\n`)
-    .replace(/elements = \{ ([^}]*) \}/g, (_all, list: string) => {
-      const items = list.split(', ').map((item) => `${item} . ${layout.anyValue}`);
-      return `elements = { ${items.join(', ')} }`;
-    })
-    .replace(/ip daddr @(\w+)/g, `ip daddr . ${layout.key} @$1`);
-}
+/** The concatenated layout the agent writes (`--set-layout concat`, and `auto` above the crossover). */
+export const CONCAT_LAYOUTS: readonly ConcatLayout[] = [{ name: 'addr . l4proto' }];
 
 /**
  * A kube-proxy-like transaction on its own table: a chain, a verdict map, a rule, and one flat

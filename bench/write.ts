@@ -69,8 +69,8 @@ async function bareWrites(count: number, runs: number) {
   return withScope(async (scope) => {
     const dir = await tempDir(scope);
     const files = [join(dir, 'a.nft'), join(dir, 'b.nft'), join(dir, 'linear.rules')];
-    await writeFile(files[0] as string, await renderScript(dir, count, 0));
-    await writeFile(files[1] as string, await renderScript(dir, count, 1));
+    await writeFile(files[0] as string, renderScript(count, 0));
+    await writeFile(files[1] as string, renderScript(count, 1));
     await writeFile(files[2] as string, linearChainScript(count));
     const ns = await netns(scope, 'bench-bare');
     const fresh: number[] = [];

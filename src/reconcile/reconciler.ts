@@ -1,7 +1,7 @@
 // One sync: read the config, converge the kernel on it, record the facts the status is derived
 // from (status.ts), and log what an operator needs once. README, "What it does" and "When it writes".
 import type { Logger } from 'pino';
-import type { CompileOptions } from '../compile.js';
+import { chooseLayout, type CompileOptions } from '../compile.js';
 import { DEFAULT_RESYNC_INTERVAL_MS } from '../config/build.js';
 import type { Loader } from '../config/loader.js';
 import type { Config, LoadOptions } from '../config/types.js';
@@ -110,7 +110,11 @@ export class Reconciler {
       return { ok: false, error: err };
     }
     const config = this.config.good;
-    this.facts = { ...this.facts, configError: this.config.error };
+    this.facts = {
+      ...this.facts,
+      configError: this.config.error,
+      configHash: config?.hash ?? null,
+    };
     if (!config) {
       this.record({});
       this.deps.metrics.recordSync('unchanged', seconds());
@@ -126,7 +130,6 @@ export class Reconciler {
     this.lastLoggedFailure = undefined;
     const counts = converged === 'held-back' ? this.facts.counts : this.countsOf(config);
     this.record({
-      configHash: config.hash,
       kernel: 'in-sync',
       kernelError: null,
       lastError: null,
@@ -190,7 +193,7 @@ export class Reconciler {
     // and other tools' element commands do not download concatenated sets.
     const large =
       threshold !== undefined &&
-      compileOptions.setLayout === 'interval' &&
+      chooseLayout(config, compileOptions) === 'interval' &&
       counts.ipv4 + counts.ipv6 > threshold;
     if (large && !this.largeSetWarned) {
       logger.warn(

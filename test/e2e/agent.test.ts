@@ -1,11 +1,10 @@
 // The running agent in a node namespace (README, "When it writes" and "HTTP"): live reload, invalid config, drift repair,
 // SIGHUP, generation-gated resyncs, restarts, SIGTERM — checked in the kernel, on HTTP and on the wire.
-import { mkdtempSync, rmSync, writeFileSync, renameSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import {
-  generationOf,
   httpGet,
   listTable,
   metricValue,
@@ -14,6 +13,14 @@ import {
   type RunningAgent,
 } from '../helpers/agent.js';
 import { inNetns, requireRoot } from '../helpers/netns.js';
+import {
+  generation as nodeGeneration,
+  metrics as nodeMetrics,
+  untilGeneration as untilNodeGeneration,
+  untilUp as untilNodeUp,
+  writeConfig as writeNodeConfig,
+  type Node,
+} from '../helpers/node.js';
 import {
   makeTopology,
   NODE_IPV4,
@@ -34,47 +41,21 @@ if (requireRoot(t)) {
   const args = ['--config', configFile, '--listen', `127.0.0.1:${port}`];
   const nft = (...a: string[]) => inNetns(ns, 'nft', a);
 
-  /** Rename-write, as editors and config management do. */
-  function writeConfig(text: string): number {
-    writeFileSync(`${configFile}.tmp`, text);
-    renameSync(`${configFile}.tmp`, configFile);
-    return Date.now();
-  }
-  const generation = async () => generationOf(await listTable(ns, 'ip'));
-  const untilGeneration = (n: number, timeoutMs = 5_000) =>
-    waitFor(
-      `generation ${n}`,
-      async () => ((await generation()) === n ? true : undefined),
-      timeoutMs,
-      20,
-    );
+  const node: Node = { ns, dir, configFile, port };
+  const writeConfig = (text: string) => writeNodeConfig(node, text);
+  const generation = () => nodeGeneration(node);
+  const untilGeneration = (n: number, timeoutMs?: number) =>
+    untilNodeGeneration(node, n, timeoutMs);
   const via = async (dst: string) => {
     const seen = await probeSource(topo, dst);
     return seen.address === NODE_IPV4 ? 'node' : seen.address === POD_IPV4 ? 'pod' : seen.address;
   };
-  const metrics = async () => (await httpGet(ns, port, '/metrics')).body;
+  const metrics = () => nodeMetrics(node);
   const healthz = async () => {
     const r = await httpGet(ns, port, '/healthz');
     return { status: r.status, body: JSON.parse(r.body) as Record<string, unknown> };
   };
-  let lastHttpError = '';
-  const untilUp = () =>
-    waitFor(
-      'the server',
-      async () =>
-        (
-          await httpGet(ns, port, '/healthz').catch((err: Error) => {
-            lastHttpError = err.message.slice(-200);
-            return undefined;
-          })
-        )?.status,
-      10_000,
-      100,
-    ).catch((err: Error) => {
-      throw new Error(
-        `${err.message}: ${lastHttpError}; agent log: ${JSON.stringify(agent.logs.slice(-3))}`,
-      );
-    });
+  const untilUp = () => untilNodeUp(node, agent);
 
   const canaryScript =
     'table inet canary {\n\tset keep { type ipv4_addr; flags interval; elements = { 10.1.0.0/16, 172.31.0.0/16 } }\n' +
@@ -173,11 +154,16 @@ if (requireRoot(t)) {
   });
 
   t.test('SIGHUP resyncs at once; idle resyncs do not read the table', async (t) => {
-    // The resync interval is part of the config hash in the table comment: one write.
-    const before = (await generation()) ?? 0;
+    // Only the resync interval changes: no rule does, so the config's sync writes nothing.
+    const g = await generation();
+    const syncsBefore = metricValue(await metrics(), 'ipmasq_syncs_total{result="unchanged"}') ?? 0;
     writeConfig('nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 60s\n');
-    await untilGeneration(before + 1);
-    const g = before + 1;
+    await waitFor('the sync of the changed file', async () =>
+      (metricValue(await metrics(), 'ipmasq_syncs_total{result="unchanged"}') ?? 0) > syncsBefore
+        ? true
+        : undefined,
+    );
+    t.equal(await generation(), g, 'a new resyncInterval alone rewrites nothing');
     await new Promise((r) => setTimeout(r, 300));
     const reads = metricValue(await metrics(), 'ipmasq_kernel_reads_total') ?? NaN;
     const unchanged = metricValue(await metrics(), 'ipmasq_syncs_total{result="unchanged"}') ?? NaN;

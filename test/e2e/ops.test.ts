@@ -26,7 +26,6 @@ import {
   type RunningAgent,
 } from '../helpers/agent.js';
 import { inNetns, makeNetns, packageRoot, requireRoot } from '../helpers/netns.js';
-import { python } from '../helpers/topology.js';
 
 if (requireRoot(t)) {
   // Agents and namespaces outlive the subtest that starts them: their teardown belongs to the file.
@@ -379,17 +378,6 @@ if (requireRoot(t)) {
 
   /** Status of a request with any method, from inside ns. */
   async function httpStatus(ns: string, method: string, path: string): Promise<number> {
-    const script =
-      'import sys,urllib.request,urllib.error\n' +
-      'req=urllib.request.Request(sys.argv[1],method=sys.argv[2],data=b"{}",headers={"content-type":"application/json"})\n' +
-      'try:\n print(urllib.request.urlopen(req,timeout=5).status)\n' +
-      'except urllib.error.HTTPError as e:\n print(e.code)\n';
-    const { stdout } = await inNetns(ns, python, [
-      '-c',
-      script,
-      `http://127.0.0.1:${port}${path}`,
-      method,
-    ]);
-    return Number(stdout.trim());
+    return (await httpGet(ns, port, path, method)).status;
   }
 }

@@ -12,6 +12,7 @@ import {
   NODE_IPV6,
   POD_IPV4,
   POD_IPV6,
+  probeRawSources,
   probeSources,
   REMOTE_TARGETS_IPV4 as V4,
   REMOTE_TARGETS_IPV6 as V6,
@@ -31,22 +32,18 @@ if (requireRoot(t)) {
     if (result.code !== 0)
       throw new Error(`--once exited ${result.code}: ${result.stdout}${result.stderr}`);
   }
+  const named = (address: string | undefined) =>
+    address === NODE_IPV4 || address === NODE_IPV6
+      ? 'node'
+      : address === POD_IPV4 || address === POD_IPV6
+        ? 'pod'
+        : `unexpected ${address}`;
   async function seen(
     destinations: string[],
     proto: 'udp' | 'tcp' = 'udp',
   ): Promise<Record<string, string>> {
     const sources = await probeSources(topo, destinations, proto);
-    const named: Record<string, string> = {};
-    destinations.forEach((dst, i) => {
-      const address = sources[i]?.address;
-      named[dst] =
-        address === NODE_IPV4 || address === NODE_IPV6
-          ? 'node'
-          : address === POD_IPV4 || address === POD_IPV6
-            ? 'pod'
-            : `unexpected ${address}`;
-    });
-    return named;
+    return Object.fromEntries(destinations.map((dst, i) => [dst, named(sources[i]?.address)]));
   }
   const expectAll = (destinations: string[], who: string) =>
     Object.fromEntries(destinations.map((d) => [d, who]));
@@ -240,6 +237,15 @@ if (requireRoot(t)) {
     const destinations = Object.keys(expected);
     t.same(await seen(destinations), expected, 'udp');
     t.same(await seen(destinations, 'tcp'), expected, 'tcp');
+    // SCTP (ports, NATed by conntrack's sctp tracker) and protocol 253 (no ports at all).
+    for (const proto of ['sctp', '253'] as const) {
+      const sources = await probeRawSources(topo, destinations, proto);
+      t.same(
+        Object.fromEntries(destinations.map((d, i) => [d, named(sources[i])])),
+        expected,
+        proto,
+      );
+    }
   });
 
   t.test('an empty list masquerades everything but link-local', async (t) => {

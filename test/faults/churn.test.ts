@@ -13,7 +13,7 @@ import {
   untilUp,
   writeConfig,
   type Node,
-} from './helpers/probe.js';
+} from '../helpers/node.js';
 
 const WRITES = 500;
 const WINDOW_MS = 5_000;

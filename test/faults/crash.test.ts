@@ -18,7 +18,7 @@ import {
   untilUp,
   writeConfig,
   type Node,
-} from './helpers/probe.js';
+} from '../helpers/node.js';
 
 const OLD = 1_000;
 const NEW = 100_000;

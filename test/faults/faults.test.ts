@@ -15,7 +15,7 @@ import {
   untilGeneration,
   untilUp,
   writeConfig,
-} from './helpers/probe.js';
+} from '../helpers/node.js';
 
 // Node's fs has no mkfifo; mkfifo(1) does it.
 const mkfifo = (path: string) => execFileSync('mkfifo', [path]);

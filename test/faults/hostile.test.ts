@@ -13,7 +13,7 @@ import {
   sleep,
   untilGeneration,
   untilUp,
-} from './helpers/probe.js';
+} from '../helpers/node.js';
 
 const GOOD = 'nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 1s\n';
 const SECRET = 's3cr3t-canary-value';

@@ -12,7 +12,7 @@ import {
   untilGeneration,
   untilUp,
   writeConfig,
-} from './helpers/probe.js';
+} from '../helpers/node.js';
 
 const hostile = [
   'nonMasqueradeCIDRs: ["10.0.0.0/8 }; flush ruleset; table ip x {"]',

@@ -16,7 +16,7 @@ import {
   untilGeneration,
   untilUp,
   writeConfig,
-} from './helpers/probe.js';
+} from '../helpers/node.js';
 
 const INJECTED = '198.51.100.0/24';
 

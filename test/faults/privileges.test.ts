@@ -4,7 +4,7 @@
 import t from 'tap';
 import { httpGet, startAgent } from '../helpers/agent.js';
 import { requireRoot } from '../helpers/netns.js';
-import { agentArgs, makeNode, metric, sleep, untilUp, writeConfig } from './helpers/probe.js';
+import { agentArgs, makeNode, metric, sleep, untilUp, writeConfig } from '../helpers/node.js';
 
 const OBSERVE_MS = 15_500;
 

@@ -4,7 +4,7 @@
 import t from 'tap';
 import { httpGet, startAgent, waitFor } from '../helpers/agent.js';
 import { requireRoot } from '../helpers/netns.js';
-import { agentArgs, makeNode, sleep, writeConfig } from './helpers/probe.js';
+import { agentArgs, makeNode, sleep, writeConfig } from '../helpers/node.js';
 
 // Node itself takes ~70 ms here before any JavaScript runs (a signal before that gets the default
 // action, whatever the agent does), so the earliest delay tested is the issue's +0.15 s.

@@ -14,7 +14,7 @@ import {
   untilUp,
   writeConfig,
   type ProcessStats,
-} from './helpers/probe.js';
+} from '../helpers/node.js';
 import { metricValue } from '../helpers/agent.js';
 
 const SOAK_SECONDS = Number(process.env.SOAK_SECONDS ?? (process.env.CI === 'true' ? 100 : 20));

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import { httpGet, metricValue, startAgent, waitFor, type RunningAgent } from '../helpers/agent.js';
 import { requireRoot } from '../helpers/netns.js';
-import { makeNode, setElements, sleep, untilGeneration } from './helpers/probe.js';
+import { makeNode, setElements, sleep, untilGeneration } from '../helpers/node.js';
 
 const OBSERVE_MS = 10_000;
 

@@ -126,25 +126,26 @@ export function generationOf(listing: string | null): number | undefined {
   return match?.[1] ? Number(match[1]) : undefined;
 }
 
-/** GET http://127.0.0.1:port/path from inside ns. */
+/**
+ * A request to http://127.0.0.1:port/path from inside ns (the tests' one HTTP client): its status
+ * and body. Other methods than GET send an empty JSON body.
+ */
 export async function httpGet(
   ns: string,
   port: number,
   path: string,
+  method = 'GET',
 ): Promise<{ status: number; body: string }> {
   const script =
     'import sys,urllib.request,urllib.error\n' +
-    'try:\n r=urllib.request.urlopen(sys.argv[1],timeout=5); print(r.status); print(r.read().decode())\n' +
+    'data=None if sys.argv[2]=="GET" else b"{}"\n' +
+    'req=urllib.request.Request(sys.argv[1],method=sys.argv[2],data=data,headers={"content-type":"application/json"})\n' +
+    'try:\n r=urllib.request.urlopen(req,timeout=5); print(r.status); print(r.read().decode())\n' +
     'except urllib.error.HTTPError as e:\n print(e.code); print(e.read().decode())\n';
-  const { stdout } = await inNetns(ns, python, ['-c', script, `http://127.0.0.1:${port}${path}`]);
+  const url = `http://127.0.0.1:${port}${path}`;
+  const { stdout } = await inNetns(ns, python, ['-c', script, url, method]);
   const newline = stdout.indexOf('\n');
   return { status: Number(stdout.slice(0, newline)), body: stdout.slice(newline + 1) };
 }
 
-/** The value of one series in a Prometheus text exposition, or undefined. */
-export function metricValue(text: string, series: string): number | undefined {
-  for (const line of text.split('\n')) {
-    if (line.startsWith(`${series} `)) return Number(line.slice(series.length + 1));
-  }
-  return undefined;
-}
+export { metricValue } from './prometheus.js';

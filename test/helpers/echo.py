@@ -7,13 +7,20 @@ serve PORT LIFETIME ADDRESS...
                       process went away) or after LIFETIME seconds. UDP binds each ADDRESS on its
                       own, so that a reply leaves from the address the probe was sent to (else
                       conntrack would not match it to the flow, and NAT would not be undone).
+                      It also watches raw SCTP (132) and protocol 253 (RFC 3692, experiments) packets
+                      and prints "seen PROTO TAG ADDRESS" for each: those need no reply.
 probe PROTO PORT TIMEOUT ATTEMPTS DST...
                       for each DST, send one probe from a new socket per attempt (a new source port,
                       hence a new conntrack entry and a fresh NAT decision) and print one JSON line:
                       {"dst", "address", "port"} or {"dst", "error"}.
+rawprobe PROTO PORT TAG DST...
+                      send one packet per DST from a raw socket, never answered: for sctp an SCTP
+                      INIT (conntrack starts a flow on it) whose initiate tag is TAG+i; for 253 a
+                      payload "TAG+i". The remote's "seen" lines say which source it arrived from.
 """
 
 import json
+import struct
 import select
 import socket
 import socketserver
@@ -58,6 +65,57 @@ def udp_socket(address, port):
     return sock
 
 
+RAW_PROTOCOLS = (132, 253)
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def sctp_init(src_port, dst_port, tag):
+    chunk = struct.pack("!BBHIIHHI", 1, 0, 20, tag, 65535, 1, 1, tag)
+    header = struct.pack("!HHII", src_port, dst_port, 0, 0)
+    checksum = crc32c(header + chunk)
+    # SCTP carries its CRC32c little-endian in network order's place.
+    return struct.pack("!HHI", src_port, dst_port, 0) + struct.pack("<I", checksum) + chunk
+
+
+def raw_tag(proto, family, data):
+    if family == socket.AF_INET:
+        data = data[(data[0] & 0x0F) * 4 :]  # IPv4 raw sockets see the IP header
+    if proto == 132:
+        return struct.unpack("!I", data[16:20])[0] if len(data) >= 20 and data[12] == 1 else None
+    try:
+        return int(data.decode())
+    except ValueError:
+        return None
+
+
+def raw_sockets(ipv6):
+    families = [socket.AF_INET, socket.AF_INET6] if ipv6 else [socket.AF_INET]
+    return {
+        socket.socket(family, socket.SOCK_RAW, proto): (proto, family)
+        for family in families
+        for proto in RAW_PROTOCOLS
+    }
+
+
+def rawprobe(proto, port, tag, destinations):
+    for i, dst in enumerate(destinations):
+        family = socket.AF_INET6 if ":" in dst else socket.AF_INET
+        number = 132 if proto == "sctp" else 253
+        with socket.socket(family, socket.SOCK_RAW, number) as sock:
+            payload = (
+                sctp_init(40000 + i, port, tag + i) if number == 132 else str(tag + i).encode()
+            )
+            sock.sendto(payload, (dst, 0))
+
+
 def serve(port, lifetime, addresses):
     tcp = socketserver.ThreadingTCPServer
     tcp_servers = [server_class(tcp, socket.AF_INET)(("0.0.0.0", port), TcpEcho)]
@@ -66,15 +124,23 @@ def serve(port, lifetime, addresses):
     for server in tcp_servers:
         threading.Thread(target=server.serve_forever, daemon=True).start()
     udp_sockets = [udp_socket(address, port) for address in addresses]
+    raw = raw_sockets(any(":" in address for address in addresses))
     print("ready", flush=True)
     deadline = time.monotonic() + lifetime
     while time.monotonic() < deadline:
         left = deadline - time.monotonic()
-        readable, _, _ = select.select([sys.stdin, *udp_sockets], [], [], max(left, 0))
+        readable, _, _ = select.select([sys.stdin, *udp_sockets, *raw], [], [], max(left, 0))
         for sock in readable:
             if sock is sys.stdin:
                 if not sys.stdin.buffer.read1(4096):
                     return
+                continue
+            if sock in raw:
+                proto, family = raw[sock]
+                data, peer = sock.recvfrom(2048)
+                tag = raw_tag(proto, family, data)
+                if tag is not None:
+                    print(f"seen {proto} {tag} {peer[0]}", flush=True)
                 continue
             try:
                 _data, peer = sock.recvfrom(256)
@@ -116,6 +182,8 @@ def main(argv):
         serve(int(argv[1]), float(argv[2]), argv[3:])
     elif len(argv) >= 6 and argv[0] == "probe" and argv[1] in ("udp", "tcp"):
         probe(argv[1], int(argv[2]), float(argv[3]), int(argv[4]), argv[5:])
+    elif len(argv) >= 5 and argv[0] == "rawprobe" and argv[1] in ("sctp", "253"):
+        rawprobe(argv[1], int(argv[2]), int(argv[3]), argv[4:])
     else:
         sys.exit(__doc__)
 

@@ -52,11 +52,20 @@ export const REMOTE_TARGETS_IPV6 = {
   uniqueLocalOther: 'fd34::1', // not exempt: no IPv6 CIDR in the default list
 } as const;
 
+/** A raw packet the remote's echo saw: protocol number, the probe's tag, its source address. */
+export interface RawSeen {
+  proto: number;
+  tag: number;
+  address: string;
+}
+
 export interface Topology {
   pod: string;
   node: string;
   remote: string;
   ipv6: boolean;
+  /** Every raw SCTP / protocol-253 packet the remote received so far. */
+  rawSeen: RawSeen[];
 }
 
 export interface TopologyOptions {
@@ -78,7 +87,7 @@ export async function makeTopology(t: TapTest, opts: TopologyOptions = {}): Prom
     makeNetns(t, 'node'),
     makeNetns(t, 'remote'),
   ]);
-  const topo: Topology = { pod, node, remote, ipv6 };
+  const topo: Topology = { pod, node, remote, ipv6, rawSeen: [] };
   // Before any link exists: without this, first IPv6 packets are lost to tentative addresses.
   await Promise.all(
     [pod, node, remote].map((ns) => {
@@ -163,6 +172,15 @@ async function startEcho(t: TapTest, topo: Topology, lifetimeSeconds: number): P
   const args = [echoScript, 'serve', String(ECHO_PORT), String(lifetimeSeconds), ...addresses];
   const echo = spawn('ip', ['netns', 'exec', topo.remote, python, ...args]);
   t.teardown(() => echo.kill('SIGKILL'));
+  let pending = '';
+  echo.stdout.on('data', (chunk: Buffer) => {
+    const lines = (pending + chunk.toString()).split('\n');
+    pending = lines.pop() ?? '';
+    for (const line of lines) {
+      const m = /^seen (\d+) (\d+) (\S+)$/.exec(line);
+      if (m) topo.rawSeen.push({ proto: Number(m[1]), tag: Number(m[2]), address: m[3]! });
+    }
+  });
   await waitForReady(echo, 5_000);
 }
 
@@ -241,6 +259,38 @@ export async function probeSources(
     throw new Error(`${proto} probes failed: ${stdout.trim() || 'no output'}`);
   }
   return answered.map(({ address, port }) => ({ address, port }));
+}
+
+export type RawProtocol = 'sctp' | '253';
+let nextRawTag = 1 + Math.floor(Math.random() * 1e6);
+
+/**
+ * Sends one raw packet per destination from the pod — an SCTP INIT, or protocol 253, which has no
+ * ports — and resolves with the source address the remote saw for each, in order. Rejects if one
+ * did not arrive within timeoutMs.
+ */
+export async function probeRawSources(
+  topo: Topology,
+  destinations: readonly string[],
+  proto: RawProtocol,
+  timeoutMs = 3_000,
+): Promise<string[]> {
+  const tag = nextRawTag;
+  nextRawTag += destinations.length;
+  const number = proto === 'sctp' ? 132 : 253;
+  const args = [echoScript, 'rawprobe', proto, String(ECHO_PORT), String(tag), ...destinations];
+  await inNetns(topo.pod, python, args, { timeoutMs });
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const seen = destinations.map(
+      (_, i) => topo.rawSeen.find((s) => s.proto === number && s.tag === tag + i)?.address,
+    );
+    if (seen.every((address) => address !== undefined)) return seen as string[];
+    if (Date.now() > deadline) {
+      throw new Error(`${proto} probes not seen by the remote: ${JSON.stringify(seen)}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
 }
 
 /** The source address:port the remote saw for one new flow from the pod to dst. */

@@ -495,3 +495,39 @@ t.test(
     t.equal(kernel.applies.length, settled, 'and it writes no more');
   },
 );
+
+t.test(
+  "the original agent's chain: warned about before the first sync, removed only after our first write",
+  async (t) => {
+    const legacy = { chains: ['IP-MASQ-AGENT', 'IP-MASQ'], remove: true };
+    const kernel = new FakeKernel();
+    kernel.legacy.set('IP-MASQ', 2);
+    kernel.failWrites = new Error('Operation not permitted');
+    const { reconciler, logs, metric } = setup(kernel, undefined, { legacy });
+    await reconciler.sync();
+    t.ok(kernel.legacy.has('IP-MASQ'), 'kept while our table is not in the kernel');
+    t.ok(logs.some((l) => l.level === 40 && /removed once our table is in the kernel/.test(l.msg)));
+    t.equal(await metric('ipmasq_legacy_chain_present'), 1);
+    kernel.failWrites = undefined;
+    await reconciler.sync();
+    t.notOk(kernel.legacy.has('IP-MASQ'), 'removed after the first good sync');
+    t.equal(await metric('ipmasq_legacy_chain_present'), 0);
+    t.ok(logs.some((l) => /removed the original agent's chain/.test(l.msg)));
+    kernel.legacy.set('IP-MASQ', 0);
+    await reconciler.sync();
+    t.ok(kernel.legacy.has('IP-MASQ'), 'removed once: a chain put back later is left');
+  },
+);
+
+t.test('without --remove-legacy-chain the chain is only warned about, once', async (t) => {
+  const kernel = new FakeKernel();
+  kernel.legacy.set('IP-MASQ-AGENT', 1);
+  const legacy = { chains: ['IP-MASQ-AGENT', 'IP-MASQ'], remove: false };
+  const { reconciler, logs, metric } = setup(kernel, undefined, { legacy });
+  await reconciler.sync();
+  await reconciler.sync();
+  t.ok(kernel.legacy.has('IP-MASQ-AGENT'));
+  const warnings = logs.filter((l) => /run with --remove-legacy-chain/.test(l.msg));
+  t.equal(warnings.length, 1);
+  t.equal(await metric('ipmasq_legacy_chain_present'), 1);
+});

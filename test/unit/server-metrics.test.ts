@@ -2,72 +2,7 @@ import t from 'tap';
 import { register as globalRegistry } from 'prom-client';
 import { buildServer, type AgentStatus } from '../../src/server/index.js';
 import { AgentMetrics } from '../../src/reconcile/metrics.js';
-
-interface Sample {
-  name: string;
-  labels: Record<string, string>;
-  value: number;
-}
-interface MetricFamily {
-  type: string;
-  samples: Sample[];
-}
-
-// Sample names each type may use besides the family name itself.
-const suffixes: Record<string, string[]> = {
-  counter: [''],
-  gauge: [''],
-  histogram: ['_bucket', '_sum', '_count'],
-  summary: ['', '_sum', '_count'],
-};
-
-/** A small parser of the Prometheus text exposition format, strict enough to catch a bad line. */
-function parseExposition(text: string): Map<string, MetricFamily> {
-  const families = new Map<string, MetricFamily>();
-  let current: { name: string; family: MetricFamily } | undefined;
-  for (const line of text.split('\n')) {
-    if (line === '' || line.startsWith('# HELP ')) continue;
-    const typeLine = /^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary)$/.exec(
-      line,
-    );
-    if (typeLine) {
-      const name = typeLine[1]!;
-      if (families.has(name)) throw new Error(`family ${name} declared twice`);
-      current = { name, family: { type: typeLine[2]!, samples: [] } };
-      families.set(name, current.family);
-      continue;
-    }
-    const sampleLine = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)(?: -?\d+)?$/.exec(line);
-    if (!sampleLine) throw new Error(`unparsable line: ${line}`);
-    const [, name, labelText, valueText] = sampleLine;
-    if (!current) throw new Error(`sample before any TYPE: ${line}`);
-    const allowed = suffixes[current.family.type]!.map((s) => current!.name + s);
-    if (!allowed.includes(name!)) throw new Error(`sample ${name} outside family ${current.name}`);
-    const labels: Record<string, string> = {};
-    if (labelText) {
-      const labelPattern = /([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(?:,|$)/gy;
-      let consumed = 0;
-      for (const match of labelText.matchAll(labelPattern)) {
-        labels[match[1]!] = match[2]!.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c));
-        consumed += match[0].length;
-      }
-      if (consumed !== labelText.length) throw new Error(`bad labels: ${line}`);
-    }
-    // Prometheus reads values with Go's ParseFloat, which takes NaN and Inf in any case.
-    const special = new Map([
-      ['nan', NaN],
-      ['+inf', Infinity],
-      ['inf', Infinity],
-      ['-inf', -Infinity],
-    ]);
-    const value = special.get(valueText!.toLowerCase()) ?? Number(valueText);
-    if (Number.isNaN(value) && valueText!.toLowerCase() !== 'nan') {
-      throw new Error(`bad value: ${line}`);
-    }
-    current.family.samples.push({ name: name!, labels, value });
-  }
-  return families;
-}
+import { parseExposition, type MetricFamily } from '../helpers/prometheus.js';
 
 const status: AgentStatus = {
   alive: true,

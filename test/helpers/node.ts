@@ -1,10 +1,17 @@
-// Shared by the fault, churn and soak tests: one namespace with the agent in it, its config file,
+// Shared by the e2e, fault, churn and soak tests: one namespace with the agent in it, its config file,
 // and what can be read from outside: the kernel table, HTTP, and the process's fds and memory.
 import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { generationOf, httpGet, listTable, metricValue, waitFor } from '../../helpers/agent.js';
-import { inNetns, makeNetns, type TapTest } from '../../helpers/netns.js';
+import {
+  generationOf,
+  httpGet,
+  listTable,
+  metricValue,
+  waitFor,
+  type RunningAgent,
+} from './agent.js';
+import { inNetns, makeNetns, type TapTest } from './netns.js';
 
 export interface Node {
   ns: string;
@@ -68,13 +75,24 @@ export async function metric(node: Node, series: string): Promise<number | undef
   return metricValue(await metrics(node), series);
 }
 
-export async function untilUp(node: Node): Promise<number> {
+/** Waits for /healthz to answer; a failure names the last HTTP error and the agent's last log lines. */
+export async function untilUp(node: Node, agent?: RunningAgent): Promise<number> {
+  let lastError = '';
   return waitFor(
     'the HTTP server',
-    async () => (await httpGet(node.ns, node.port, '/healthz').catch(() => undefined))?.status,
+    async () =>
+      (
+        await httpGet(node.ns, node.port, '/healthz').catch((err: Error) => {
+          lastError = err.message.slice(-200);
+          return undefined;
+        })
+      )?.status,
     10_000,
     100,
-  );
+  ).catch((err: Error) => {
+    const logs = agent ? `; agent log: ${JSON.stringify(agent.logs.slice(-3))}` : '';
+    throw new Error(`${err.message}: ${lastError}${logs}`);
+  });
 }
 
 export interface ProcessStats {

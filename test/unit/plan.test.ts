@@ -1,0 +1,84 @@
+// One mapping from flags to stage options serves every mode; --cleanup goes through the Kernel port.
+import { pino } from 'pino';
+import t from 'tap';
+import { parseArgs } from '../../src/cli/flags.js';
+import { plan } from '../../src/options.js';
+import { cleanup } from '../../src/reconcile/cleanup.js';
+import { AgentMetrics } from '../../src/reconcile/metrics.js';
+import { FakeKernel } from '../helpers/fake-kernel.js';
+
+function options(argv: string[]) {
+  const parsed = parseArgs(argv);
+  if (!parsed.ok) throw new Error(parsed.message);
+  return parsed.options;
+}
+
+t.test('plan: each stage gets exactly the flags it consumes', async (t) => {
+  const stages = plan(
+    options([
+      '--config=/c',
+      '--enable-ipv6',
+      '--nomasq-all-reserved-ranges',
+      '--random-fully=false',
+      '--to-ports=2000-3000',
+      '--table=t1',
+      '--masq-chain=C1',
+      '--set-layout=concat',
+      '--remove-legacy-chain',
+      '--listen=127.0.0.1:1',
+    ]),
+  );
+  t.equal(stages.configPath, '/c');
+  t.same(stages.load, { enableIPv6: true, nomasqAllReservedRanges: true });
+  t.same(stages.compile, {
+    table: 't1',
+    masqChain: 'C1',
+    randomFully: false,
+    toPorts: [{ first: 2000, last: 3000 }],
+    enableIPv6: true,
+    setLayout: 'concat',
+  });
+  t.same(stages.legacy, { chains: ['C1', 'IP-MASQ'], remove: true });
+  t.same(plan(options([])).legacy.chains, ['IP-MASQ-AGENT', 'IP-MASQ']);
+});
+
+function logger() {
+  const lines: Array<{ level: number; msg: string }> = [];
+  return {
+    lines,
+    logger: pino({ level: 'info' }, { write: (l: string) => lines.push(JSON.parse(l)) }),
+  };
+}
+
+const ours = (family: string) =>
+  `table ${family} ipmasq {\n\tcomment "ipmasq-agent generation 4 config sha256:${'0'.repeat(64)}"\n}\n`;
+
+t.test(
+  'cleanup deletes our tables, leaves a foreign one (exit 1) and removes the legacy chain',
+  async (t) => {
+    const kernel = new FakeKernel();
+    kernel.tables.set('ip ipmasq', ours('ip'));
+    kernel.tables.set('ip6 ipmasq', 'table ip6 ipmasq {\n}\n');
+    kernel.legacy.set('IP-MASQ', 1);
+    const { lines, logger: log } = logger();
+    const metrics = new AgentMetrics();
+    const legacy = { chains: ['IP-MASQ-AGENT', 'IP-MASQ'], remove: true };
+    const code = await cleanup({ table: 'ipmasq', legacy, kernel, logger: log, metrics });
+    t.equal(code, 1, 'a table that is not ours is an error');
+    t.notOk(kernel.tables.has('ip ipmasq'), 'ours deleted');
+    t.ok(kernel.tables.has('ip6 ipmasq'), 'the foreign one left');
+    t.notOk(kernel.legacy.has('IP-MASQ'), 'the legacy chain removed');
+    t.ok(lines.some((l) => /not deleted: the table is not ipmasq-agent's/.test(l.msg)));
+
+    const again = new FakeKernel();
+    again.tables.set('ip ipmasq', ours('ip'));
+    again.legacy.set('IP-MASQ', 1);
+    const keep = { ...legacy, remove: false };
+    t.equal(
+      await cleanup({ table: 'ipmasq', legacy: keep, kernel: again, logger: log, metrics }),
+      0,
+    );
+    t.ok(again.legacy.has('IP-MASQ'), 'without --remove-legacy-chain the chain stays');
+    t.equal(again.tables.size, 0);
+  },
+);

@@ -1,0 +1,73 @@
+// Readiness, its reason and lastWriteOk are derived from the reconciler's facts by one pure function.
+import t from 'tap';
+import { agentStatus, initialFacts, type SyncFacts } from '../../src/reconcile/status.js';
+
+const synced: SyncFacts = {
+  ...initialFacts,
+  configHash: 'a'.repeat(64),
+  kernel: 'in-sync',
+  generation: 3,
+  lastSyncTime: new Date(0),
+  counts: { ipv4: 4, ipv6: 1 },
+};
+
+t.test('each fact gives its own reason, the most fundamental first', async (t) => {
+  const cases: Array<[string, Partial<SyncFacts>, RegExp | null]> = [
+    ['nothing yet', initialFacts, /^no sync yet$/],
+    [
+      'invalid at start',
+      { ...initialFacts, configError: 'bad' },
+      /^config invalid, nothing applied: bad$/,
+    ],
+    ['in sync', {}, null],
+    ['kernel not confirmed', { kernel: 'unknown' }, /^no sync yet$/],
+    [
+      'write failed',
+      { kernel: 'failed', kernelError: 'EPERM', configError: 'bad' },
+      /^kernel write failed: EPERM$/,
+    ],
+    [
+      'invalid later',
+      { configError: 'bad', otherAgent: true },
+      /^config invalid, the kernel keeps the last good ruleset: bad$/,
+    ],
+    ['other agent', { otherAgent: true }, /another ipmasq-agent/],
+  ];
+  for (const [name, change, reason] of cases) {
+    const facts =
+      name === 'nothing yet' || name === 'invalid at start'
+        ? (change as SyncFacts)
+        : { ...synced, ...change };
+    const status = agentStatus(facts, true);
+    t.equal(status.ready, reason === null, `${name}: ready`);
+    if (reason) t.match(status.notReadyReason, reason, `${name}: reason`);
+    else t.equal(status.notReadyReason, null, `${name}: no reason`);
+  }
+});
+
+t.test('the other fields are the facts, copied', async (t) => {
+  const failed = agentStatus(
+    { ...synced, kernel: 'failed', kernelError: 'x', lastError: 'x' },
+    false,
+  );
+  t.equal(failed.lastWriteOk, false);
+  t.equal(failed.alive, false);
+  t.equal(failed.lastError, 'x');
+  const ok = agentStatus(synced, true);
+  t.same(
+    { ...ok },
+    {
+      alive: true,
+      lastWriteOk: true,
+      generation: 3,
+      configHash: 'a'.repeat(64),
+      lastSyncTime: new Date(0),
+      lastError: null,
+      configError: null,
+      nonMasqueradeCIDRs: { ipv4: 4, ipv6: 1 },
+      ready: true,
+      notReadyReason: null,
+    },
+  );
+  t.not(ok.nonMasqueradeCIDRs, synced.counts, 'a copy: the server cannot change the facts');
+});
