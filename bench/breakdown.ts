@@ -3,9 +3,11 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { parseArgs } from '../src/cli/flags.js';
 import { compile } from '../src/compile.js';
 import { loadConfig } from '../src/config/index.js';
 import { renderReplace } from '../src/nftables/render.js';
+import { plan } from '../src/options.js';
 import { median } from './harness.js';
 import { configText } from './scripts.js';
 
@@ -16,13 +18,12 @@ export interface BreakdownRow {
   scriptBytes: number;
 }
 
-const compileOptions = {
-  table: 'ipmasq',
-  masqChain: 'IP-MASQ-AGENT',
-  randomFully: true,
-  toPorts: [],
-  enableIPv6: false,
-};
+/** The agent's own options for the interval layout, through flags → plan like every mode. */
+function compileOptions() {
+  const parsed = parseArgs(['--set-layout', 'interval']);
+  if (!parsed.ok) throw new Error(parsed.message);
+  return plan(parsed.options).compile;
+}
 
 export async function benchBreakdown(
   sizes: readonly number[],
@@ -47,7 +48,7 @@ export async function benchBreakdown(
         if (!result.ok) throw result.error;
         const renderStart = performance.now();
         // The agent renders once per write: its content key is the config hash plus the options.
-        const script = renderReplace(compile(result.config, compileOptions, 1));
+        const script = renderReplace(compile(result.config, compileOptions(), 1));
         render.push(performance.now() - renderStart);
         scriptBytes = script.length;
       }

@@ -11,14 +11,17 @@ import { tempDir, withScope } from './harness.js';
 import { configText } from './scripts.js';
 
 const workerModule = join(packageRoot, 'dist', 'config', 'load-worker.js');
+const sourceModule = join(packageRoot, 'dist', 'config', 'source.js');
 
 const PROBE = `
-const [moduleUrl, file] = process.argv.slice(2);
-const { loadConfigOffThread } = await import(moduleUrl);
+const [moduleUrl, sourceUrl, file] = process.argv.slice(2);
+const { loadSourceOffThread } = await import(moduleUrl);
+const { findConfigSource } = await import(sourceUrl);
 const settle = () => new Promise((r) => setTimeout(r, 1000));
 await settle();
 const before = process.memoryUsage().rss;
-const result = await loadConfigOffThread(file, { enableIPv6: false, nomasqAllReservedRanges: false });
+const options = { enableIPv6: false, nomasqAllReservedRanges: false };
+const result = await loadSourceOffThread(await findConfigSource(file), options);
 if (!result.ok) throw result.error;
 await settle();
 console.log(JSON.stringify({ before, after: process.memoryUsage().rss }));
@@ -37,7 +40,7 @@ export async function workerRssMiB(): Promise<number | undefined> {
     const stdout = await new Promise<string>((resolve, reject) => {
       execFile(
         process.execPath,
-        [probe, pathToFileURL(workerModule).href, file],
+        [probe, pathToFileURL(workerModule).href, pathToFileURL(sourceModule).href, file],
         { timeout: 30_000, env: agentEnv() },
         (err, out, stderr) => (err ? reject(new Error(stderr || err.message)) : resolve(out)),
       );

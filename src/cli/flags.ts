@@ -1,5 +1,7 @@
 // Command-line flags (README, "Flags"), parsed by hand because existing manifests use Go's flag syntax:
 // `-flag=value` and `-flag value` with one dash, `--flag` for booleans, and klog flags we must tolerate.
+// Over 200 lines because it holds the usage text and one parser per value flag; it maps nothing
+// further: options.ts turns the result into each stage's options.
 import { isIPv4, isIPv6 } from 'node:net';
 import { BASE_CHAIN, setLayouts, type PortRange } from '../compile.js';
 import { nameProblem } from '../nftables/names.js';

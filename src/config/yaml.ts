@@ -1,6 +1,8 @@
 // YAML 1.1 / JSON text -> top-level mapping. The `yaml` package needs ~1.5 s for 100 000 list items,
 // so plain block lists of CIDR-looking items are cut out and parsed by hand when the whole document
 // is made of single-line constructs only; anything else goes to the full parser unchanged.
+// Over 200 lines: the fast path, the nesting pre-scan and the error wording belong together, since
+// each guards the same parse.
 import { parseDocument } from 'yaml';
 import { escapeUnprintable, quote } from '../cidr/index.js';
 

@@ -1,5 +1,6 @@
 // The agent's Prometheus series (README, "HTTP"). Each instance owns its Registry so that tests, and
 // anything else sharing the process, never collide in prom-client's global one.
+// Over 200 lines only because each series is declared, documented and set in its own few lines.
 import type { AddressFamily } from '../config/types.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 

@@ -1,7 +1,7 @@
 // One sync: read the config, converge the kernel on it, record the facts the status is derived
 // from (status.ts), and log what an operator needs once. README, "What it does" and "When it writes".
 import type { Logger } from 'pino';
-import { chooseLayout, type CompileOptions } from '../compile.js';
+import type { CompileOptions } from '../compile.js';
 import { DEFAULT_RESYNC_INTERVAL_MS } from '../config/build.js';
 import type { Loader } from '../config/loader.js';
 import type { Config, LoadOptions } from '../config/types.js';
@@ -193,7 +193,7 @@ export class Reconciler {
     // and other tools' element commands do not download concatenated sets.
     const large =
       threshold !== undefined &&
-      chooseLayout(config, compileOptions) === 'interval' &&
+      compileOptions.setLayout === 'interval' &&
       counts.ipv4 + counts.ipv6 > threshold;
     if (large && !this.largeSetWarned) {
       logger.warn(

@@ -1,5 +1,6 @@
 // The health and metrics server (README, "HTTP"). It only reads: the agent hands it a status function
 // and its metrics, so a probe never waits on the sync loop or on libnftables.
+// Over 200 lines: each route's response schema and the connection limits live beside the routes.
 import Fastify, {
   LogController,
   type FastifyBaseLogger,

@@ -1,7 +1,6 @@
 // The running agent in a node namespace (README, "When it writes" and "HTTP"): live reload, invalid config, drift repair,
 // SIGHUP, generation-gated resyncs, restarts, SIGTERM — checked in the kernel, on HTTP and on the wire.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+
 import { join } from 'node:path';
 import t from 'tap';
 import {
@@ -12,7 +11,7 @@ import {
   waitFor,
   type RunningAgent,
 } from '../helpers/agent.js';
-import { inNetns, requireRoot } from '../helpers/netns.js';
+import { inNetns, requireRoot, tempDir } from '../helpers/netns.js';
 import {
   generation as nodeGeneration,
   metrics as nodeMetrics,
@@ -32,8 +31,7 @@ import {
 if (requireRoot(t)) {
   // Agents outlive the subtest that starts them: their teardown belongs to the file.
   const root = t;
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-agent-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir(t, 'agent');
   const configFile = join(dir, 'ip-masq-agent');
   const topo = await makeTopology(t, { ipv6: false });
   const ns = topo.node;

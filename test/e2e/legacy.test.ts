@@ -2,8 +2,7 @@
 // found and reported, left alone by default, and with --remove-legacy-chain deleted together with
 // exactly the POSTROUTING rule that jumps to it. The rules are made by iptables-nft, as the original
 // agent makes them, inside a namespace of the test's own.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import {
@@ -14,13 +13,12 @@ import {
   waitFor,
   type RunningAgent,
 } from '../helpers/agent.js';
-import { inNetns, makeNetns, requireRoot } from '../helpers/netns.js';
+import { inNetns, makeNetns, requireRoot, tempDir } from '../helpers/netns.js';
 
 if (requireRoot(t)) {
   // Agents and namespaces outlive the subtest that starts them: their teardown belongs to the file.
   const root = t;
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-legacy-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir(t, 'legacy');
   const configFile = join(dir, 'ip-masq-agent');
   writeFileSync(configFile, 'nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 60s\n');
   const port = 9410;

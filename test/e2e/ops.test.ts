@@ -2,16 +2,7 @@
 // or addon, --once, --cleanup, /healthz when kernel writes fail, /metrics, SIGINT and write logs.
 // Every agent runs in a namespace of its own, so a flag wrongly accepted cannot touch the host.
 import { execFile } from 'node:child_process';
-import {
-  cpSync,
-  mkdirSync,
-  mkdtempSync,
-  readFileSync,
-  rmSync,
-  symlinkSync,
-  writeFileSync,
-} from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import {
@@ -25,13 +16,12 @@ import {
   waitFor,
   type RunningAgent,
 } from '../helpers/agent.js';
-import { inNetns, makeNetns, packageRoot, requireRoot } from '../helpers/netns.js';
+import { inNetns, makeNetns, packageRoot, requireRoot, tempDir } from '../helpers/netns.js';
 
 if (requireRoot(t)) {
   // Agents and namespaces outlive the subtest that starts them: their teardown belongs to the file.
   const root = t;
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-ops-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir(t, 'ops');
   // tap's child_process wrapper puts its loaders back into NODE_OPTIONS; the agent runs without them.
   const plainNode = ['env', '-u', 'NODE_OPTIONS'];
   const runCli = (ns: string, args: string[], wrapper: string[] = []) =>

@@ -2,12 +2,11 @@
 // libnftables runs off the JavaScript thread. A client inside the namespace probes /healthz the way
 // the kubelet does (a new connection each time) before, during and after the write.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { httpGet, generationOf, metricValue, startAgent, waitFor } from '../helpers/agent.js';
-import { inNetns, makeNetns, requireRoot } from '../helpers/netns.js';
+import { inNetns, makeNetns, requireRoot, tempDir } from '../helpers/netns.js';
 import { python } from '../helpers/topology.js';
 
 const CIDRS = 100_000;
@@ -68,8 +67,7 @@ function bigConfig(): string {
 }
 
 if (requireRoot(t)) {
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-responsive-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir(t, 'responsive');
   const configFile = join(dir, 'ip-masq-agent');
   writeFileSync(configFile, 'nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 60s\n');
   writeFileSync(`${configFile}.next`, bigConfig());

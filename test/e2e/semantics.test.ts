@@ -1,11 +1,10 @@
 // README, "Configuration" and "What it does" on the wire: the agent applies a config (--once) in the node namespace, and the
 // remote reports which source each new flow from the pod arrived with.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { listTable, runAgentOnce } from '../helpers/agent.js';
-import { requireRoot } from '../helpers/netns.js';
+import { requireRoot, tempDir } from '../helpers/netns.js';
 import {
   makeTopology,
   NODE_IPV4,
@@ -19,8 +18,7 @@ import {
 } from '../helpers/topology.js';
 
 if (requireRoot(t)) {
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-semantics-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir(t, 'semantics');
   const topo = await makeTopology(t, { ipv6: true });
   let n = 0;
 

@@ -1,12 +1,11 @@
 // Mixed nftables versions in one namespace, both directions, on the matrix of userlands reachable here
 // (test/helpers/nft-versions.ts): another version's objects never kill the agent, and what the agent
 // writes never breaks another version's nft.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { httpGet, listTable, runAgentOnce, startAgent, waitFor } from '../helpers/agent.js';
-import { inNetns, makeNetns, requireRoot, type TapTest } from '../helpers/netns.js';
+import { inNetns, makeNetns, requireRoot, type TapTest, tempDir } from '../helpers/netns.js';
 import {
   listsRuleset,
   nftTools,
@@ -44,8 +43,7 @@ add element ip nb s { 192.0.2.0/24, 203.0.113.0/24 }
 `;
 
 function configDir(t: TapTest): string {
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-versions-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir(t, 'versions');
   writeFileSync(
     join(dir, 'config.yaml'),
     'nonMasqueradeCIDRs: [10.0.0.0/8, 192.0.2.0/24]\nresyncInterval: 60s\n',

@@ -2,20 +2,18 @@
 // (hardening round 2, item 8): they used to rewrite each other's table every resync (117 writes a
 // minute each). Each now sees the other's write, says so, and holds back; once one leaves, the
 // other's config stays and its conflict ends.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { httpGet, metricValue, startAgent, waitFor, type RunningAgent } from '../helpers/agent.js';
-import { requireRoot } from '../helpers/netns.js';
+import { requireRoot, tempDir } from '../helpers/netns.js';
 import { makeNode, setElements, sleep, untilGeneration } from '../helpers/node.js';
 
 const OBSERVE_MS = 10_000;
 
 if (requireRoot(t)) {
   const node = await makeNode(t, 'twoagents');
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-two-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir(t, 'two');
   const configA = join(dir, 'a.yaml');
   const configB = join(dir, 'b.yaml');
   writeFileSync(configA, 'nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 1s\n');

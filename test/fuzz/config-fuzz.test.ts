@@ -2,12 +2,12 @@
 // generated files, text and bytes. Each either gives exactly one ConfigError naming the file, or a
 // config whose CIDRs are the formatter's own output and whose rendered script has the fixed shape
 // of ours with only those addresses in it.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { isUtf8 } from 'node:buffer';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import t from 'tap';
+import { tempDir } from '../helpers/netns.js';
 import { formatPrefix, mergePrefixes, parseCidr } from '../../src/cidr/index.js';
 import { compile, type CompileOptions } from '../../src/compile.js';
 import {
@@ -136,8 +136,7 @@ t.test(`${TEXT_RUNS} generated texts through parseConfigText`, async (t) => {
 });
 
 t.test(`${FILE_RUNS} generated files (bytes, often not UTF-8) through loadConfig`, async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-fuzz-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir(t, 'fuzz');
   const file = join(dir, 'ip-masq-agent');
   const seen = { valid: 0, invalid: 0, notUtf8: 0 };
   const started = Date.now();
@@ -173,8 +172,7 @@ t.test(`${FILE_RUNS} generated files (bytes, often not UTF-8) through loadConfig
 });
 
 t.test('extremes, one each', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-fuzz-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir(t, 'fuzz');
   const options: LoadOptions = { enableIPv6: true, nomasqAllReservedRanges: false };
   const texts: Record<string, string> = {
     'JSON nested 100 000 deep': `{"nonMasqueradeCIDRs": ${'['.repeat(100_000)}${']'.repeat(100_000)}}`,

@@ -14,7 +14,9 @@ import {
   type ChildProcessWithoutNullStreams,
 } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { dirname, resolve } from 'node:path';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 /** What these helpers need from a tap test (the root `t` or a subtest). */
@@ -33,6 +35,13 @@ const MAX_OUTPUT_BYTES = 256 * 1024 * 1024; // a 100 000-element listing is a fe
  * Tests needing CAP_NET_ADMIN call this first and return when it is false. Not root: a skip, or a
  * failure under CI=true, where a missing capability must not pass as a skip.
  */
+/** A fresh directory under the system's temp dir, removed when the test ends. */
+export function tempDir(t: TapTest, prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), `ipmasq-${prefix}-`));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
 export function requireRoot(t: TapTest): boolean {
   if (process.getuid?.() === 0) return true;
   if (process.env.CI === 'true') {

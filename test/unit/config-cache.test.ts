@@ -1,16 +1,8 @@
 // The loader's cache: reuse a result only while every file the config source names is unchanged.
-import {
-  mkdirSync,
-  mkdtempSync,
-  renameSync,
-  rmSync,
-  symlinkSync,
-  unlinkSync,
-  writeFileSync,
-} from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, renameSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
+import { tempDir } from '../helpers/netns.js';
 import { loadSource } from '../../src/config/load.js';
 import { ConfigError, type LoadOptions } from '../../src/config/types.js';
 import { configLoader } from '../../src/config/loader.js';
@@ -27,8 +19,7 @@ function counted() {
 }
 
 t.test('file: unchanged → no read; rewritten, renamed over, deleted → read', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-cache-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir(t, 'cache');
   const file = join(dir, 'ip-masq-agent');
   writeFileSync(file, 'nonMasqueradeCIDRs: [10.0.0.0/8]\n');
   const { load, reads } = counted();
@@ -53,8 +44,7 @@ t.test('file: unchanged → no read; rewritten, renamed over, deleted → read',
 });
 
 t.test('an invalid file is parsed once while unchanged, and read again once changed', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-cache-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir(t, 'cache');
   const file = join(dir, 'ip-masq-agent');
   writeFileSync(file, 'nonMasqueradeCIDRs: [10.0.0.1/8]\n');
   const { load, reads } = counted();
@@ -69,8 +59,7 @@ t.test('an invalid file is parsed once while unchanged, and read again once chan
 });
 
 t.test('a failure to read the file is tried again, file unchanged', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-cache-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir(t, 'cache');
   const file = join(dir, 'ip-masq-agent');
   writeFileSync(file, 'nonMasqueradeCIDRs: [10.0.0.0/8]\n');
   let reads = 0;
@@ -84,8 +73,7 @@ t.test('a failure to read the file is tried again, file unchanged', async (t) =>
 });
 
 t.test('directory: a ConfigMap symlink swap and a new ip-masq file are seen', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-cache-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir(t, 'cache');
   mkdirSync(join(dir, '..v1'));
   writeFileSync(join(dir, '..v1', 'ip-masq-agent'), 'nonMasqueradeCIDRs: [10.0.0.0/8]\n');
   symlinkSync('..v1', join(dir, '..data'));

@@ -1,14 +1,13 @@
 // Reading one config file: never stat-then-open. A FIFO (or any non-regular file) that appears at the
 // path between the loader's stat and its open must be refused at once, not block a pool thread.
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
+import { tempDir } from '../helpers/netns.js';
 import { readBounded } from '../../src/config/load.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'ipmasq-read-'));
-t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+const dir = tempDir(t, 'read');
 
 t.test('a FIFO is refused without blocking', async (t) => {
   const fifo = join(dir, 'fifo');

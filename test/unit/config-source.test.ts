@@ -1,23 +1,16 @@
 // The config source names a path's files once: what the loader reads, what the cache stamps, the size
 // that picks the worker, and the directory the watcher watches.
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import type { TapTest } from '../helpers/netns.js';
+import { tempDir } from '../helpers/netns.js';
 import { findConfigSource, watchedDirectory } from '../../src/config/source.js';
-
-function tempDir(t: TapTest): string {
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-source-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
 
 t.test(
   'directory: regular ip-masq* files in name order, the rest skipped with a warning',
   async (t) => {
-    const dir = tempDir(t);
+    const dir = tempDir(t, 'source');
     writeFileSync(join(dir, 'ip-masq-b'), 'masqLinkLocal: true\n');
     writeFileSync(join(dir, 'ip-masq-a'), 'cidrLimit: 70\n');
     writeFileSync(join(dir, 'unrelated'), 'x'.repeat(10_000));
@@ -44,7 +37,7 @@ t.test(
 );
 
 t.test('file, missing path, and a path that is neither', async (t) => {
-  const dir = tempDir(t);
+  const dir = tempDir(t, 'source');
   const file = join(dir, 'ip-masq-agent');
   writeFileSync(file, 'resyncInterval: 5s\n');
   const source = await findConfigSource(file);

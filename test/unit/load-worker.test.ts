@@ -1,8 +1,8 @@
 // The agent loads its config on a worker thread: same results as loadConfig, classes and freeze revived.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
+import { tempDir } from '../helpers/netns.js';
 import { loadConfig } from '../../src/config/index.js';
 import { loadSourceOffThread } from '../../src/config/load-worker.js';
 import { findConfigSource } from '../../src/config/source.js';
@@ -11,8 +11,7 @@ import { ConfigError, type LoadOptions } from '../../src/config/types.js';
 const options: LoadOptions = { enableIPv6: true, nomasqAllReservedRanges: false };
 
 t.test('valid, invalid and missing configs give what loadConfig gives', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-worker-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir(t, 'worker');
   const cases = {
     valid:
       'nonMasqueradeCIDRs: [10.0.0.0/8, "fd00::/8", 10.1.0.0/16]\nmasqueradeCIDRs: [10.9.0.0/16]\nfoo: 1\n',
@@ -39,8 +38,7 @@ t.test('valid, invalid and missing configs give what loadConfig gives', async (t
 });
 
 t.test('a config that takes too long is refused, and the next load works', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-worker-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const dir = tempDir(t, 'worker');
   const slow = join(dir, 'slow');
   // Thousands of stray closing brackets: the yaml parser builds one error object each (seconds).
   writeFileSync(slow, `a: b\n${'}'.repeat(65_536)}\n`);

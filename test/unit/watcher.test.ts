@@ -2,7 +2,6 @@ import t, { type Test } from 'tap';
 import {
   existsSync,
   mkdirSync,
-  mkdtempSync,
   readFileSync,
   readlinkSync,
   renameSync,
@@ -11,17 +10,11 @@ import {
   unlinkSync,
   writeFileSync,
 } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { tempDir } from '../helpers/netns.js';
 import { watchConfig, type WatchConfigOptions } from '../../src/reconcile/watcher.js';
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
-
-function tempDir(t: Test): string {
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-watch-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  return dir;
-}
 
 /** Starts a watcher that records when it was called, with a tap teardown that closes it. */
 function record(t: Test, path: string, opts?: WatchConfigOptions & { onCall?: () => void }) {
@@ -77,7 +70,7 @@ function configMapWrite(dir: string, content: string): void {
 }
 
 t.test('file mode: in-place write, rename-write, delete and re-create', async (t) => {
-  const dir = tempDir(t);
+  const dir = tempDir(t, 'watch');
   const file = join(dir, 'ip-masq-agent');
   writeFileSync(file, 'nonMasqueradeCIDRs: []\n');
   const { callAfter } = record(t, file);
@@ -105,7 +98,7 @@ t.test('file mode: in-place write, rename-write, delete and re-create', async (t
 });
 
 t.test('file mode: a file that does not exist at start is seen when it appears', async (t) => {
-  const dir = tempDir(t);
+  const dir = tempDir(t, 'watch');
   const file = join(dir, 'ip-masq-agent');
   const { calls, callAfter } = record(t, file);
   await sleep(200);
@@ -119,7 +112,7 @@ t.test('file mode: a file that does not exist at start is seen when it appears',
 });
 
 t.test('file mode: a directory that does not exist at start is found and watched', async (t) => {
-  const root = tempDir(t);
+  const root = tempDir(t, 'watch');
   const dir = join(root, 'etc', 'config');
   const file = join(dir, 'ip-masq-agent');
   const { callAfter } = record(t, file);
@@ -143,7 +136,7 @@ t.test('file mode: a directory that does not exist at start is found and watched
 });
 
 t.test('the watched directory deleted and re-created is watched again', async (t) => {
-  const root = tempDir(t);
+  const root = tempDir(t, 'watch');
   const dir = join(root, 'config');
   const file = join(dir, 'ip-masq-agent');
   mkdirSync(dir);
@@ -195,7 +188,7 @@ t.test('the watched directory deleted and re-created is watched again', async (t
 
 t.test('ConfigMap volume symlink swap is seen, in file and directory mode', async (t) => {
   for (const mode of ['file', 'directory'] as const) {
-    const dir = tempDir(t);
+    const dir = tempDir(t, 'watch');
     configMapWrite(dir, 'cidrLimit: 1\n');
     const file = join(dir, 'ip-masq-agent');
     let contentSeen = '';
@@ -216,7 +209,7 @@ t.test('ConfigMap volume symlink swap is seen, in file and directory mode', asyn
 });
 
 t.test('directory mode: a file added to the directory is seen', async (t) => {
-  const dir = tempDir(t);
+  const dir = tempDir(t, 'watch');
   const { callAfter } = record(t, dir);
   await expectCallWithin1s(
     t,
@@ -229,7 +222,7 @@ t.test('directory mode: a file added to the directory is seen', async (t) => {
 t.test(
   'a burst of 50 writes in 200 ms gives few calls, the last after the last write',
   async (t) => {
-    const dir = tempDir(t);
+    const dir = tempDir(t, 'watch');
     const file = join(dir, 'ip-masq-agent');
     writeFileSync(file, '');
     const { calls } = record(t, file);
@@ -246,7 +239,7 @@ t.test(
 );
 
 t.test('close() stops callbacks, including one already pending', async (t) => {
-  const dir = tempDir(t);
+  const dir = tempDir(t, 'watch');
   const file = join(dir, 'ip-masq-agent');
   writeFileSync(file, '');
   const { calls, watcher } = record(t, file, { debounceMs: 200 });
@@ -259,7 +252,7 @@ t.test('close() stops callbacks, including one already pending', async (t) => {
 });
 
 t.test('close() while polling for a missing directory stops the poll', async (t) => {
-  const root = tempDir(t);
+  const root = tempDir(t, 'watch');
   const dir = join(root, 'later');
   const { calls, watcher } = record(t, join(dir, 'ip-masq-agent'), { pollMs: 20 });
   watcher.close();
