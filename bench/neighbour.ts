@@ -95,17 +95,3 @@ export async function benchNeighbour(
     return { rows, listings };
   });
 }
-
-/** Where the neighbour's time first passes limitMs, interpolated between measured sizes. */
-export function crossing(rows: readonly NeighbourRow[], limitMs: number): number | undefined {
-  const sorted = [...rows].sort((a, b) => a.cidrs - b.cidrs);
-  for (let i = 1; i < sorted.length; i++) {
-    const low = sorted[i - 1] as NeighbourRow;
-    const high = sorted[i] as NeighbourRow;
-    if (low.neighbourMs <= limitMs && high.neighbourMs > limitMs) {
-      const fraction = (limitMs - low.neighbourMs) / (high.neighbourMs - low.neighbourMs);
-      return Math.round(low.cidrs + fraction * (high.cidrs - low.cidrs));
-    }
-  }
-  return sorted[0] && sorted[0].neighbourMs > limitMs ? sorted[0].cidrs : undefined;
-}

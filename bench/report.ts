@@ -1,28 +1,39 @@
-// Turns one bench run's figures into docs/bench.md: each measurement beside its target, PASS/FAIL.
+// docs/bench.json → docs/bench.md and docs/bench.svg. Presents what the drivers measured beside the
+// goals the issues name; it draws no conclusions. Run on its own to re-render without measuring:
+//   node --import=tsx bench/report.ts
+import { readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { format, resolveConfig } from 'prettier';
+import { AUTO_LAYOUT_CROSSOVER } from '../src/compile.js';
+import { packageRoot } from '../test/helpers/netns.js';
 import type { BreakdownRow } from './breakdown.js';
-import { fmt, verdict, type Machine } from './harness.js';
+import { renderChart, type Series } from './chart.js';
+import { concatName, LINEAR, OURS, type DataPathResults } from './dataplane.js';
+import { arrivalLatencies, fmt, median, percentile, type Machine } from './harness.js';
 import type { IdleRow } from './idle.js';
-import { crossing, NONE, type NeighbourResults } from './neighbour.js';
-import { LINEAR, OURS, type DataPathResults, type FlowRow } from './dataplane.js';
+import { NONE, type NeighbourRow } from './neighbour.js';
+import { CONCAT_LAYOUTS } from './scripts.js';
 import type { WriteResults } from './write.js';
 
+/** Everything one `npm run bench` measured: the content of docs/bench.json. */
 export interface BenchResults {
   quick: boolean;
   machine: Machine;
   loadAfter: number[];
   durationS: number;
+  runs: number;
   writes: WriteResults;
   breakdown: BreakdownRow[];
   flows: DataPathResults;
   idle: IdleRow[];
-  configLoad: { cidrs: number; ms: number };
-  neighbour: NeighbourResults;
-  runs: number;
-  /** RSS the config worker thread adds, when the build has one. */
+  neighbour: { rows: NeighbourRow[]; listings: Record<string, string> };
+  /** RSS the config worker thread adds at 64 CIDRs. */
   workerRssMiB: number | undefined;
 }
 
+const CONCAT = concatName(CONCAT_LAYOUTS[0]?.name ?? 'addr . l4proto');
 const n = (count: number) => count.toLocaleString('en-US').replace(/,/g, ' ');
+const ms = (value: number | undefined) => `${fmt(value ?? NaN)} ms`;
 const table = (head: string[], rows: string[][]) =>
   [
     `| ${head.join(' | ')} |`,
@@ -30,178 +41,325 @@ const table = (head: string[], rows: string[][]) =>
     ...rows.map((r) => `| ${r.join(' | ')} |`),
   ].join('\n');
 
-export function machineSection(r: BenchResults): string {
-  const m = r.machine;
-  return [
-    `Measured ${m.date.slice(0, 16).replace('T', ' ')} UTC${r.quick ? ' (**--quick**: smaller sizes, fewer runs)' : ''}, ` +
-      `one \`npm run bench\` of ${Math.round(r.durationS)} s.`,
-    '',
-    `- ${m.cpus} vCPU (${m.cpuModel}), kernel ${m.kernel}, ${m.nft}, ${m.iptables}, Node ${m.node}`,
-    `- load average before: ${m.loadBefore.join(' / ')}; after: ${r.loadAfter.join(' / ')}` +
-      (m.concurrentTests
-        ? ' — **other engineers\u2019 test suites were running on the same 2 vCPUs**, so absolute times are noisy; ' +
-          'ratios taken within one section are the more reliable figures'
-        : ''),
-    `- every figure is the median of ${r.runs} runs unless it says otherwise; all namespaces are the bench\u2019s own`,
-  ].join('\n');
+/** A column of a table: its header and how a row fills it. */
+type Column<T> = [header: string, cell: (row: T) => string];
+const columns = <T>(rows: readonly T[], cols: ReadonlyArray<Column<T>>) =>
+  table(
+    cols.map(([header]) => header),
+    rows.map((row) => cols.map(([, cell]) => cell(row))),
+  );
+
+/** A goal, the part of an issue that names it, the figure measured, and whether it is met. */
+type Goal = [goal: string, part: string, measured: string, pass: boolean];
+
+/** The neighbour's added cost with the layout `--set-layout auto` writes at each measured size. */
+function autoNeighbour(rows: readonly NeighbourRow[]): NeighbourRow[] {
+  return rows.filter((row) =>
+    row.cidrs <= AUTO_LAYOUT_CROSSOVER ? row.layout === OURS : row.layout === CONCAT,
+  );
 }
 
-export function writeSection(r: BenchResults, largest: number): string {
-  const rows = r.writes.rows;
-  const big = rows.find((row) => row.cidrs === largest);
-  const small = rows.find((row) => row.cidrs === 64);
-  const ratioFresh = big ? big.agentMs / big.nftFreshMs : Number.NaN;
-  const ratioReplace = big ? big.agentMs / big.nftReplaceMs : Number.NaN;
-  const bd = r.breakdown.find((row) => row.cidrs === largest);
-  const lines = [
-    '## 1. Config write → kernel',
-    '',
-    'Agent: a rename of a new config into the watched directory (as a ConfigMap update lands) until `/healthz` shows the ' +
-      'next generation, polled every millisecond from a persistent client inside the namespace. Each write replaces every element. ' +
-      'Bare: `nft -f` of the `--render` script, timed inside the namespace from exec to exit, into a namespace without the ' +
-      'table (fresh) and over a table of the same size (replace: what the agent does). Original: `iptables-nft-restore` of ' +
-      'the linear `IP-MASQ-AGENT` chain.',
-    '',
-    table(
-      [
-        'CIDRs',
-        'agent write→healthz',
-        'agent sync (its log)',
-        'of which libnftables',
-        'bare nft -f fresh',
-        'bare nft -f replace',
-        'iptables-nft-restore',
-        'agent / fresh',
-        'agent / replace',
-        'iptables / fresh',
-      ],
-      rows.map((row) => [
-        n(row.cidrs),
-        `${fmt(row.agentMs)} ms`,
-        `${fmt(row.agentSyncMs)} ms`,
-        `${fmt(row.agentApplyMs)} ms`,
-        `${fmt(row.nftFreshMs)} ms`,
-        `${fmt(row.nftReplaceMs)} ms`,
-        `${fmt(row.iptablesMs)} ms`,
-        `${fmt(row.agentMs / row.nftFreshMs)}×`,
-        `${fmt(row.agentMs / row.nftReplaceMs)}×`,
-        `${fmt(row.iptablesMs / row.nftFreshMs)}×`,
-      ]),
-    ),
-    '',
-    table(
-      ['target', 'measured', ''],
-      [
-        [
-          `agent ≤ 1.3× bare \`nft -f\` at ${n(largest)}`,
-          `${fmt(ratioFresh)}× fresh, ${fmt(ratioReplace)}× replace`,
-          `${verdict(ratioFresh <= 1.3)} (fresh) · ${verdict(ratioReplace <= 1.3)} (replace)`,
-        ],
-        [
-          'agent ≤ 250 ms at 64',
-          `${fmt(small?.agentMs ?? Number.NaN)} ms`,
-          verdict((small?.agentMs ?? Infinity) <= 250),
-        ],
-      ],
-    ),
-    '',
-    `What the agent adds to bare \`nft -f\`: the watcher\u2019s 25 ms debounce (part of the floor of every row: at 64 CIDRs the sync ` +
-      `itself is ${fmt(small?.agentSyncMs ?? Number.NaN)} ms), and on the JavaScript thread the config read and merge and the ` +
-      `rendering. Measured in-process (median of ${r.runs}):`,
-    '',
-    table(
-      [
-        'CIDRs',
-        'loadConfig (read, parse, validate, merge)',
-        'compile + render (script)',
-        'script size',
-      ],
-      r.breakdown.map((row) => [
-        n(row.cidrs),
-        `${fmt(row.loadConfigMs)} ms`,
-        `${fmt(row.compileRenderMs)} ms`,
-        `${fmt(row.scriptBytes / 1024)} KiB`,
-      ]),
-    ),
-    '',
-  ];
-  if (big && bd) {
-    const jsMs = bd.loadConfigMs + bd.compileRenderMs;
-    const applyRatio = big.agentApplyMs / big.nftReplaceMs;
-    lines.push(
-      `At ${n(largest)}: ${fmt(big.agentMs)} ms = the 25 ms debounce + the agent\u2019s sync (${fmt(big.agentSyncMs)} ms by its ` +
-        `log) + the rest (event delivery, garbage collection, the poll). Inside the sync, the libnftables transaction took ` +
-        `${fmt(big.agentApplyMs)} ms against ${fmt(big.nftReplaceMs)} ms for bare \`nft -f\` replacing the same table ` +
-        `(${fmt(applyRatio)}×): **our own write costs ${applyRatio <= 1 ? 'no more than' : applyRatio <= 1.2 ? 'about as much as' : 'more than'} bare \`nft -f\`** ` +
-        '(a shared 2-vCPU machine moves single runs by 10–20 %). ' +
-        `The rest of the sync is JavaScript: ${fmt(jsMs)} ms in-process (config ${fmt(bd.loadConfigMs)}, render ` +
-        `${fmt(bd.compileRenderMs)}). ${ratioFresh <= 1.3 ? '' : 'So the miss of the 1.3× target is the debounce and the JavaScript side, not libnftables.'}`,
-      '',
-      'A CPU profile of the agent (`node --cpu-prof`, three 100 000-CIDR writes, taken once by hand on 2026-11-30 at ' +
-        'commit f0e4379, when the config was still parsed on the main thread) puts its self time in: garbage collection 582 ms, YAML parse 195 ms, rendering the set 188 ms (+54 ' +
-        'the table), CIDR list parse 144 ms, prefix merge 124 + 65 ms, config build and merge 117 + 103 ms, the config hash ' +
-        '73 + 44 ms — over three writes, about 550 ms each, while libnftables ran about 1 s per write on the thread pool. ' +
-        'What would close the gap: parse the config once per change and keep the merged prefixes (done for idle resyncs), ' +
-        'render the content key and the script in one pass, allocate less per CIDR (strings and objects per element drive ' +
-        'the GC time), and a shorter debounce for single-file writes. Since then: the config parses on a worker thread ' +
-        'for files over 4 KiB, the content key no longer renders, and the debounce is 25 ms.',
-      '',
-    );
+/** The first size at which the interval set adds more than limitMs to the neighbour, interpolated. */
+function crossing(rows: readonly NeighbourRow[], limitMs: number): number | undefined {
+  const added = rows
+    .map((row) => ({ cidrs: row.cidrs, ms: row.neighbourMs - row.noneMs }))
+    .sort((a, b) => a.cidrs - b.cidrs);
+  for (let i = 1; i < added.length; i++) {
+    const [low, high] = [added[i - 1]!, added[i]!];
+    if (low.ms <= limitMs && high.ms > limitMs) {
+      return Math.round(
+        low.cidrs + ((limitMs - low.ms) / (high.ms - low.ms)) * (high.cidrs - low.cidrs),
+      );
+    }
   }
-  return lines.join('\n');
+  return added[0] && added[0].ms > limitMs ? added[0].cidrs : undefined;
 }
 
-export function flowSection(r: BenchResults, largest: number): string {
-  const f = r.flows;
-  const sizes = [...new Set(f.rows.map((row) => row.cidrs))];
-  const layouts = [...new Set(f.rows.map((row) => row.layout))];
-  const cell = (layout: string, count: number) =>
-    f.rows.find((row) => row.layout === layout && row.cidrs === count);
-  const show = (row: FlowRow | undefined) =>
-    row ? `${fmt(row.perFlowUs)} (${fmt(row.netUs)})` : '—';
-  const ours64 = cell(OURS, 64);
-  const oursBig = cell(OURS, largest);
-  const ratio = ours64 && oursBig ? oursBig.perFlowUs / ours64.perFlowUs : Number.NaN;
+function goals(r: BenchResults): Goal[] {
+  const write = (c: number) => r.writes.rows.find((row) => row.cidrs === c);
+  const idle = (c: number) => r.idle.find((row) => row.cidrs === c);
+  const flow = (c: number) =>
+    r.flows.rows.find((row) => row.layout === OURS && row.cidrs === c)?.perFlowUs ?? NaN;
+  const largest = (rows: ReadonlyArray<{ cidrs: number }>) => Math.max(...rows.map((x) => x.cidrs));
+  const [bigWrite, bigIdle, bigFlow] = [
+    largest(r.writes.rows),
+    largest(r.idle),
+    largest(r.flows.rows),
+  ];
+  const ratio = (c: number, limit: number, part: string): Goal => {
+    const row = write(c);
+    const x = row ? row.agentMs / row.nftFreshMs : NaN;
+    const measured = `${fmt(x)}× (${ms(row?.agentMs)} vs ${ms(row?.nftFreshMs)})`;
+    return [
+      `config write → /healthz at ${n(c)} ≤ ${limit}× bare \`nft -f\``,
+      part,
+      measured,
+      x <= limit,
+    ];
+  };
+  const cpu = (c: number, limit: number): Goal => {
+    const x = idle(c)?.cpuMsPerResync ?? NaN;
+    return [`CPU per idle resync at ${n(c)} ≤ ${limit} ms`, 'idle resync', ms(x), x <= limit];
+  };
+  const rss = (c: number, limit: number): Goal => {
+    const row = idle(c);
+    const measured = row
+      ? `${fmt(row.rssMiB)} MiB (anon ${fmt(row.rssAnonMiB)}, file ${fmt(row.rssFileMiB)})`
+      : '—';
+    return [
+      `idle RSS at ${n(c)} ≤ ${limit} MiB`,
+      'memory',
+      measured,
+      (row?.rssMiB ?? Infinity) <= limit,
+    ];
+  };
+  const w64 = write(64)?.agentMs ?? NaN;
+  const perFlow = flow(bigFlow) / flow(64);
+  const p99 = percentile(arrivalLatencies(r.writes.busyLatencies, 1), 99);
+  const load = r.breakdown.find((row) => row.cidrs === bigWrite)?.loadConfigMs ?? NaN;
+  const auto = autoNeighbour(r.neighbour.rows);
+  const worst = Math.max(...auto.map((row) => row.neighbourMs - row.noneMs));
+  const cross = crossing(
+    r.neighbour.rows.filter((row) => row.layout === OURS),
+    10,
+  );
   return [
-    '## 2. Cost per new flow',
-    '',
-    'A python sender in the pod namespace sends one UDP datagram per new socket, each bound to its own source port (a new ' +
-      `conntrack entry and NAT decision per flow), to ${'198.19.0.4'} on the remote — not exempt, so every layout walks its whole ` +
-      'decision and masquerades. Batches sized to a few hundred ms; median of the batches\u2019 µs per flow. In brackets: minus ' +
-      'a baseline with no NAT table in the node measured just before each cell ' +
-      `(median ${fmt(f.baselineUs)} µs, from ${fmt(Math.min(...f.baselines))} to ${fmt(Math.max(...f.baselines))}). ` +
-      'Each layout was checked to masquerade that destination and to exempt 10.9.0.1 once it is in the set.',
-    '',
+    ratio(64, 2.5, 'small configs'),
+    ratio(1_000, 2.5, 'small configs'),
+    ratio(bigWrite, 1.3, 'the largest write'),
+    ['config write → /healthz at 64 ≤ 250 ms', 'write latency', ms(w64), w64 <= 250],
+    [`per new flow at ${n(bigFlow)} ≤ 1.2× at 64`, 'data path', `${fmt(perFlow)}×`, perFlow <= 1.2],
+    [
+      '0 writes per idle resync at 64',
+      'idle resync',
+      fmt(idle(64)?.writesPerResync ?? NaN),
+      idle(64)?.writesPerResync === 0,
+    ],
+    cpu(64, 5),
+    cpu(bigIdle, 10),
+    rss(64, 64),
+    rss(bigIdle, 160),
+    [
+      `/healthz p99 ≤ 50 ms while ${n(r.writes.busyCidrs)} CIDRs apply`,
+      'responsiveness',
+      ms(p99),
+      p99 <= 50,
+    ],
+    [`loadConfig of ${n(bigWrite)} CIDRs < 300 ms`, 'config load', ms(load), load < 300],
+    [
+      "`--set-layout auto` adds ≤ 10 ms to a neighbour's transaction",
+      'no neighbour slowed',
+      `${ms(worst)} at most (at ${auto.map((row) => n(row.cidrs)).join(', ')})`,
+      worst <= 10,
+    ],
+    [
+      `the interval set adds 10 ms only above the crossover (${n(AUTO_LAYOUT_CROSSOVER)})`,
+      'no neighbour slowed',
+      cross === undefined ? 'never, at the sizes measured' : `from about ${n(cross)} CIDRs`,
+      cross === undefined || cross >= AUTO_LAYOUT_CROSSOVER,
+    ],
+  ];
+}
+
+function sections(r: BenchResults): string[] {
+  const b = (c: number) => r.breakdown.find((row) => row.cidrs === c);
+  const flowSizes = [...new Set(r.flows.rows.map((row) => row.cidrs))];
+  const flowLayouts = [...new Set(r.flows.rows.map((row) => row.layout))];
+  const flowCell = (layout: string, c: number) => {
+    const row = r.flows.rows.find((x) => x.layout === layout && x.cidrs === c);
+    return row ? `${fmt(row.perFlowUs)} (${fmt(row.netUs)})` : '—';
+  };
+  const busy = r.writes.busyLatencies;
+  const latency = (label: string, v: readonly number[]) => [
+    label,
+    ms(median(v)),
+    ms(percentile(v, 99)),
+    ms(Math.max(...v)),
+  ];
+  return [
+    '## Config write → kernel',
+    'Agent: a config renamed into the watched directory until `/healthz` shows the next generation; its sync and libnftables figures are from its log. Bare: `nft -f` of the agent\u2019s own rendered script, into an empty namespace (fresh) or over the same table (replace). Original: `iptables-nft-restore` of its linear chain. JavaScript side: in-process load and compile+render.',
+    columns(r.writes.rows, [
+      ['CIDRs', (row) => n(row.cidrs)],
+      ['agent', (row) => ms(row.agentMs)],
+      ['agent sync', (row) => ms(row.agentSyncMs)],
+      ['libnftables', (row) => ms(row.agentApplyMs)],
+      ['nft -f fresh', (row) => ms(row.nftFreshMs)],
+      ['nft -f replace', (row) => ms(row.nftReplaceMs)],
+      ['iptables-nft-restore', (row) => ms(row.iptablesMs)],
+      ['load config', (row) => ms(b(row.cidrs)?.loadConfigMs)],
+      ['compile + render', (row) => ms(b(row.cidrs)?.compileRenderMs)],
+    ]),
+    '## Cost per new flow',
+    `One UDP datagram per new socket from the pod to 198.19.0.4 (masqueraded by every layout); µs per flow as the sender sees it, in brackets minus a no-NAT baseline (median ${fmt(r.flows.baselineUs)} µs).`,
     table(
-      ['µs per flow (net)', ...sizes.map(n)],
-      layouts.map((layout) => [layout, ...sizes.map((count) => show(cell(layout, count)))]),
+      ['layout', ...flowSizes.map(n)],
+      flowLayouts.map((layout) => [layout, ...flowSizes.map((c) => flowCell(layout, c))]),
     ),
-    '',
+    '## Idle resync and memory',
+    'SIGHUP K times on a settled config: CPU from `/proc/PID/stat`, writes and reads from the agent\u2019s counters; the idle column is the CPU of an equal window without SIGHUP. RSS 3 s after generation 1, of every process the agent runs (the libnftables child exists only during a call).',
+    columns(r.idle, [
+      ['CIDRs', (row) => n(row.cidrs)],
+      ['resyncs', (row) => String(row.resyncs)],
+      ['CPU / resync', (row) => ms(row.cpuMsPerResync)],
+      ['idle CPU / slot', (row) => ms(row.idleCpuMsPerSlot)],
+      ['writes / resync', (row) => fmt(row.writesPerResync)],
+      ['reads / resync', (row) => fmt(row.readsPerResync)],
+      ['RSS', (row) => `${fmt(row.rssMiB)} MiB`],
+      ['anon', (row) => `${fmt(row.rssAnonMiB)} MiB`],
+      ['file', (row) => `${fmt(row.rssFileMiB)} MiB`],
+      ['V8 heap used / total', (row) => `${fmt(row.heapUsedMiB)} / ${fmt(row.heapTotalMiB)} MiB`],
+    ]),
+    r.workerRssMiB === undefined
+      ? ''
+      : `The config worker thread adds ${fmt(r.workerRssMiB)} MiB while it lives (it ends after 30 s idle).`,
+    `## /healthz while ${n(r.writes.busyCidrs)} CIDRs apply`,
+    'Requests 1 ms apart on one keep-alive connection between the rename and the new generation; the arrival row adds the requests a poller would have sent while one waited (coordinated omission).',
     table(
-      ['target', 'measured', ''],
+      ['', 'p50', 'p99', 'max'],
       [
-        [
-          `ours at ${n(largest)} within 1.2× ours at 64`,
-          `${fmt(ratio)}× (net: ${fmt(oursBig?.netUs ?? Number.NaN)} vs ${fmt(ours64?.netUs ?? Number.NaN)} µs)`,
-          verdict(ratio <= 1.2),
-        ],
+        latency('idle', r.writes.idleLatencies),
+        latency('during the write, as polled', busy),
+        latency('during the write, a probe arriving at a random moment', arrivalLatencies(busy, 1)),
       ],
     ),
-    '',
-    `The interval set is a tree lookup: flat in the set size. The original\u2019s chain is evaluated rule by rule: ` +
-      `${fmt(cell(LINEAR, largest)?.netUs ?? Number.NaN)} µs per new flow at ${n(largest)}. The ratio is judged on the whole ` +
-      'per-flow cost the pod sees; the net figures are a few µs and move by about as much between batches on a loaded machine.',
-    '',
-  ].join('\n');
+    "## A neighbour's transaction",
+    `A kube-proxy-like \`nft -f\` with one flat \`add element\`, timed beside our table and, interleaved, in an empty namespace. \`--set-layout auto\` writes the interval set up to ${n(AUTO_LAYOUT_CROSSOVER)} elements and the concatenated one above.`,
+    columns(
+      r.neighbour.rows.filter((row) => row.layout !== NONE),
+      [
+        ['layout', (row) => row.layout],
+        ['our CIDRs', (row) => n(row.cidrs)],
+        ['neighbour', (row) => ms(row.neighbourMs)],
+        ['without ours', (row) => ms(row.noneMs)],
+        ['added', (row) => ms(row.neighbourMs - row.noneMs)],
+        ['our load (nft -f)', (row) => ms(row.loadMs)],
+        ['`nft list table`', (row) => ms(row.listMs)],
+      ],
+    ),
+    ...Object.entries(r.neighbour.listings).map(
+      ([layout, text]) => `\`${layout}\`:\n\n\`\`\`\n${text}\n\`\`\``,
+    ),
+  ];
 }
 
-export function neighbourFigures(r: BenchResults) {
-  const ours = r.neighbour.rows.filter((row) => row.layout === OURS);
-  const none = r.neighbour.rows.find((row) => row.layout === NONE);
-  const noneMs = none?.neighbourMs ?? 0;
-  // Load on a shared machine lifts every run, ours or not: the added cost is the steadier figure.
-  const added = ours.map((row) => ({ ...row, neighbourMs: row.neighbourMs - row.noneMs }));
-  return { ours, none, noneMs, crossAt: crossing(ours, 100), addedCrossAt: crossing(added, 100) };
+export function renderMarkdown(r: BenchResults): string {
+  const m = r.machine;
+  return (
+    [
+      '# Benchmarks',
+      '<!-- Generated by `npm run bench` from docs/bench.json (bench/report.ts); edit the generator, not this file. -->',
+      `Measured ${m.date.slice(0, 16).replace('T', ' ')} UTC${r.quick ? ' (--quick)' : ''} in ${Math.round(r.durationS)} s: ` +
+        `${m.cpus} vCPU (${m.cpuModel}), kernel ${m.kernel}, ${m.nft}, ${m.iptables}, Node ${m.node}; load ${m.loadBefore.join(' / ')} before, ` +
+        `${r.loadAfter.join(' / ')} after${m.concurrentTests ? '; other test suites were running' : ''}. Medians of ${r.runs} runs unless said otherwise.`,
+      '![config write, per-flow cost and neighbour cost by number of CIDRs](bench.svg)',
+      '## Goals',
+      columns(goals(r), [
+        ['goal', ([goal]) => goal],
+        ['issue part', ([, part]) => part],
+        ['measured', ([, , measured]) => measured],
+        ['', ([, , , pass]) => (pass ? '**PASS**' : '**FAIL**')],
+      ]),
+      ...sections(r),
+    ].join('\n\n') + '\n'
+  );
 }
 
-export { table, n };
+export function renderSvg(r: BenchResults): string {
+  const pts = <T extends { cidrs: number }>(rows: readonly T[], y: (row: T) => number) =>
+    rows.map((row) => [row.cidrs, y(row)] as const);
+  const flows = (layout: string) => r.flows.rows.filter((row) => row.layout === layout);
+  const nbr = (layout: string) => r.neighbour.rows.filter((row) => row.layout === layout);
+  const sizes = r.flows.rows.map((row) => row.cidrs);
+  const flat = (y: number) => [Math.min(...sizes), Math.max(...sizes)].map((x) => [x, y] as const);
+  const none = median(
+    r.neighbour.rows.filter((row) => row.layout !== NONE).map((row) => row.noneMs),
+  );
+  const line = (
+    label: string,
+    color: string,
+    points: Series['points'],
+    dashed = false,
+  ): Series => ({ label, color, points, dashed });
+  return renderChart(
+    [
+      {
+        title: 'Config write → kernel',
+        yLabel: 'ms (median)',
+        series: [
+          line(
+            'agent: file write → /healthz',
+            '#1f6feb',
+            pts(r.writes.rows, (row) => row.agentMs),
+          ),
+          line(
+            'bare nft -f of the same script',
+            '#f39c12',
+            pts(r.writes.rows, (row) => row.nftFreshMs),
+          ),
+          line(
+            'original: iptables-nft-restore',
+            '#c0392b',
+            pts(r.writes.rows, (row) => row.iptablesMs),
+          ),
+        ],
+      },
+      {
+        title: 'Per new flow (dest. not exempt)',
+        yLabel: 'µs per flow, as the pod sees it',
+        series: [
+          line(
+            OURS,
+            '#1f6feb',
+            pts(flows(OURS), (row) => row.perFlowUs),
+          ),
+          line(
+            LINEAR,
+            '#c0392b',
+            pts(flows(LINEAR), (row) => row.perFlowUs),
+          ),
+          line(
+            CONCAT,
+            '#2a9d3f',
+            pts(flows(CONCAT), (row) => row.perFlowUs),
+          ),
+          line('no NAT table (baseline)', '#999', flat(r.flows.baselineUs), true),
+        ],
+      },
+      {
+        title: "A neighbour's nft -f",
+        yLabel: 'ms (median)',
+        series: [
+          line(
+            `with ${OURS}`,
+            '#1f6feb',
+            pts(nbr(OURS), (row) => row.neighbourMs),
+          ),
+          line(
+            CONCAT,
+            '#2a9d3f',
+            pts(nbr(CONCAT), (row) => row.neighbourMs),
+          ),
+          line(NONE, '#999', flat(none), true),
+        ],
+      },
+    ],
+    `ipmasq-agent bench, ${r.machine.cpus} vCPU, kernel ${r.machine.kernel}, ${r.machine.nft.split(' (')[0]}, ${r.machine.date.slice(0, 10)}`,
+  );
+}
+
+/** Writes docs/bench.md (formatted as `npm run lint` expects) and docs/bench.svg. */
+export async function writeReport(r: BenchResults): Promise<void> {
+  const file = join(packageRoot, 'docs', 'bench.md');
+  const options = { ...(await resolveConfig(file)), parser: 'markdown' as const };
+  await writeFile(file, await format(renderMarkdown(r), options));
+  await writeFile(join(packageRoot, 'docs', 'bench.svg'), renderSvg(r));
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const results = JSON.parse(
+    await readFile(join(packageRoot, 'docs', 'bench.json'), 'utf8'),
+  ) as BenchResults;
+  await writeReport(results);
+  console.error('bench: wrote docs/bench.md and docs/bench.svg from docs/bench.json');
+}

@@ -56,7 +56,6 @@ export async function main(argv: readonly string[]): Promise<number | undefined>
         legacy: stages.legacy,
         kernel: nftKernel,
         logger,
-        metrics: agentMetrics(),
       });
     }
     case 'run':

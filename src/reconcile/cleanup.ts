@@ -6,14 +6,12 @@ import { tableOwner } from '../compile.js';
 import { renderDelete } from '../nftables/render.js';
 import type { Kernel } from './kernel.js';
 import { LegacyChain, type LegacyOptions } from './legacy.js';
-import type { AgentMetrics } from './metrics.js';
 
 export interface CleanupDeps {
   readonly table: string;
   readonly legacy: LegacyOptions;
   readonly kernel: Kernel;
   readonly logger: Logger;
-  readonly metrics: AgentMetrics;
 }
 
 /** The exit code: 0 when every table of ours is gone, 1 otherwise. */
@@ -40,6 +38,6 @@ export async function cleanup(deps: CleanupDeps): Promise<number> {
       return 1;
     }
   }
-  if (deps.legacy.remove) await new LegacyChain({ ...deps, options: deps.legacy }).remove();
+  if (deps.legacy.remove) await new LegacyChain({ kernel, logger, options: deps.legacy }).remove();
   return code;
 }

@@ -17,7 +17,8 @@ export interface LegacyDeps {
   readonly kernel: Kernel;
   readonly options: LegacyOptions;
   readonly logger: Logger;
-  readonly metrics: AgentMetrics;
+  /** Where `ipmasq_legacy_chain_present` is set; a one-shot --cleanup has none to serve. */
+  readonly metrics?: AgentMetrics;
 }
 
 export class LegacyChain {
@@ -76,6 +77,6 @@ export class LegacyChain {
     } catch (err) {
       logger.error({ err }, "could not check or remove the original agent's chain in table ip nat");
     }
-    metrics.setLegacyChainPresent(remaining.length > 0);
+    metrics?.setLegacyChainPresent(remaining.length > 0);
   }
 }

@@ -4,7 +4,6 @@ import t from 'tap';
 import { parseArgs } from '../../src/cli/flags.js';
 import { plan } from '../../src/options.js';
 import { cleanup } from '../../src/reconcile/cleanup.js';
-import { AgentMetrics } from '../../src/reconcile/metrics.js';
 import { FakeKernel } from '../helpers/fake-kernel.js';
 
 function options(argv: string[]) {
@@ -61,9 +60,8 @@ t.test(
     kernel.tables.set('ip6 ipmasq', 'table ip6 ipmasq {\n}\n');
     kernel.legacy.set('IP-MASQ', 1);
     const { lines, logger: log } = logger();
-    const metrics = new AgentMetrics();
     const legacy = { chains: ['IP-MASQ-AGENT', 'IP-MASQ'], remove: true };
-    const code = await cleanup({ table: 'ipmasq', legacy, kernel, logger: log, metrics });
+    const code = await cleanup({ table: 'ipmasq', legacy, kernel, logger: log });
     t.equal(code, 1, 'a table that is not ours is an error');
     t.notOk(kernel.tables.has('ip ipmasq'), 'ours deleted');
     t.ok(kernel.tables.has('ip6 ipmasq'), 'the foreign one left');
@@ -74,10 +72,7 @@ t.test(
     again.tables.set('ip ipmasq', ours('ip'));
     again.legacy.set('IP-MASQ', 1);
     const keep = { ...legacy, remove: false };
-    t.equal(
-      await cleanup({ table: 'ipmasq', legacy: keep, kernel: again, logger: log, metrics }),
-      0,
-    );
+    t.equal(await cleanup({ table: 'ipmasq', legacy: keep, kernel: again, logger: log }), 0);
     t.ok(again.legacy.has('IP-MASQ'), 'without --remove-legacy-chain the chain stays');
     t.equal(again.tables.size, 0);
   },
