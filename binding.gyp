@@ -2,9 +2,9 @@
   "targets": [
     {
       "target_name": "nftables_napi",
-      "sources": ["native/nftables_napi.cc"],
+      "sources": ["native/nftables_napi.cc", "native/conntrack.cc"],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
-      "libraries": ["-lnftables"],
+      "libraries": ["-lnftables", "-lnetfilter_conntrack"],
       "defines": [
         "NAPI_VERSION=8",
         "NODE_ADDON_API_DISABLE_DEPRECATED",

@@ -7,6 +7,7 @@ import { format, resolveConfig } from 'prettier';
 import { AUTO_LAYOUT_CROSSOVER } from '../src/compile.js';
 import { packageRoot } from '../test/helpers/netns.js';
 import type { BreakdownRow } from './breakdown.js';
+import type { ConntrackSummary } from './conntrack.js';
 import { renderChart, type Series } from './chart.js';
 import { concatName, LINEAR, OURS, type DataPathResults } from './dataplane.js';
 import { arrivalLatencies, fmt, median, percentile, type Machine } from './harness.js';
@@ -27,6 +28,7 @@ export interface BenchResults {
   flows: DataPathResults;
   idle: IdleRow[];
   neighbour: { rows: NeighbourRow[]; listings: Record<string, string> };
+  conntrack: ConntrackSummary[];
   /** RSS the config worker thread adds at 64 CIDRs. */
   workerRssMiB: number | undefined;
 }
@@ -240,6 +242,18 @@ function sections(r: BenchResults): string[] {
     ...Object.entries(r.neighbour.listings).map(
       ([layout, text]) => `\`${layout}\`:\n\n\`\`\`\n${text}\n\`\`\``,
     ),
+    '## Conntrack flush after a config change',
+    'The agent\u2019s namespace holds UDP conntrack entries to unrelated destinations and fresh ones to /24s that the next config swap flips (one local socket, sent out of a veth nobody answers on); each swap is timed, and the flush\u2019s own time is its log line. The same swaps with `--conntrack-flush=none` for comparison.',
+    columns(r.conntrack, [
+      ['--conntrack-flush', (row) => row.mode],
+      ['unrelated entries', (row) => n(row.unrelated)],
+      ['matching entries', (row) => n(row.matching)],
+      ['deleted', (row) => n(row.deleted)],
+      ['flush', (row) => (row.flushMs === null ? '—' : ms(row.flushMs))],
+      ['rename → /healthz', (row) => ms(row.writeMs)],
+      ['agent CPU of the sync', (row) => ms(row.cpuMs)],
+      ['entries left after', (row) => n(row.entriesLeft)],
+    ]),
   ];
 }
 

@@ -6,6 +6,7 @@ import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { packageRoot } from '../test/helpers/netns.js';
 import { benchBreakdown } from './breakdown.js';
+import { benchConntrack } from './conntrack.js';
 import { benchDataPath } from './dataplane.js';
 import { describeMachine } from './harness.js';
 import { benchIdle } from './idle.js';
@@ -25,6 +26,7 @@ const FULL = {
   batchMs: 300,
   neighbourSizes: [64, 1_000, 3_000, 5_000, 7_500, 10_000, 20_000, 50_000, 100_000],
   concatSizes: [64, 1_000, 10_000, 100_000],
+  conntrackUnrelated: 100_000,
 };
 const QUICK: typeof FULL = {
   runs: 3,
@@ -35,6 +37,7 @@ const QUICK: typeof FULL = {
   batchMs: 100,
   neighbourSizes: [64, 1_000, 10_000],
   concatSizes: [64, 10_000],
+  conntrackUnrelated: 10_000,
 };
 
 function resyncsFor(count: number, quick: boolean): number {
@@ -72,6 +75,9 @@ async function main(argv: readonly string[]): Promise<void> {
   const neighbour = await section('neighbour cost', () =>
     benchNeighbour(plan.neighbourSizes, plan.concatSizes, plan.runs),
   );
+  const conntrack = await section('conntrack flush', () =>
+    benchConntrack(plan.conntrackUnrelated, 1_000, plan.runs),
+  );
   const workerRss = await section('config worker RSS', () => workerRssMiB());
   const results: BenchResults = {
     quick,
@@ -84,6 +90,7 @@ async function main(argv: readonly string[]): Promise<void> {
     idle,
     neighbour: { rows: neighbour.rows, listings: Object.fromEntries(neighbour.listings) },
     runs: plan.runs,
+    conntrack,
     workerRssMiB: workerRss,
   };
   if (quick && !argv.includes('--write')) {

@@ -9,6 +9,7 @@
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netlink.h>
 #include <napi.h>
+#include <netinet/in.h>
 #include <nftables/libnftables.h>
 #include <poll.h>
 #include <pthread.h>
@@ -24,6 +25,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+
+#include "conntrack.h"
 
 namespace {
 
@@ -326,11 +329,53 @@ Napi::Value Tables(const Napi::CallbackInfo& info) {
   return worker->Promise();
 }
 
+// conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer): Promise<string>
+// ranges: pairs of first and last address (4 or 16 bytes each, network order), sorted, disjoint.
+// Resolves with lines "seen N", "deleted PROTOCOL N" and, when something failed, "error TEXT".
+Napi::Value ConntrackFlush(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 3 || !info[0].IsNumber() || !info[1].IsArray() || !info[2].IsBuffer())
+    throw Napi::TypeError::New(
+        env, "conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer)");
+  int family = info[0].As<Napi::Number>().Int32Value();
+  if (family != 4 && family != 6) throw Napi::RangeError::New(env, "family must be 4 or 6");
+  conntrack::FlushRequest request;
+  request.family = family == 4 ? AF_INET : AF_INET6;
+  Napi::Array protocols = info[1].As<Napi::Array>();
+  for (uint32_t i = 0; i < protocols.Length(); i++) {
+    Napi::Value value = protocols.Get(i);
+    int protocol = value.IsNumber() ? value.As<Napi::Number>().Int32Value() : -1;
+    if (protocol < 0 || protocol > 255) throw Napi::RangeError::New(env, "protocols are 0-255");
+    request.protocols.push_back(static_cast<uint8_t>(protocol));
+  }
+  Napi::Buffer<uint8_t> ranges = info[2].As<Napi::Buffer<uint8_t>>();
+  size_t width = family == 4 ? 4 : 16;
+  if (ranges.Length() % (2 * width) != 0)
+    throw Napi::RangeError::New(env, "ranges must hold first/last address pairs");
+  for (size_t at = 0; at < ranges.Length(); at += 2 * width) {  // copied before queueing
+    conntrack::Range range;
+    memcpy(range.first.data(), ranges.Data() + at, width);
+    memcpy(range.last.data(), ranges.Data() + at + width, width);
+    request.ranges.push_back(range);
+  }
+  auto* worker = new Worker(env, [request = std::move(request)]() {
+    conntrack::FlushResult result = conntrack::Flush(request);
+    std::string text = "seen " + std::to_string(result.seen) + "\n";
+    for (const auto& [protocol, count] : result.deleted)
+      text += "deleted " + std::to_string(protocol) + " " + std::to_string(count) + "\n";
+    if (!result.ok) text += "error " + result.error + "\n";
+    return Outcome{true, text};
+  });
+  worker->Queue();
+  return worker->Promise();
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("run", Napi::Function::New(env, Run));
   exports.Set("generationId", Napi::Function::New(env, GenerationId));
   exports.Set("listTables", Napi::Function::New(env, Tables));
-  exports.Set("version", Napi::String::New(env, "nftables-napi 1.1.0"));
+  exports.Set("conntrackFlush", Napi::Function::New(env, ConntrackFlush));
+  exports.Set("version", Napi::String::New(env, "nftables-napi 1.2.0"));
   exports.Set("libnftablesVersion", Napi::String::New(env, LIBNFTABLES_VERSION));
   return exports;
 }

@@ -26,6 +26,11 @@ const has = (cmd) => {
 const needs = [
   [() => has('nft'), 'nftables'],
   [() => existsSync('/usr/include/nftables/libnftables.h'), 'libnftables-dev'],
+  [
+    () => existsSync('/usr/include/libnetfilter_conntrack/libnetfilter_conntrack.h'),
+    'libnetfilter-conntrack-dev',
+  ],
+  [() => has('conntrack'), 'conntrack'], // the conntrack tests count entries with it
   [() => has('ip'), 'iproute2'],
   [() => has('iptables-nft'), 'iptables'],
   [() => has('clang-format'), 'clang-format'],

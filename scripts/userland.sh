@@ -40,9 +40,10 @@ apt_mirror() {
 }
 mirror=${IPMASQ_DEBIAN_MIRROR:-$(apt_mirror)}
 # What the suites need in the userland: node and a compiler for the addon, nft and its library,
-# ip and python3 for the topology, iptables-nft for the legacy-chain tests, sysctl from procps.
+# ip and python3 for the topology, iptables-nft for the legacy-chain tests, sysctl from procps,
+# libnetfilter-conntrack for the addon's conntrack flush and the conntrack tool the tests count with.
 packages=(nodejs npm build-essential python3 iproute2 nftables libnftables-dev iptables procps
-  ca-certificates)
+  libnetfilter-conntrack-dev conntrack ca-certificates)
 stamp="$suite ${packages[*]}"
 
 log() { echo "userland.sh: $*" >&2; }

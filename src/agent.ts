@@ -34,6 +34,7 @@ export function makeReconciler(
     loadOptions: stages.load,
     compileOptions: stages.compile,
     legacy: stages.legacy,
+    conntrackFlush: stages.conntrackFlush,
     loadConfig: configLoader(),
     kernel,
     logger,

@@ -4,6 +4,7 @@
 import type { CompileOptions, SetLayout } from './compile.js';
 import type { LoadOptions } from './config/types.js';
 import type { PortRange } from './compile.js';
+import type { ConntrackFlushMode } from './reconcile/conntrack.js';
 import type { LegacyOptions } from './reconcile/legacy.js';
 
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
@@ -25,6 +26,7 @@ export interface AgentOptions {
   readonly removeLegacyChain: boolean;
   readonly logLevel: LogLevel;
   readonly setLayout: SetLayout;
+  readonly conntrackFlush: ConntrackFlushMode;
 }
 
 export interface Plan {
@@ -32,6 +34,8 @@ export interface Plan {
   readonly load: LoadOptions;
   readonly compile: CompileOptions;
   readonly legacy: LegacyOptions;
+  /** What to do with existing flows whose decision a config change flips. */
+  readonly conntrackFlush: ConntrackFlushMode;
 }
 
 export function plan(options: AgentOptions): Plan {
@@ -53,5 +57,6 @@ export function plan(options: AgentOptions): Plan {
       chains: [...new Set([options.masqChain, 'IP-MASQ'])],
       remove: options.removeLegacyChain,
     },
+    conntrackFlush: options.conntrackFlush,
   };
 }

@@ -9,3 +9,11 @@ export {
 } from './address.js';
 export { type Prefix, formatPrefix, parseCidr, prefixRange } from './prefix.js';
 export { mergePrefixes, rangeToPrefixes } from './merge.js';
+export {
+  normalise,
+  prefixesToRanges,
+  rangesToPrefixes,
+  subtract,
+  symmetricDifference,
+  type Range,
+} from './ranges.js';

@@ -5,6 +5,7 @@
 import { isIPv4, isIPv6 } from 'node:net';
 import { BASE_CHAIN, setLayouts, type PortRange } from '../compile.js';
 import { nameProblem } from '../nftables/names.js';
+import { conntrackFlushModes } from '../reconcile/conntrack.js';
 import { logLevels, type AgentOptions, type Mode } from '../options.js';
 
 export type { AgentOptions } from '../options.js';
@@ -32,6 +33,9 @@ Booleans may be given bare (--flag) or as --flag=true / --flag=false.
   --set-layout LAYOUT           auto (default): interval up to 4 000 CIDRs, concat above;
                                 interval: sets of addresses; concat: sets of address . protocol
                                 ranges, which other nftables tools' element commands do not download
+  --conntrack-flush WHICH       after a config change, delete the conntrack entries of flows whose
+                                decision changed: udp (default; UDP and UDP-Lite), all (also resets
+                                TCP and SCTP connections), none
 
 Modes (at most one; without one the agent runs until SIGTERM):
   --once                        apply the config once, exit 0 on success, 1 on failure
@@ -63,6 +67,12 @@ function checkMasqChain(value: string): string {
     throw new FlagError(`--masq-chain: "${value}" is the name of the agent's base chain`);
   }
   return value;
+}
+
+function oneOf<T extends string>(flag: string, choices: readonly T[], value: string): T {
+  const choice = choices.find((c) => c === value);
+  if (!choice) throw new FlagError(`--${flag}: "${value}" is not one of ${choices.join(', ')}`);
+  return choice;
 }
 
 function parsePort(text: string, min: number, context: string): number {
@@ -153,25 +163,11 @@ const valueFlags = new Map<string, (value: string, draft: Draft) => void>([
   ['table', (value, draft) => (draft.table = checkName('table', value))],
   ['to-ports', (value, draft) => (draft.toPorts = parsePortRanges(value))],
   ['listen', (value, draft) => (draft.listen = parseListen(value))],
+  ['set-layout', (value, draft) => (draft.setLayout = oneOf('set-layout', setLayouts, value))],
+  ['log-level', (value, draft) => (draft.logLevel = oneOf('log-level', logLevels, value))],
   [
-    'set-layout',
-    (value, draft) => {
-      const layout = setLayouts.find((l) => l === value);
-      if (!layout) {
-        throw new FlagError(`--set-layout: "${value}" is not one of ${setLayouts.join(', ')}`);
-      }
-      draft.setLayout = layout;
-    },
-  ],
-  [
-    'log-level',
-    (value, draft) => {
-      const level = logLevels.find((l) => l === value);
-      if (!level) {
-        throw new FlagError(`--log-level: "${value}" is not one of ${logLevels.join(', ')}`);
-      }
-      draft.logLevel = level;
-    },
+    'conntrack-flush',
+    (value, draft) => (draft.conntrackFlush = oneOf('conntrack-flush', conntrackFlushModes, value)),
   ],
 ]);
 
@@ -214,6 +210,7 @@ export function parseArgs(argv: readonly string[]): ParseResult {
     removeLegacyChain: false,
     logLevel: 'info',
     setLayout: 'auto',
+    conntrackFlush: 'udp',
     modes: [],
   };
   const ignoredKlogFlags: string[] = [];

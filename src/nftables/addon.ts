@@ -10,6 +10,7 @@ interface NativeAddon {
   run(script: string, dryRun: boolean, json: boolean, timeoutMs: number): Promise<string>;
   generationId(): Promise<string>;
   listTables(): Promise<string>;
+  conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer): Promise<string>;
   version: string;
   libnftablesVersion: string;
 }
@@ -79,8 +80,8 @@ function addon(): NativeAddon {
   throw new Error(
     'cannot load the nftables_napi addon. Tried:\n' +
       failures.join('\n') +
-      '\nThe shared library libnftables1 must be installed (apt-get install libnftables1), ' +
-      'and the addon built (npm run build:native, which needs libnftables-dev).',
+      '\nThe shared libraries libnftables1 and libnetfilter-conntrack3 must be installed, ' +
+      'and the addon built (npm run build:native, which needs libnftables-dev and libnetfilter-conntrack-dev).',
   );
 }
 
@@ -128,6 +129,45 @@ export async function nftTableNames(): Promise<Array<{ family: string; name: str
       const space = line.indexOf(' ');
       return { family: line.slice(0, space), name: line.slice(space + 1) };
     });
+}
+
+/** What one conntrack flush did: entries of the family seen, deleted per protocol, what failed. */
+export interface ConntrackFlushResult {
+  readonly seen: number;
+  readonly deleted: ReadonlyMap<number, number>;
+  readonly error: string | undefined;
+}
+
+/**
+ * Deletes the conntrack entries of `family` whose original destination lies in one of `ranges`
+ * (sorted, disjoint [first, last]) and whose protocol is one of `protocols` (every one when empty),
+ * through libnetfilter_conntrack on a pool thread. Never rejects for a kernel without conntrack.
+ */
+export async function conntrackFlush(
+  family: 4 | 6,
+  protocols: readonly number[],
+  ranges: ReadonlyArray<readonly [bigint, bigint]>,
+): Promise<ConntrackFlushResult> {
+  const native = addon();
+  const width = family === 4 ? 4 : 16;
+  const buffer = Buffer.alloc(ranges.length * 2 * width);
+  ranges.forEach(([first, last], i) => {
+    for (const [j, address] of [first, last].entries()) {
+      const hex = address.toString(16).padStart(width * 2, '0');
+      buffer.write(hex, (i * 2 + j) * width, width, 'hex');
+    }
+  });
+  const text = await native.conntrackFlush(family, [...protocols], buffer);
+  let seen = 0;
+  let error: string | undefined;
+  const deleted = new Map<number, number>();
+  for (const line of text.split('\n')) {
+    const [word, a = '', b = ''] = line.split(' ');
+    if (word === 'seen') seen = Number(a);
+    else if (word === 'deleted') deleted.set(Number(a), Number(b));
+    else if (word === 'error') error = line.slice('error '.length);
+  }
+  return { seen, deleted, error };
 }
 
 /** The libnftables version the addon was built against, e.g. `1.0.6`; `unknown` without the addon. */

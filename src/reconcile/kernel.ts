@@ -1,6 +1,14 @@
 // The agent's one view of the kernel, all through the addon: nothing else in src/ runs nftables
 // commands. Tests wrap it to count reads or stand in a fake (test/helpers/fake-kernel.ts).
-import { NftError, nftGenerationId, nftTableNames, runNft } from '../nftables/addon.js';
+import {
+  conntrackFlush,
+  type ConntrackFlushResult,
+  NftError,
+  nftGenerationId,
+  nftTableNames,
+  runNft,
+} from '../nftables/addon.js';
+import type { Range } from '../cidr/index.js';
 import type { TableRef } from '../nftables/types.js';
 
 /** A table of any family, as the kernel names it (`inet`, `bridge`, … as well as ours). */
@@ -24,6 +32,12 @@ export interface Kernel {
   legacyChains(names: readonly string[]): Promise<string[]>;
   /** Deletes that chain and the POSTROUTING rules jumping to it, in one transaction: the rules deleted. */
   removeLegacyChain(chain: string): Promise<number>;
+  /** Deletes conntrack entries to these destination ranges, of these protocols (all when empty). */
+  flushConntrack(
+    family: 4 | 6,
+    protocols: readonly number[],
+    ranges: readonly Range[],
+  ): Promise<ConntrackFlushResult>;
 }
 
 const NAT_TABLE = 'ip nat';
@@ -101,4 +115,5 @@ export const nftKernel: Kernel = {
     );
     return handles.length;
   },
+  flushConntrack: conntrackFlush,
 };

@@ -39,6 +39,8 @@ export class AgentMetrics {
   private readonly nftFailures: Counter<'kind'>;
   private readonly kernelReads: Counter;
   private readonly conflictingWriter: Gauge;
+  private readonly conntrackFlushed: Counter<'family' | 'protocol'>;
+  private readonly conntrackFlushFailures: Counter;
   /** Moves on every change of the agent's own series: the cached exposition is then stale. */
   private version = 0;
   private cached: { version: number; at: number; text: Promise<string> } | undefined;
@@ -108,6 +110,17 @@ export class AgentMetrics {
       help: '1 while another ipmasq-agent writes our table with another config (the agent holds back), else 0.',
       registers,
     });
+    this.conntrackFlushed = new Counter({
+      name: 'ipmasq_conntrack_flushed_total',
+      help: "Conntrack entries deleted after a config change flipped their destination's masquerade decision.",
+      labelNames: ['family', 'protocol'],
+      registers,
+    });
+    this.conntrackFlushFailures = new Counter({
+      name: 'ipmasq_conntrack_flush_failures_total',
+      help: 'Conntrack flushes after a config change that failed (the write itself stands).',
+      registers,
+    });
     this.kernelReads = new Counter({
       name: 'ipmasq_kernel_reads_total',
       help: 'Read-backs of our tables from the kernel (skipped while the nftables generation id is unchanged)',
@@ -152,6 +165,16 @@ export class AgentMetrics {
   setConflictingWriter(on: boolean): void {
     this.version++;
     this.conflictingWriter.set(on ? 1 : 0);
+  }
+
+  addConntrackFlushed(family: AddressFamily, protocol: string, n: number): void {
+    this.version++;
+    this.conntrackFlushed.inc({ family, protocol }, n);
+  }
+
+  incConntrackFlushFailures(): void {
+    this.version++;
+    this.conntrackFlushFailures.inc();
   }
 
   incKernelReads(): void {

@@ -6,12 +6,14 @@ import { DEFAULT_RESYNC_INTERVAL_MS } from '../config/build.js';
 import type { Loader } from '../config/loader.js';
 import type { Config, LoadOptions } from '../config/types.js';
 import { ConfigReader } from './config-reader.js';
+import { ConntrackFlush, type ConntrackFlushMode } from './conntrack.js';
 import { Converger, type Converged, type Timed } from './converge.js';
 import type { Kernel } from './kernel.js';
 import { LegacyChain, type LegacyOptions } from './legacy.js';
 import type { AgentMetrics } from './metrics.js';
 import { describeKernelFailure, type KernelFailure } from './nft-failure.js';
 import { OtherAgentWatch } from './other-agent.js';
+import { SetSizes } from './set-sizes.js';
 import type { SyncOutcome } from './runner.js';
 import { agentStatus, initialFacts, type AgentStatus, type SyncFacts } from './status.js';
 
@@ -23,6 +25,8 @@ export interface ReconcilerDeps {
   readonly kernel: Kernel;
   readonly logger: Logger;
   readonly metrics: AgentMetrics;
+  /** What happens to existing flows whose decision a config change flips (default none). */
+  readonly conntrackFlush?: ConntrackFlushMode;
   /** The original agent's chain: warned about before the first sync, removed if asked. */
   readonly legacy?: LegacyOptions;
   /** Effective set size above which other nftables users are measurably slowed. */
@@ -41,8 +45,11 @@ export class Reconciler {
   private readonly converger: Converger;
   private readonly otherAgent: OtherAgentWatch;
   private readonly legacy: LegacyChain;
+  private readonly conntrack: ConntrackFlush;
+  /** The config the kernel holds by our write or read-back; undefined while not known. */
+  private inKernel: Config | undefined;
   private facts: SyncFacts = initialFacts;
-  private largeSetWarned = false;
+  private readonly sizes: SetSizes;
   private lastLoggedFailure: string | undefined;
 
   constructor(deps: ReconcilerDeps) {
@@ -70,6 +77,19 @@ export class Reconciler {
     });
     const legacy = deps.legacy ?? { chains: [], remove: false };
     this.legacy = new LegacyChain({ kernel, options: legacy, logger, metrics });
+    this.sizes = new SetSizes({
+      compileOptions: deps.compileOptions,
+      logger,
+      metrics,
+      threshold: deps.largeSetThreshold,
+    });
+    this.conntrack = new ConntrackFlush({
+      kernel,
+      mode: deps.conntrackFlush ?? 'none',
+      enableIPv6: deps.compileOptions.enableIPv6,
+      logger,
+      metrics,
+    });
   }
 
   get resyncIntervalMs(): number {
@@ -128,7 +148,7 @@ export class Reconciler {
     }
     if (this.lastLoggedFailure !== undefined) this.deps.logger.info('kernel writes work again');
     this.lastLoggedFailure = undefined;
-    const counts = converged === 'held-back' ? this.facts.counts : this.countsOf(config);
+    const counts = converged === 'held-back' ? this.facts.counts : this.sizes.confirm(config);
     this.record({
       kernel: 'in-sync',
       kernelError: null,
@@ -140,6 +160,8 @@ export class Reconciler {
     const { metrics, logger } = this.deps;
     metrics.recordSync(converged === 'wrote' ? 'applied' : 'unchanged', seconds());
     metrics.setLastSuccess(this.facts.lastSyncTime ?? new Date());
+    const before = this.inKernel;
+    this.inKernel = converged === 'held-back' ? undefined : config;
     if (converged === 'wrote') {
       logger.info(
         {
@@ -150,6 +172,7 @@ export class Reconciler {
         },
         'ruleset written to the kernel',
       );
+      await this.conntrack.afterWrite(before, config, this.facts.generation);
     }
     await this.legacy.afterSync(this.facts.generation > 0);
     return { ok: true };
@@ -178,32 +201,5 @@ export class Reconciler {
     if (message === this.lastLoggedFailure) return;
     log();
     this.lastLoggedFailure = message;
-  }
-
-  /** Counts of what the kernel now holds, with their series and the large-set warning. */
-  private countsOf(config: Config): SyncFacts['counts'] {
-    const { compileOptions, metrics, logger, largeSetThreshold: threshold } = this.deps;
-    const counts = {
-      ipv4: config.nonMasquerade.ipv4.length,
-      ipv6: compileOptions.enableIPv6 ? config.nonMasquerade.ipv6.length : 0,
-    };
-    metrics.setNonMasqueradeCount('ipv4', counts.ipv4);
-    metrics.setNonMasqueradeCount('ipv6', counts.ipv6);
-    // Only an explicit interval layout can be large: auto switches to concat above the crossover,
-    // and other tools' element commands do not download concatenated sets.
-    const large =
-      threshold !== undefined &&
-      compileOptions.setLayout === 'interval' &&
-      counts.ipv4 + counts.ipv6 > threshold;
-    if (large && !this.largeSetWarned) {
-      logger.warn(
-        { elements: counts.ipv4 + counts.ipv6, threshold },
-        'the non-masquerade set is large: every other nftables tool that adds or deletes elements now pays to download it; ' +
-          'merge CIDRs, or use --set-layout auto (the default) or concat',
-      );
-    }
-    this.largeSetWarned = large;
-    metrics.setLargeSetWarning(large);
-    return counts;
   }
 }

@@ -13,6 +13,10 @@ probe PROTO PORT TIMEOUT ATTEMPTS DST...
                       for each DST, send one probe from a new socket per attempt (a new source port,
                       hence a new conntrack entry and a fresh NAT decision) and print one JSON line:
                       {"dst", "address", "port"} or {"dst", "error"}.
+stream PROTO PORT INTERVAL DURATION DST
+                      one socket (a UDP socket, or one TCP connection) sending a message every
+                      INTERVAL seconds for DURATION seconds; prints one JSON line per answer,
+                      {"address", "port"} as the remote saw it, or {"error"} when none came.
 rawprobe PROTO PORT TAG DST...
                       send one packet per DST from a raw socket, never answered: for sctp an SCTP
                       INIT (conntrack starts a flow on it) whose initiate tag is TAG+i; for 253 a
@@ -35,10 +39,11 @@ def reply_text(peer):
 
 class TcpEcho(socketserver.BaseRequestHandler):
     def handle(self):
-        self.request.settimeout(2)
+        # Every message is answered, until the peer closes or stays silent for 30 s.
+        self.request.settimeout(30)
         try:
-            self.request.recv(64)
-            self.request.sendall(reply_text(self.client_address))
+            while self.request.recv(64):
+                self.request.sendall(reply_text(self.client_address))
         except OSError:
             pass
 
@@ -165,6 +170,27 @@ def probe_once(proto, dst, port, timeout):
     return {"dst": dst, "address": address, "port": int(seen_port)}
 
 
+def stream(proto, port, interval, duration, dst):
+    family = socket.AF_INET6 if ":" in dst else socket.AF_INET
+    kind = socket.SOCK_DGRAM if proto == "udp" else socket.SOCK_STREAM
+    deadline = time.monotonic() + duration
+    with socket.socket(family, kind) as sock:
+        sock.settimeout(max(interval, 0.5))
+        if proto == "tcp":
+            sock.connect((dst, port))
+        while time.monotonic() < deadline:
+            sent = time.monotonic()
+            try:
+                sock.sendto(b"x", (dst, port)) if proto == "udp" else sock.sendall(b"x")
+                address, seen_port = sock.recv(256).decode().split()
+                print(json.dumps({"address": address, "port": int(seen_port)}), flush=True)
+            except (OSError, ValueError) as err:
+                print(json.dumps({"error": f"{type(err).__name__}: {err}"}), flush=True)
+                if proto == "tcp":
+                    return
+            time.sleep(max(0.0, interval - (time.monotonic() - sent)))
+
+
 def probe(proto, port, timeout, attempts, destinations):
     for dst in destinations:
         result = {"dst": dst, "error": "no attempt made"}
@@ -182,6 +208,8 @@ def main(argv):
         serve(int(argv[1]), float(argv[2]), argv[3:])
     elif len(argv) >= 6 and argv[0] == "probe" and argv[1] in ("udp", "tcp"):
         probe(argv[1], int(argv[2]), float(argv[3]), int(argv[4]), argv[5:])
+    elif len(argv) == 6 and argv[0] == "stream" and argv[1] in ("udp", "tcp"):
+        stream(argv[1], int(argv[2]), float(argv[3]), float(argv[4]), argv[5])
     elif len(argv) >= 5 and argv[0] == "rawprobe" and argv[1] in ("sctp", "253"):
         rawprobe(argv[1], int(argv[2]), int(argv[3]), argv[4:])
     else:

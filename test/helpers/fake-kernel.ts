@@ -3,6 +3,8 @@
 // them, and moves a generation id on every commit. Real behaviour is proven by the kernel tests.
 import type { AnyTableRef, Kernel } from '../../src/reconcile/kernel.js';
 import type { TableRef } from '../../src/nftables/types.js';
+import type { Range } from '../../src/cidr/index.js';
+import type { ConntrackFlushResult } from '../../src/nftables/addon.js';
 
 export class FakeKernel implements Kernel {
   tables = new Map<string, string>();
@@ -53,6 +55,18 @@ export class FakeKernel implements Kernel {
     this.legacy.delete(chain);
     this.genId++;
     return rules;
+  }
+
+  /** Conntrack flushes asked for, in order. */
+  flushes: Array<{ family: 4 | 6; protocols: readonly number[]; ranges: readonly Range[] }> = [];
+
+  async flushConntrack(
+    family: 4 | 6,
+    protocols: readonly number[],
+    ranges: readonly Range[],
+  ): Promise<ConntrackFlushResult> {
+    this.flushes.push({ family, protocols, ranges });
+    return { seen: 0, deleted: new Map(), error: undefined };
   }
 
   async apply(script: string): Promise<void> {

@@ -261,6 +261,73 @@ export async function probeSources(
   return answered.map(({ address, port }) => ({ address, port }));
 }
 
+/** One answer of a stream, with the time (Date.now()) it arrived. */
+export interface StreamAnswer {
+  at: number;
+  address?: string;
+  port?: number;
+  error?: string;
+}
+
+export interface Stream {
+  readonly answers: StreamAnswer[];
+  /** The first answer at or after `since` for which `match` holds, waiting up to timeoutMs. */
+  until(
+    since: number,
+    match: (a: StreamAnswer) => boolean,
+    timeoutMs: number,
+  ): Promise<StreamAnswer>;
+}
+
+/**
+ * A long-lived flow from the pod: one UDP socket (or one TCP connection) sending every intervalS
+ * seconds for durationS; each answer says which source the remote saw. Killed at teardown.
+ */
+export function startStream(
+  t: TapTest,
+  topo: Topology,
+  proto: 'udp' | 'tcp',
+  dst: string,
+  intervalS: number,
+  durationS: number,
+): Stream {
+  const args = [
+    echoScript,
+    'stream',
+    proto,
+    String(ECHO_PORT),
+    String(intervalS),
+    String(durationS),
+    dst,
+  ];
+  const child = spawn('ip', ['netns', 'exec', topo.pod, python, ...args]);
+  t.teardown(() => child.kill('SIGKILL'));
+  const answers: StreamAnswer[] = [];
+  let pending = '';
+  child.stdout.on('data', (chunk: Buffer) => {
+    const lines = (pending + chunk.toString()).split('\n');
+    pending = lines.pop() ?? '';
+    for (const line of lines) if (line) answers.push({ at: Date.now(), ...JSON.parse(line) });
+  });
+  return {
+    answers,
+    async until(since, match, timeoutMs) {
+      const deadline = Date.now() + timeoutMs;
+      for (;;) {
+        const found = answers.find((a) => a.at >= since && match(a));
+        if (found) return found;
+        if (Date.now() > deadline) {
+          const recent = JSON.stringify(answers.slice(-3));
+          throw new Error(
+            `${proto} stream to ${dst}: no matching answer in ${timeoutMs} ms: ${recent}`,
+          );
+        }
+        await new Promise((resolve) => setTimeout(resolve, 10));
+      }
+    },
+  };
+}
+
 export type RawProtocol = 'sctp' | '253';
 let nextRawTag = 1 + Math.floor(Math.random() * 1e6);
 

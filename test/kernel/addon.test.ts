@@ -208,3 +208,59 @@ t.test('nftGenerationId moves by one per committed transaction only', async (t) 
   await addon.runNft('add table ip g2\nadd table ip g3\n');
   t.equal(await addon.generation(), g0 + 3, 'a multi-command script is one transaction');
 });
+
+t.test(
+  'conntrackFlush deletes exactly the entries in the ranges, of the protocols asked for',
+  async (t) => {
+    if (!requireRoot(t)) return;
+    const addon = await startAddon(t);
+    const insert = (...args: string[]) =>
+      inNetns(addon.ns, 'conntrack', [
+        '-I',
+        ...args,
+        '--sport',
+        '1000',
+        '--dport',
+        '53',
+        '-t',
+        '300',
+      ]);
+    const listed = async () =>
+      (await inNetns(addon.ns, 'conntrack', ['-L'])).stdout
+        .split('\n')
+        .filter(Boolean)
+        .map((line) => /^(\w+).*? dst=(\S+)/.exec(line)?.slice(1).join(' '))
+        .sort();
+    t.same(
+      await addon.conntrackFlush(4, [17], [[0n, 2n ** 32n - 1n]]),
+      {
+        seen: 0,
+        deleted: [],
+        error: null,
+      },
+      'no entry: nothing to do, no error',
+    );
+    for (const dst of ['10.0.0.0', '10.0.255.255', '10.1.0.0', '9.255.255.255'])
+      await insert('-p', 'udp', '-s', '192.0.2.1', '-d', dst);
+    await insert('-p', 'tcp', '-s', '192.0.2.1', '-d', '10.0.0.7', '--state', 'ESTABLISHED');
+    await insert('-p', 'udp', '-s', 'fd00::1', '-d', 'fd12::5');
+    const v4 = (a: number, b: number, c: number, d: number) =>
+      BigInt(((a * 256 + b) * 256 + c) * 256 + d);
+    const result = await addon.conntrackFlush(
+      4,
+      [17, 136],
+      [[v4(10, 0, 0, 0), v4(10, 0, 255, 255)]],
+    );
+    t.same(
+      result,
+      { seen: 5, deleted: [[17, 2]], error: null },
+      'both ends of the range, UDP only; the kernel dumped the 5 IPv4 entries, not the IPv6 one',
+    );
+    t.same(await listed(), ['tcp 10.0.0.7', 'udp 10.1.0.0', 'udp 9.255.255.255', 'udp fd12::5']);
+    const all = await addon.conntrackFlush(4, [], [[v4(10, 0, 0, 0), v4(10, 0, 255, 255)]]);
+    t.same(all.deleted, [[6, 1]], 'every protocol: the TCP entry too');
+    const six = await addon.conntrackFlush(6, [17], [[0xfd12n << 112n, (0xfd13n << 112n) - 1n]]);
+    t.same(six.deleted, [[17, 1]], 'IPv6');
+    t.same(await listed(), ['udp 10.1.0.0', 'udp 9.255.255.255']);
+  },
+);

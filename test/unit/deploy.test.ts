@@ -321,7 +321,11 @@ t.test(
       .flatMap((r) => [...r.matchAll(/apt-get install ([^&|;]*)/g)])
       .flatMap((m) => (m[1] ?? '').split(/\s+/))
       .filter((w) => w !== '' && !w.startsWith('-'));
-    t.same(installed, ['libnftables1'], 'the runtime adds only the shared library');
+    t.same(
+      installed,
+      ['libnftables1', 'libnetfilter-conntrack3'],
+      'the runtime adds only the shared libraries the addon links',
+    );
     const removed = runtimeRuns.join('\n');
     for (const path of [
       '/usr/local/lib/node_modules',

@@ -32,6 +32,7 @@ t.test('defaults', async (t) => {
       removeLegacyChain: false,
       logLevel: 'info',
       setLayout: 'auto',
+      conntrackFlush: 'udp',
     },
   });
 });
@@ -318,6 +319,18 @@ t.test('--set-layout', async (t) => {
     t.match(
       failure([`--set-layout=${bad}`]),
       /--set-layout: .* is not one of auto, interval, concat/,
+    );
+  }
+});
+
+t.test('--conntrack-flush', async (t) => {
+  t.equal(options([]).conntrackFlush, 'udp', 'udp by default');
+  t.equal(options(['--conntrack-flush', 'all']).conntrackFlush, 'all');
+  t.equal(options(['-conntrack-flush=none']).conntrackFlush, 'none');
+  for (const bad of ['', 'UDP', 'tcp', 'udp,all']) {
+    t.match(
+      failure([`--conntrack-flush=${bad}`]),
+      /--conntrack-flush: .* is not one of udp, all, none/,
     );
   }
 });

@@ -38,6 +38,8 @@ t.test('plan: each stage gets exactly the flags it consumes', async (t) => {
     setLayout: 'concat',
   });
   t.same(stages.legacy, { chains: ['C1', 'IP-MASQ'], remove: true });
+  t.equal(stages.conntrackFlush, 'udp');
+  t.equal(plan(options(['--conntrack-flush=none'])).conntrackFlush, 'none');
   t.same(plan(options([])).legacy.chains, ['IP-MASQ-AGENT', 'IP-MASQ']);
 });
 

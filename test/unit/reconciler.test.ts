@@ -531,3 +531,58 @@ t.test('without --remove-legacy-chain the chain is only warned about, once', asy
   t.equal(warnings.length, 1);
   t.equal(await metric('ipmasq_legacy_chain_present'), 1);
 });
+
+t.test(
+  'conntrack: a config change flushes the flipped ranges once committed; the first write, a drift repair and none do not',
+  async (t) => {
+    const a: LoadResult = { ok: true, config: config(['10.0.0.0/8']), warnings: [] };
+    const b: LoadResult = { ok: true, config: config(['10.0.0.0/9']), warnings: [] };
+    const kernel = new FakeKernel();
+    const { reconciler, setConfig, logs, metric } = setup(kernel, a, { conntrackFlush: 'udp' });
+    await reconciler.sync();
+    t.same(kernel.flushes, [], 'the first write has nothing to compare with');
+    setConfig(b);
+    let appliesAtFlush = -1;
+    const flush = kernel.flushConntrack.bind(kernel);
+    kernel.flushConntrack = async (...args) => {
+      appliesAtFlush = kernel.applies.length;
+      return { ...(await flush(...args)), deleted: new Map([[17, 3]]) };
+    };
+    await reconciler.sync();
+    t.equal(appliesAtFlush, 2, 'after the new ruleset was committed');
+    t.same(kernel.flushes, [
+      { family: 4, protocols: [17, 136], ranges: [[0x0a800000n, 0x0affffffn]] },
+    ]);
+    t.equal(await metric('ipmasq_conntrack_flushed_total', { family: 'ipv4', protocol: 'udp' }), 3);
+    t.ok(logs.some((l) => /deleted the conntrack entries/.test(l.msg)));
+    kernel.tamper(ip, () => null);
+    await reconciler.sync();
+    t.equal(kernel.applies.length, 3, 'drift repaired');
+    t.equal(kernel.flushes.length, 1, 'a drift repair to the same config flushes nothing');
+
+    const all = setup(new FakeKernel(), a, { conntrackFlush: 'all' });
+    await all.reconciler.sync();
+    all.setConfig(b);
+    await all.reconciler.sync();
+    t.same(all.kernel.flushes[0]?.protocols, [], 'all: every protocol');
+
+    const none = setup(new FakeKernel(), a, { conntrackFlush: 'none' });
+    await none.reconciler.sync();
+    none.setConfig(b);
+    await none.reconciler.sync();
+    t.same(none.kernel.flushes, [], 'none: nothing');
+  },
+);
+
+t.test('conntrack: a failed flush is counted and logged, and the write stands', async (t) => {
+  const kernel = new FakeKernel();
+  const a: LoadResult = { ok: true, config: config(['10.0.0.0/8']), warnings: [] };
+  const { reconciler, setConfig, logs, metric } = setup(kernel, a, { conntrackFlush: 'udp' });
+  await reconciler.sync();
+  kernel.flushConntrack = async () => ({ seen: 0, deleted: new Map(), error: 'dump: ENOBUFS' });
+  setConfig({ ok: true, config: config(['10.0.0.0/9']), warnings: [] });
+  t.same(await reconciler.sync(), { ok: true });
+  t.ok(reconciler.status(true).ready);
+  t.equal(await metric('ipmasq_conntrack_flush_failures_total'), 1);
+  t.ok(logs.some((l) => l.level === 50 && /could not delete the conntrack entries/.test(l.msg)));
+});

@@ -1,0 +1,104 @@
+// See conntrack.h. Entries are matched during the dump and deleted after it, on a second handle: a
+// netlink socket cannot take requests while it is answering a dump.
+#include "conntrack.h"
+
+#include <libnetfilter_conntrack/libnetfilter_conntrack.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <memory>
+
+namespace conntrack {
+namespace {
+
+struct DumpContext {
+  const FlushRequest* request;
+  size_t width;  // address bytes: 4 or 16
+  std::vector<nf_conntrack*> matched;
+  uint64_t seen = 0;
+};
+
+bool InRanges(const FlushRequest& request, const uint8_t* address, size_t width) {
+  // The last range whose first address is not above `address`, then whether it reaches it.
+  auto after = std::upper_bound(
+      request.ranges.begin(), request.ranges.end(), address,
+      [width](const uint8_t* a, const Range& r) { return memcmp(a, r.first.data(), width) < 0; });
+  if (after == request.ranges.begin()) return false;
+  return memcmp(address, std::prev(after)->last.data(), width) <= 0;
+}
+
+int OnEntry(enum nf_conntrack_msg_type, struct nf_conntrack* ct, void* data) {
+  auto* context = static_cast<DumpContext*>(data);
+  context->seen++;
+  const FlushRequest& request = *context->request;
+  uint8_t protocol = nfct_get_attr_u8(ct, ATTR_ORIG_L4PROTO);
+  if (!request.protocols.empty() && std::find(request.protocols.begin(), request.protocols.end(),
+                                              protocol) == request.protocols.end())
+    return NFCT_CB_CONTINUE;
+  const void* destination =
+      nfct_get_attr(ct, request.family == AF_INET ? ATTR_ORIG_IPV4_DST : ATTR_ORIG_IPV6_DST);
+  if (destination == nullptr) return NFCT_CB_CONTINUE;
+  if (InRanges(request, static_cast<const uint8_t*>(destination), context->width)) {
+    nf_conntrack* copy = nfct_clone(ct);
+    if (copy != nullptr) context->matched.push_back(copy);
+  }
+  return NFCT_CB_CONTINUE;
+}
+
+struct HandleCloser {
+  void operator()(nfct_handle* handle) const { nfct_close(handle); }
+};
+using Handle = std::unique_ptr<nfct_handle, HandleCloser>;
+
+// The kernel has no conntrack, or the namespace none to dump: nothing to delete.
+bool NothingThere(int err) {
+  return err == ENOENT || err == EOPNOTSUPP || err == EPROTONOSUPPORT || err == EAFNOSUPPORT;
+}
+
+}  // namespace
+
+FlushResult Flush(const FlushRequest& request) {
+  FlushResult result;
+  if (request.ranges.empty()) return result;
+  Handle dump(nfct_open(CONNTRACK, 0));
+  if (!dump) {
+    if (NothingThere(errno)) return result;
+    return {false, std::string("nfct_open: ") + strerror(errno), {}, 0};
+  }
+  DumpContext context{&request, request.family == AF_INET ? 4u : 16u, {}, 0};
+  nfct_callback_register(dump.get(), NFCT_T_ALL, OnEntry, &context);
+  std::unique_ptr<nfct_filter_dump, void (*)(nfct_filter_dump*)> filter(nfct_filter_dump_create(),
+                                                                        nfct_filter_dump_destroy);
+  if (!filter) return {false, "nfct_filter_dump_create: out of memory", {}, 0};
+  nfct_filter_dump_set_attr_u8(filter.get(), NFCT_FILTER_DUMP_L3NUM, request.family);
+  int dumped = nfct_query(dump.get(), NFCT_Q_DUMP_FILTER, filter.get());
+  int dump_errno = errno;
+  result.seen = context.seen;
+  std::map<uint8_t, uint64_t> deleted;
+  std::string error;
+  if (dumped < 0 && !NothingThere(dump_errno)) error = std::string("dump: ") + strerror(dump_errno);
+  if (error.empty() && !context.matched.empty()) {
+    Handle destroy(nfct_open(CONNTRACK, 0));
+    if (!destroy) error = std::string("nfct_open: ") + strerror(errno);
+    for (nf_conntrack* ct : context.matched) {
+      if (!destroy) break;
+      // ENOENT: the entry ended between the dump and now, which is what was wanted.
+      if (nfct_query(destroy.get(), NFCT_Q_DESTROY, ct) == 0)
+        deleted[nfct_get_attr_u8(ct, ATTR_ORIG_L4PROTO)]++;
+      else if (errno != ENOENT && error.empty())
+        error = std::string("delete: ") + strerror(errno);
+    }
+  }
+  for (nf_conntrack* ct : context.matched) nfct_destroy(ct);
+  result.deleted.assign(deleted.begin(), deleted.end());
+  if (!error.empty()) {
+    result.ok = false;
+    result.error = error;
+  }
+  return result;
+}
+
+}  // namespace conntrack

@@ -1,0 +1,36 @@
+// Deleting the conntrack entries of flows whose NAT decision a config change flipped (README, "When
+// it writes"), through libnetfilter_conntrack. Plain C++: nothing of N-API.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace conntrack {
+
+struct Range {
+  std::array<uint8_t, 16> first{};  // network byte order; IPv4 uses the first 4 bytes
+  std::array<uint8_t, 16> last{};
+};
+
+struct FlushRequest {
+  uint8_t family = 0;              // AF_INET or AF_INET6
+  std::vector<uint8_t> protocols;  // empty: every protocol
+  std::vector<Range> ranges;       // sorted by first, not overlapping
+};
+
+struct FlushResult {
+  bool ok = true;
+  std::string error;
+  // Entries deleted, by protocol number; entries seen in the family's dump.
+  std::vector<std::pair<uint8_t, uint64_t>> deleted;
+  uint64_t seen = 0;
+};
+
+// Dumps the family's entries (the kernel filters by family), deletes those whose original
+// destination lies in a range and whose protocol is asked for. Without conntrack in the kernel, or
+// with no entry, nothing is deleted and it is not an error.
+FlushResult Flush(const FlushRequest& request);
+
+}  // namespace conntrack

@@ -1,0 +1,83 @@
+// Existing flows follow a config change (README, "When it writes"): after a write that flips the
+// decision for some destinations, the conntrack entries of flows to them are deleted, so each
+// flow's next packet is decided by the new rules. Never fatal to the write.
+import type { Logger } from 'pino';
+import type { Config } from '../config/types.js';
+import { changedRanges } from '../decisions.js';
+import type { Kernel } from './kernel.js';
+import type { AgentMetrics } from './metrics.js';
+
+export const conntrackFlushModes = ['udp', 'all', 'none'] as const;
+/** `udp`: UDP and UDP-Lite entries only; `all`: every protocol (resets TCP); `none`: keep them. */
+export type ConntrackFlushMode = (typeof conntrackFlushModes)[number];
+
+const UDP = 17;
+const UDPLITE = 136;
+const protocolNames = new Map([
+  [1, 'icmp'],
+  [6, 'tcp'],
+  [UDP, 'udp'],
+  [58, 'icmpv6'],
+  [132, 'sctp'],
+  [UDPLITE, 'udplite'],
+]);
+
+export function protocolName(protocol: number): string {
+  return protocolNames.get(protocol) ?? String(protocol);
+}
+
+export interface ConntrackDeps {
+  readonly kernel: Kernel;
+  readonly mode: ConntrackFlushMode;
+  readonly enableIPv6: boolean;
+  readonly logger: Logger;
+  readonly metrics: AgentMetrics;
+}
+
+export class ConntrackFlush {
+  private readonly deps: ConntrackDeps;
+
+  constructor(deps: ConntrackDeps) {
+    this.deps = deps;
+  }
+
+  /**
+   * Called once `after` is committed. `before` is what the kernel held until then, undefined when
+   * not known (the first write of this process): then nothing is deleted.
+   */
+  async afterWrite(before: Config | undefined, after: Config, generation: number): Promise<void> {
+    const { kernel, mode, logger, metrics } = this.deps;
+    if (mode === 'none' || before === undefined) return;
+    const started = performance.now();
+    const changes = changedRanges(
+      before,
+      after,
+      this.deps.enableIPv6 ? ['ipv4', 'ipv6'] : ['ipv4'],
+    );
+    if (changes.length === 0) return;
+    const protocols = mode === 'udp' ? [UDP, UDPLITE] : [];
+    const deleted: Record<string, Record<string, number>> = {};
+    for (const { family, ranges } of changes) {
+      const label = family === 4 ? ('ipv4' as const) : ('ipv6' as const);
+      try {
+        const result = await kernel.flushConntrack(family, protocols, ranges);
+        deleted[label] = {};
+        for (const [protocol, count] of result.deleted) {
+          deleted[label][protocolName(protocol)] = count;
+          metrics.addConntrackFlushed(label, protocolName(protocol), count);
+        }
+        if (result.error !== undefined) throw new Error(result.error);
+      } catch (err) {
+        metrics.incConntrackFlushFailures();
+        logger.error(
+          { err, family: label, generation },
+          'could not delete the conntrack entries of flows whose decision changed; they keep the old one until they end',
+        );
+      }
+    }
+    logger.info(
+      { generation, deleted, durationMs: Math.round(performance.now() - started) },
+      'deleted the conntrack entries of flows whose masquerade decision changed',
+    );
+  }
+}

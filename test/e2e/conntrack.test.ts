@@ -1,0 +1,197 @@
+// README, "When it writes" (existing flows): after a config change flips the decision for some
+// destinations, the agent deletes the conntrack entries of flows to them, so long-lived UDP flows
+// follow the new rules within a second; flows to unaffected destinations keep their entries.
+import { renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import t from 'tap';
+import { generationOf, listTable, startAgent, waitFor } from '../helpers/agent.js';
+import { inNetns, requireRoot, tempDir, type TapTest } from '../helpers/netns.js';
+import { metric, untilUp, type Node } from '../helpers/node.js';
+import {
+  makeTopology,
+  NODE_IPV4,
+  NODE_IPV6,
+  POD_IPV4,
+  POD_IPV6,
+  REMOTE_TARGETS_IPV4 as V4,
+  REMOTE_TARGETS_IPV6 as V6,
+  startStream,
+  type StreamAnswer,
+  type Topology,
+} from '../helpers/topology.js';
+
+// A exempts 10.9.0.1 and fd12::1; B masquerades them. 172.20.0.1 (exempt) and 198.19.0.4
+// (masqueraded) keep their decision in both.
+const A = 'nonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12, "fd12::/16"]\nresyncInterval: 1h\n';
+const B = 'nonMasqueradeCIDRs: [10.200.0.0/16, 172.16.0.0/12]\nresyncInterval: 1h\n';
+
+const fromNode = (a: StreamAnswer) => a.address === NODE_IPV4 || a.address === NODE_IPV6;
+const fromPod = (a: StreamAnswer) => a.address === POD_IPV4 || a.address === POD_IPV6;
+
+if (requireRoot(t)) {
+  /** A node with the agent running on config A and the given --conntrack-flush. */
+  async function agentOn(t: TapTest, topo: Topology, mode: string) {
+    const dir = tempDir(t, 'conntrack');
+    const node: Node = { ns: topo.node, dir, configFile: join(dir, 'ip-masq-agent'), port: 9410 };
+    writeFileSync(node.configFile, A);
+    const agent = startAgent(t, topo.node, [
+      '--config',
+      node.configFile,
+      '--listen',
+      '127.0.0.1:9410',
+      '--enable-ipv6',
+      `--conntrack-flush=${mode}`,
+    ]);
+    t.teardown(async () => {
+      agent.child.kill('SIGKILL');
+      await agent.exited;
+    });
+    await untilUp(node, agent);
+    let generation = 0;
+    const generationNow = async () => generationOf(await listTable(topo.node, 'ip')) ?? 0;
+    await waitFor('generation 1', async () => ((await generationNow()) >= 1 ? true : undefined));
+    generation = await generationNow();
+    /** Renames `text` in; resolves with the time the next generation was seen in the kernel. */
+    const write = async (text: string) => {
+      writeFileSync(`${node.configFile}.tmp`, text);
+      renameSync(`${node.configFile}.tmp`, node.configFile);
+      generation++;
+      await waitFor(
+        `generation ${generation}`,
+        async () => ((await generationNow()) >= generation ? true : undefined),
+        5_000,
+        5,
+      );
+      return Date.now();
+    };
+    return { agent, node, write };
+  }
+
+  /** conntrack entries in the node namespace, optionally of one protocol and destination, with their ids. */
+  async function entries(topo: Topology, ...filter: string[]): Promise<string[]> {
+    const { stdout } = await inNetns(topo.node, 'conntrack', ['-L', ...filter, '-o', 'id']);
+    // Each line with its remaining timeout left out: the entry's tuples, state and id stay.
+    return stdout
+      .split('\n')
+      .filter((line) => line.trim() !== '')
+      .map((line) => line.replace(/^(\S+\s+\d+\s+)\d+ /, '$1'));
+  }
+
+  t.test(
+    'udp (default): streams to changed addresses follow within 1 s, others keep their entries',
+    async (t) => {
+      const topo = await makeTopology(t, { ipv6: true });
+      const { write } = await agentOn(t, topo, 'udp');
+      const changed = [V4.private10, V6.uniqueLocal].map((dst) =>
+        startStream(t, topo, 'udp', dst, 0.05, 30),
+      );
+      const exempt = startStream(t, topo, 'udp', V4.private172, 0.05, 30);
+      const masqueraded = startStream(t, topo, 'udp', V4.outsideDefaultsA, 0.05, 30);
+      const started = Date.now();
+      for (const s of [...changed, exempt]) await s.until(started, fromPod, 3_000);
+      const natted = await masqueraded.until(started, fromNode, 3_000);
+      const unaffected = [
+        ...(await entries(topo, '-p', 'udp', '-d', V4.private172)),
+        ...(await entries(topo, '-p', 'udp', '-d', V4.outsideDefaultsA)),
+      ];
+      t.equal(unaffected.length, 2, 'one entry per unaffected stream');
+
+      const wrote = await write(B);
+      for (const s of changed) {
+        const first = await s.until(wrote, fromNode, 1_000);
+        t.ok(first.at - wrote <= 1_000, `masqueraded ${first.at - wrote} ms after the write`);
+      }
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      t.ok(
+        exempt.answers.filter((a) => a.at >= wrote).every(fromPod),
+        'the exempt stream kept its source',
+      );
+      const later = masqueraded.answers.filter((a) => a.at >= wrote);
+      t.ok(
+        later.length > 0 && later.every((a) => fromNode(a) && a.port === natted.port),
+        'the masqueraded stream kept its port',
+      );
+      t.same(
+        [
+          ...(await entries(topo, '-p', 'udp', '-d', V4.private172)),
+          ...(await entries(topo, '-p', 'udp', '-d', V4.outsideDefaultsA)),
+        ],
+        unaffected,
+        'their conntrack entries are the same ones',
+      );
+
+      const back = await write(A);
+      for (const s of changed) {
+        const first = await s.until(back, fromPod, 1_000);
+        t.ok(first.at - back <= 1_000, `exempt again ${first.at - back} ms after the write`);
+      }
+    },
+  );
+
+  t.test('a write that changes nothing and a drift repair delete no entry', async (t) => {
+    const topo = await makeTopology(t, { ipv6: true });
+    const { agent, node } = await agentOn(t, topo, 'udp');
+    const streams = [V4.private10, V4.outsideDefaultsA].map((dst) =>
+      startStream(t, topo, 'udp', dst, 0.05, 30),
+    );
+    const started = Date.now();
+    for (const s of streams) await s.until(started, (a) => a.address !== undefined, 3_000);
+    const before = await entries(topo, '-p', 'udp');
+    // The same rules from another file (only cidrLimit differs): one sync, nothing written.
+    const unchanged = async () =>
+      (await metric(node, 'ipmasq_syncs_total{result="unchanged"}')) ?? 0;
+    const syncs = await unchanged();
+    writeFileSync(
+      `${node.configFile}.tmp`,
+      A.replace('resyncInterval: 1h', 'resyncInterval: 1h\ncidrLimit: 100'),
+    );
+    renameSync(`${node.configFile}.tmp`, node.configFile);
+    await waitFor('the sync of the new file', async () =>
+      (await unchanged()) > syncs ? true : undefined,
+    );
+    t.equal(generationOf(await listTable(topo.node, 'ip')), 1, 'nothing written');
+    await inNetns(topo.node, 'nft', ['delete', 'table', 'ip', 'ipmasq']);
+    agent.child.kill('SIGHUP');
+    await waitFor('the repair', async () =>
+      (await listTable(topo.node, 'ip')) !== null ? true : undefined,
+    );
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    t.same(await entries(topo, '-p', 'udp'), before, 'the same entries');
+    t.notOk(
+      agent.logs.some((l) => /deleted the conntrack entries/.test(String(l.msg))),
+      'no flush logged',
+    );
+  });
+
+  t.test('none keeps old decisions; udp leaves TCP alone; all deletes its entry', async (t) => {
+    for (const mode of ['none', 'udp', 'all'] as const) {
+      const topo = await makeTopology(t, { ipv6: false });
+      const { write } = await agentOn(t, topo, mode);
+      const udp = startStream(t, topo, 'udp', V4.private10, 0.05, 30);
+      // One message, then silence: no later packet could recreate a deleted entry before we look.
+      const tcp = startStream(t, topo, 'tcp', V4.private10, 60, 30);
+      const started = Date.now();
+      await udp.until(started, fromPod, 3_000);
+      await tcp.until(started, fromPod, 3_000);
+      t.equal(
+        (await entries(topo, '-p', 'tcp', '-d', V4.private10)).length,
+        1,
+        `${mode}: a TCP entry`,
+      );
+      const wrote = await write(B);
+      if (mode === 'none') {
+        await new Promise((resolve) => setTimeout(resolve, 1_500));
+        const after = udp.answers.filter((a) => a.at >= wrote);
+        t.ok(after.length > 10 && after.every(fromPod), 'none: the stream keeps the old source');
+      } else {
+        await udp.until(wrote, fromNode, 1_000);
+      }
+      const tcpLeft = (await entries(topo, '-p', 'tcp', '-d', V4.private10)).length;
+      t.equal(
+        tcpLeft,
+        mode === 'all' ? 0 : 1,
+        `${mode}: the TCP entry ${mode === 'all' ? 'is gone' : 'stays'}`,
+      );
+    }
+  });
+}

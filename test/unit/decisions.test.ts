@@ -1,0 +1,126 @@
+// Which destinations a config exempts, and which change between two configs: checked address by
+// address against the decision order the rules implement (masqueradeCIDRs first, then the set).
+import fc from 'fast-check';
+import t from 'tap';
+import { normalise, subtract, symmetricDifference, type Range } from '../../src/cidr/index.js';
+import { parseConfigText } from '../../src/config/index.js';
+import type { Config } from '../../src/config/types.js';
+import { changedRanges, exemptRanges } from '../../src/decisions.js';
+
+const V6 = { enableIPv6: true, nomasqAllReservedRanges: false };
+
+function config(text: string): Config {
+  const result = parseConfigText(text, 'test', V6);
+  if (!result.ok) throw result.error;
+  return result.config;
+}
+
+const v4 = (text: string) => {
+  const [a = 0, b = 0, c = 0, d = 0] = text.split('.').map(Number);
+  return BigInt(((a * 256 + b) * 256 + c) * 256 + d);
+};
+const inside = (ranges: readonly Range[], x: bigint) => ranges.some(([f, l]) => f <= x && x <= l);
+
+t.test('masqueradeCIDRs inside a non-masquerade range are carved out of it', async (t) => {
+  const c = config(
+    'nonMasqueradeCIDRs: [10.0.0.0/8]\nmasqueradeCIDRs: [10.9.0.0/16]\nmasqLinkLocal: true\n',
+  );
+  t.same(exemptRanges(c, 'ipv4'), [
+    [v4('10.0.0.0'), v4('10.8.255.255')],
+    [v4('10.10.0.0'), v4('10.255.255.255')],
+  ]);
+});
+
+t.test(
+  'a change yields exactly the flipped ranges, per family; no change yields none',
+  async (t) => {
+    const before = config('nonMasqueradeCIDRs: [10.0.0.0/8, "fd12::/16"]\n');
+    const after = config('nonMasqueradeCIDRs: [10.0.0.0/9, "fd12::/16", 198.19.0.0/24]\n');
+    const changes = changedRanges(before, after, ['ipv4', 'ipv6']);
+    t.same(changes, [
+      {
+        family: 4,
+        ranges: [
+          [v4('10.128.0.0'), v4('10.255.255.255')],
+          [v4('198.19.0.0'), v4('198.19.0.255')],
+        ],
+      },
+    ]);
+    t.same(changedRanges(before, before, ['ipv4', 'ipv6']), []);
+    const linkLocal = config(
+      'nonMasqueradeCIDRs: [10.0.0.0/8, "fd12::/16"]\nmasqLinkLocalIPv6: true\n',
+    );
+    t.same(
+      changedRanges(before, linkLocal, ['ipv4', 'ipv6']).map((c) => c.family),
+      [6],
+      'masqLinkLocalIPv6 flips fe80::/10 only',
+    );
+    t.same(changedRanges(before, linkLocal, ['ipv4']), [], 'IPv6 not managed: nothing for it');
+  },
+);
+
+// Small IPv4 configs inside 10.0.0.0/24, so that random addresses hit their edges.
+const cidrArb = fc
+  .tuple(fc.integer({ min: 0, max: 255 }), fc.integer({ min: 24, max: 32 }))
+  .map(([host, len]) => `10.0.0.${host & ~((1 << (32 - len)) - 1) & 255}/${len}`);
+const configArb = fc.tuple(
+  fc.array(cidrArb, { maxLength: 6 }),
+  fc.array(cidrArb, { maxLength: 3 }),
+);
+
+function decidesExempt(nonMasq: string[], masq: string[], host: number): boolean {
+  const covers = (cidr: string) => {
+    const [base = '', len = '32'] = cidr.split('/');
+    const first = Number(base.split('.')[3]);
+    return host >= first && host < first + 2 ** (32 - Number(len));
+  };
+  return !masq.some(covers) && nonMasq.some(covers);
+}
+
+const text = ([nonMasq, masq]: [string[], string[]]) =>
+  `nonMasqueradeCIDRs: ${JSON.stringify(nonMasq)}\nmasqueradeCIDRs: ${JSON.stringify(masq)}\nmasqLinkLocal: true\n`;
+
+t.test(
+  'property: an address is in the changed ranges exactly when its decision differs',
+  async (t) => {
+    t.doesNotThrow(() =>
+      fc.assert(
+        fc.property(configArb, configArb, fc.integer({ min: 0, max: 255 }), (a, b, host) => {
+          const [change] = changedRanges(config(text(a)), config(text(b)), ['ipv4']);
+          const flipped = decidesExempt(...a, host) !== decidesExempt(...b, host);
+          return inside(change?.ranges ?? [], v4(`10.0.0.${host}`)) === flipped;
+        }),
+        { numRuns: 500 },
+      ),
+    );
+  },
+);
+
+t.test('property: range algebra matches sets of small integers', async (t) => {
+  const setArb = fc.array(
+    fc.tuple(fc.integer({ min: 0, max: 40 }), fc.integer({ min: 0, max: 6 })),
+    {
+      maxLength: 6,
+    },
+  );
+  const ranges = (spec: Array<[number, number]>) =>
+    normalise(spec.map(([first, size]) => [BigInt(first), BigInt(first + size)] as const));
+  const members = (r: readonly Range[]) =>
+    new Set(Array.from({ length: 50 }, (_, i) => i).filter((i) => inside(r, BigInt(i))));
+  t.doesNotThrow(() =>
+    fc.assert(
+      fc.property(setArb, setArb, (x, y) => {
+        const [a, b] = [ranges(x), ranges(y)];
+        const [ma, mb] = [members(a), members(b)];
+        const minus = members(subtract(a, b));
+        const either = members(symmetricDifference(a, b));
+        return Array.from({ length: 50 }, (_, i) => i).every(
+          (i) =>
+            minus.has(i) === (ma.has(i) && !mb.has(i)) &&
+            either.has(i) === (ma.has(i) !== mb.has(i)),
+        );
+      }),
+      { numRuns: 500 },
+    ),
+  );
+});
