@@ -4,6 +4,7 @@
 
 #include <libnetfilter_conntrack/libnetfilter_conntrack.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -53,6 +54,16 @@ struct HandleCloser {
 };
 using Handle = std::unique_ptr<nfct_handle, HandleCloser>;
 
+// A reply that never comes must not hold the pool thread (and the agent's sync) for good.
+Handle Open() {
+  Handle handle(nfct_open(CONNTRACK, 0));
+  if (handle) {
+    timeval limit{10, 0};
+    setsockopt(nfct_fd(handle.get()), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  }
+  return handle;
+}
+
 // The kernel has no conntrack, or the namespace none to dump: nothing to delete.
 bool NothingThere(int err) {
   return err == ENOENT || err == EOPNOTSUPP || err == EPROTONOSUPPORT || err == EAFNOSUPPORT;
@@ -63,7 +74,7 @@ bool NothingThere(int err) {
 FlushResult Flush(const FlushRequest& request) {
   FlushResult result;
   if (request.ranges.empty()) return result;
-  Handle dump(nfct_open(CONNTRACK, 0));
+  Handle dump = Open();
   if (!dump) {
     if (NothingThere(errno)) return result;
     return {false, std::string("nfct_open: ") + strerror(errno), {}, 0};
@@ -81,7 +92,7 @@ FlushResult Flush(const FlushRequest& request) {
   std::string error;
   if (dumped < 0 && !NothingThere(dump_errno)) error = std::string("dump: ") + strerror(dump_errno);
   if (error.empty() && !context.matched.empty()) {
-    Handle destroy(nfct_open(CONNTRACK, 0));
+    Handle destroy = Open();
     if (!destroy) error = std::string("nfct_open: ") + strerror(errno);
     for (nf_conntrack* ct : context.matched) {
       if (!destroy) break;

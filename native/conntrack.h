@@ -30,7 +30,8 @@ struct FlushResult {
 
 // Dumps the family's entries (the kernel filters by family), deletes those whose original
 // destination lies in a range and whose protocol is asked for. Without conntrack in the kernel, or
-// with no entry, nothing is deleted and it is not an error.
+// with no entry, nothing is deleted and it is not an error. A kernel that stops answering for 10 s
+// ends the call with an error.
 FlushResult Flush(const FlushRequest& request);
 
 }  // namespace conntrack

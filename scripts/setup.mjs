@@ -31,6 +31,7 @@ const needs = [
     'libnetfilter-conntrack-dev',
   ],
   [() => has('conntrack'), 'conntrack'], // the conntrack tests count entries with it
+  [() => has('promtool'), 'prometheus'], // promtool checks the metrics, alerts and dashboard
   [() => has('ip'), 'iproute2'],
   [() => has('iptables-nft'), 'iptables'],
   [() => has('clang-format'), 'clang-format'],

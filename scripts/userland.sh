@@ -5,6 +5,7 @@
 #
 #   scripts/userland.sh [SUITE]          build or reuse the root, then run the suites in it
 #   scripts/userland.sh --root [SUITE]   only build or reuse the root; print its path
+#   IPMASQ_USERLAND_TESTS='test/e2e/x.test.ts' scripts/userland.sh   only those test files
 #
 # The root is cached in $IPMASQ_USERLAND_CACHE (default /var/cache/ipmasq-agent) and reused while its
 # package list is unchanged; delete the folder to start over. Inside it the host's / is mounted
@@ -120,6 +121,8 @@ in_root sh -c 'cd /work/ipmasq-agent && npx --no-install node-gyp rebuild --node
   { tail -30 /tmp/gyp.log; exit 1; }'
 in_root sh -c 'cd /work/ipmasq-agent && npx --no-install tsc -p tsconfig.build.json'
 
-log "$suite: running the kernel and e2e suites"
-in_root env CI="${CI:-}" IPMASQ_NFT_ROOTS=/host IPMASQ_USERLAND="$suite" \
-  sh -c 'cd /work/ipmasq-agent && npx --no-install tap --disable-coverage test/kernel test/e2e'
+# IPMASQ_USERLAND_TESTS narrows the run to some test files (for a look at one failure).
+tests=${IPMASQ_USERLAND_TESTS:-test/kernel test/e2e}
+log "$suite: running $tests"
+in_root env CI="${CI:-}" IPMASQ_NFT_ROOTS=/host IPMASQ_USERLAND="$suite" TESTS="$tests" \
+  sh -c 'cd /work/ipmasq-agent && npx --no-install tap --disable-coverage $TESTS'

@@ -3,6 +3,7 @@
 import { pino, type Logger } from 'pino';
 import { agentMetrics, makeReconciler, runAgent } from './agent.js';
 import { parseArgs } from './cli/flags.js';
+import { checkCommand, diffCommand, explainCommand } from './cli/operator.js';
 import { compile } from './compile.js';
 import { loadConfig } from './config/index.js';
 import { renderReplace } from './nftables/render.js';
@@ -44,6 +45,12 @@ export async function main(argv: readonly string[]): Promise<number | undefined>
     return 0;
   }
   if (options.mode === 'render') return render(options, parsed.warnings);
+  if (options.mode === 'diff') return diffCommand(options);
+  if (options.mode === 'check') return checkCommand(options);
+  if (options.mode === 'explain') {
+    // Offline unless --live: the addon is used only then (it needs root in the node's namespace).
+    return explainCommand(options, options.live ? async () => nftKernel : undefined);
+  }
   const logger = pino({ level: options.logLevel, base: { pid: process.pid } });
   for (const warning of parsed.warnings) logger.warn(warning);
   switch (options.mode) {

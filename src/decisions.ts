@@ -20,6 +20,18 @@ export function exemptRanges(config: Config, family: AddressFamily): Range[] {
   return subtract(ranges(config.nonMasquerade[family]), ranges(config.masquerade[family]));
 }
 
+/** Per family: destinations exempt before and masqueraded after (`lost`), and the reverse (`gained`). */
+export function flippedRanges(
+  before: Config,
+  after: Config,
+  which: readonly AddressFamily[],
+): Array<{ family: Family; lost: Range[]; gained: Range[] }> {
+  return which.map((family) => {
+    const [was, will] = [exemptRanges(before, family), exemptRanges(after, family)];
+    return { family: families[family], lost: subtract(was, will), gained: subtract(will, was) };
+  });
+}
+
 /** Destinations whose decision differs between the two configs, per address family. */
 export function changedRanges(
   before: Config,

@@ -10,7 +10,10 @@ import type { LegacyOptions } from './reconcile/legacy.js';
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 export type LogLevel = (typeof logLevels)[number];
 
-export type Mode = 'run' | 'once' | 'render' | 'cleanup' | 'version';
+export type Mode = 'run' | 'once' | 'render' | 'cleanup' | 'version' | 'explain' | 'diff' | 'check';
+
+export const outputs = ['text', 'json'] as const;
+export type Output = (typeof outputs)[number];
 
 export interface AgentOptions {
   readonly config: string;
@@ -27,6 +30,15 @@ export interface AgentOptions {
   readonly logLevel: LogLevel;
   readonly setLayout: SetLayout;
   readonly conntrackFlush: ConntrackFlushMode;
+  /** --explain: the addresses to explain. */
+  readonly explain: readonly string[];
+  /** --explain --live: answer from the kernel's tables. */
+  readonly live: boolean;
+  /** --diff: the proposed config file or directory. */
+  readonly proposed: string;
+  /** --check: config files, directories and manifests to validate. */
+  readonly check: readonly string[];
+  readonly output: Output;
 }
 
 export interface Plan {

@@ -6,7 +6,7 @@ import { isIPv4, isIPv6 } from 'node:net';
 import { BASE_CHAIN, setLayouts, type PortRange } from '../compile.js';
 import { nameProblem } from '../nftables/names.js';
 import { conntrackFlushModes } from '../reconcile/conntrack.js';
-import { logLevels, type AgentOptions, type Mode } from '../options.js';
+import { logLevels, outputs, type AgentOptions, type Mode } from '../options.js';
 
 export type { AgentOptions } from '../options.js';
 
@@ -40,6 +40,13 @@ Booleans may be given bare (--flag) or as --flag=true / --flag=false.
 Modes (at most one; without one the agent runs until SIGTERM):
   --once                        apply the config once, exit 0 on success, 1 on failure
   --render                      print the nftables script for the current config, exit
+  --explain ADDR [ADDR...]      why traffic to each address is masqueraded or not, and which entries
+                                decide; with --live, from the tables in the kernel (root)
+  --diff PROPOSED               the destinations whose decision a proposed config file or directory
+                                changes; exit 0 when none, 1 when some, 2 on invalid input
+  --check PATH [PATH...]        validate config files, directories and Kubernetes manifests
+                                (ConfigMaps with a config or ip-masq* key); exit 0 when all valid
+  --output FORMAT               text (default) or json, for --explain, --diff and --check
   --cleanup                     delete the agent's ip/ip6 tables, exit
   --version                     print the version, exit
 
@@ -166,6 +173,28 @@ const valueFlags = new Map<string, (value: string, draft: Draft) => void>([
   ['set-layout', (value, draft) => (draft.setLayout = oneOf('set-layout', setLayouts, value))],
   ['log-level', (value, draft) => (draft.logLevel = oneOf('log-level', logLevels, value))],
   [
+    'explain',
+    (value, draft) => {
+      modeFlag('explain')(true, draft);
+      draft.explain = [...draft.explain, value];
+    },
+  ],
+  [
+    'check',
+    (value, draft) => {
+      modeFlag('check')(true, draft);
+      draft.check = [...draft.check, value];
+    },
+  ],
+  [
+    'diff',
+    (value, draft) => {
+      modeFlag('diff')(true, draft);
+      draft.proposed = value;
+    },
+  ],
+  ['output', (value, draft) => (draft.output = oneOf('output', outputs, value))],
+  [
     'conntrack-flush',
     (value, draft) => (draft.conntrackFlush = oneOf('conntrack-flush', conntrackFlushModes, value)),
   ],
@@ -183,6 +212,7 @@ const boolFlags = new Map<string, (on: boolean, draft: Draft) => void>([
   ['enable-ipv6', (on, draft) => (draft.enableIPv6 = on)],
   ['random-fully', (on, draft) => (draft.randomFully = on)],
   ['remove-legacy-chain', (on, draft) => (draft.removeLegacyChain = on)],
+  ['live', (on, draft) => (draft.live = on)],
   ['once', modeFlag('once')],
   ['render', modeFlag('render')],
   ['cleanup', modeFlag('cleanup')],
@@ -211,6 +241,11 @@ export function parseArgs(argv: readonly string[]): ParseResult {
     logLevel: 'info',
     setLayout: 'auto',
     conntrackFlush: 'udp',
+    explain: Object.freeze([]),
+    live: false,
+    proposed: '',
+    check: Object.freeze([]),
+    output: 'text',
     modes: [],
   };
   const ignoredKlogFlags: string[] = [];
@@ -222,6 +257,15 @@ export function parseArgs(argv: readonly string[]): ParseResult {
         const rest = argv[i + 1];
         if (rest !== undefined) throw new FlagError(`unexpected argument ${JSON.stringify(rest)}`);
         break;
+      }
+      // --explain and --check take any number of addresses or paths after their first.
+      if (!looksLikeFlag(arg) && draft.modes.at(-1) === 'explain') {
+        draft.explain = [...draft.explain, arg];
+        continue;
+      }
+      if (!looksLikeFlag(arg) && draft.modes.at(-1) === 'check') {
+        draft.check = [...draft.check, arg];
+        continue;
       }
       if (!looksLikeFlag(arg)) {
         const previous = argv[i - 1];
@@ -276,6 +320,9 @@ export function parseArgs(argv: readonly string[]): ParseResult {
       } else {
         throw new FlagError(`unknown flag: ${arg.split('=')[0]}`);
       }
+    }
+    if (draft.live && !draft.modes.includes('explain')) {
+      throw new FlagError('--live goes with --explain');
     }
     if (draft.modes.length > 1) {
       throw new FlagError(

@@ -8,6 +8,8 @@ import {
   ConfigError,
   type LoadOptions,
   type LoadResult,
+  type Origin,
+  type Provenance,
 } from './types.js';
 
 const PRIVATE_RANGES = ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16'];
@@ -27,10 +29,45 @@ export const DEFAULT_CIDR_LIMIT = 64;
 export const DEFAULT_RESYNC_INTERVAL_MS = 60_000;
 
 export function defaultNonMasqueradeCIDRs(options: LoadOptions): Prefix[] {
-  const texts = options.nomasqAllReservedRanges
-    ? [...PRIVATE_RANGES, ...RESERVED_RANGES]
-    : PRIVATE_RANGES;
-  return texts.map(parseCidr);
+  return defaultOrigins(options).map((origin) => origin.prefix);
+}
+
+/** The built-in list as origins: the private ranges, and the reserved ones with the flag. */
+function defaultOrigins(options: LoadOptions): Array<Origin & { kind: 'default' }> {
+  const list = (texts: readonly string[], name: 'private' | 'reserved') =>
+    texts.map((text) => ({ kind: 'default' as const, list: name, prefix: parseCidr(text) }));
+  return [
+    ...list(PRIVATE_RANGES, 'private'),
+    ...(options.nomasqAllReservedRanges ? list(RESERVED_RANGES, 'reserved') : []),
+  ];
+}
+
+function provenanceOf(
+  fragments: readonly ConfigFragment[],
+  options: LoadOptions,
+  defaults: boolean,
+  linkLocal: readonly Prefix[],
+): Provenance {
+  const origins: Origin[] = [];
+  for (const fragment of fragments) {
+    for (const key of ['nonMasqueradeCIDRs', 'masqueradeCIDRs'] as const) {
+      const prefixes = fragment[key] ?? [];
+      const written = fragment.written?.[key] ?? [];
+      prefixes.forEach((prefix, index) =>
+        origins.push({
+          kind: 'entry',
+          file: fragment.file,
+          key,
+          index,
+          written: written[index] ?? '',
+          prefix,
+        }),
+      );
+    }
+  }
+  if (defaults) origins.push(...defaultOrigins(options));
+  for (const prefix of linkLocal) origins.push({ kind: 'link-local', prefix });
+  return { origins };
 }
 
 function mergedSets(prefixes: readonly Prefix[]): CidrSets {
@@ -96,9 +133,10 @@ export function buildConfig(
     });
   }
 
-  const effectiveNonMasq = [...nonMasq];
-  if (!masqLinkLocal) effectiveNonMasq.push(LINK_LOCAL_V4);
-  if (options.enableIPv6 && !masqLinkLocalIPv6) effectiveNonMasq.push(LINK_LOCAL_V6);
+  const linkLocal: Prefix[] = [];
+  if (!masqLinkLocal) linkLocal.push(LINK_LOCAL_V4);
+  if (options.enableIPv6 && !masqLinkLocalIPv6) linkLocal.push(LINK_LOCAL_V6);
+  const effectiveNonMasq = [...nonMasq, ...linkLocal];
   const meaning = {
     nonMasquerade: mergedSets(effectiveNonMasq),
     masquerade: mergedSets(masq),
@@ -111,6 +149,9 @@ export function buildConfig(
     ...meaning,
     hash: hashOf(meaning),
     sources: Object.freeze(fragments.map((f) => f.file)),
+    ...(options.provenance
+      ? { provenance: provenanceOf(fragments, options, nonMasqLists.length === 0, linkLocal) }
+      : {}),
   });
   return Object.freeze({ ok: true, config, warnings: Object.freeze([...warnings]) });
 }

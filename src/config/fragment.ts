@@ -13,6 +13,11 @@ export interface ConfigFragment {
   readonly masqLinkLocalIPv6?: boolean;
   readonly cidrLimit?: number;
   readonly resyncIntervalMs?: number;
+  /** The CIDR lists as written, with LoadOptions.provenance only. */
+  readonly written?: {
+    readonly nonMasqueradeCIDRs?: readonly string[];
+    readonly masqueradeCIDRs?: readonly string[];
+  };
 }
 
 export type FragmentResult =
@@ -147,6 +152,9 @@ function readKeys(
     seen.set(key, written);
     if (key === 'nonMasqueradeCIDRs' || key === 'masqueradeCIDRs') {
       fragment[key] = parseCidrList(key, value, options);
+      // Every entry was checked to be a string by the parse just above.
+      if (options.provenance)
+        fragment.written = { ...fragment.written, [key]: Array.isArray(value) ? [...value] : [] };
     } else if (value === null || value === undefined) {
       continue; // as upstream: a scalar key given as null keeps its default
     } else if (key === 'masqLinkLocal' || key === 'masqLinkLocalIPv6') {

@@ -1,4 +1,5 @@
 // The shape every other module sees of a loaded config. Produced only by src/config.
+import type { Prefix } from '../cidr/index.js';
 
 export type AddressFamily = 'ipv4' | 'ipv6';
 
@@ -19,12 +20,37 @@ export interface Config {
   readonly hash: string;
   /** Files that were read (empty when defaults were used because nothing was found). */
   readonly sources: readonly string[];
+  /** Where each effective prefix came from; only when loaded with `provenance` (explain, diff, check). */
+  readonly provenance?: Provenance;
+}
+
+/** One thing that put a prefix into a set: an entry of a file, or a built-in default. */
+export type Origin =
+  | {
+      readonly kind: 'entry';
+      readonly file: string;
+      readonly key: 'nonMasqueradeCIDRs' | 'masqueradeCIDRs';
+      readonly index: number;
+      /** The entry as the file wrote it. */
+      readonly written: string;
+      readonly prefix: Prefix;
+    }
+  /** The built-in non-masquerade list, used when no file sets nonMasqueradeCIDRs. */
+  | { readonly kind: 'default'; readonly list: 'private' | 'reserved'; readonly prefix: Prefix }
+  /** 169.254.0.0/16 (and fe80::/10 with IPv6) unless masqLinkLocal(IPv6). */
+  | { readonly kind: 'link-local'; readonly prefix: Prefix };
+
+export interface Provenance {
+  /** Every origin, in the order of files and entries; merging keeps them all. */
+  readonly origins: readonly Origin[];
 }
 
 /** Flags that change how a config is read. */
 export interface LoadOptions {
   readonly enableIPv6: boolean;
   readonly nomasqAllReservedRanges: boolean;
+  /** Keep each entry's origin (Config.provenance): the operator's commands; the agent does not pay for it. */
+  readonly provenance?: boolean;
 }
 
 export type LoadResult =

@@ -50,6 +50,7 @@ export class ConfigReader {
     this.lastLoggedError = undefined;
     this.error = null;
     this.good = result.config;
+    metrics.setResyncInterval(result.config.resyncIntervalMs);
     return true;
   }
 }

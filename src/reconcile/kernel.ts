@@ -32,6 +32,8 @@ export interface Kernel {
   legacyChains(names: readonly string[]): Promise<string[]>;
   /** Deletes that chain and the POSTROUTING rules jumping to it, in one transaction: the rules deleted. */
   removeLegacyChain(chain: string): Promise<number>;
+  /** Whether the kernel's set holds `element` (for an interval set, a range containing it). */
+  setHas(ref: TableRef, set: string, element: string): Promise<boolean>;
   /** Deletes conntrack entries to these destination ranges, of these protocols (all when empty). */
   flushConntrack(
     family: 4 | 6,
@@ -114,6 +116,16 @@ export const nftKernel: Kernel = {
       ].join('\n'),
     );
     return handles.length;
+  },
+  async setHas(ref, set, element) {
+    try {
+      await runNft(`get element ${ref.family} ${ref.name} ${set} { ${element} }`);
+      return true;
+    } catch (err) {
+      if (err instanceof NftError && /No such file or directory|not found/i.test(err.nftMessage))
+        return false;
+      throw err;
+    }
   },
   flushConntrack: conntrackFlush,
 };

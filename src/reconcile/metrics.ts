@@ -13,6 +13,12 @@ export interface BuildInfo {
 
 const nftFailureKinds = ['error', 'crash', 'timeout', 'spawn'] as const;
 
+const misnamedDefaults = [
+  'nodejs_active_handles_total',
+  'nodejs_active_requests_total',
+  'nodejs_active_resources_total',
+];
+
 /** How stale the process_* and nodejs_* series of a cached exposition may be. */
 export const EXPOSITION_MAX_AGE_MS = 1_000;
 
@@ -34,6 +40,7 @@ export class AgentMetrics {
   private readonly driftRepairs: Counter;
   private readonly nonMasqueradeCIDRs: Gauge<'family'>;
   private readonly lastSuccess: Gauge;
+  private readonly resyncInterval: Gauge;
   private readonly legacyChainPresent: Gauge;
   private readonly largeSetWarning: Gauge;
   private readonly nftFailures: Counter<'kind'>;
@@ -49,6 +56,9 @@ export class AgentMetrics {
     const registry = new Registry();
     this.registry = registry;
     collectDefaultMetrics({ register: registry });
+    // prom-client names these gauges with a _total suffix, which Prometheus reserves for counters
+    // (`promtool check metrics` warns): they are left out rather than exported misnamed.
+    for (const name of misnamedDefaults) registry.removeSingleMetric(name);
     const registers = [registry];
 
     this.generation = new Gauge({
@@ -92,6 +102,11 @@ export class AgentMetrics {
     this.lastSuccess = new Gauge({
       name: 'ipmasq_last_success_timestamp_seconds',
       help: 'Unix time of the last sync that left the kernel holding the desired ruleset.',
+      registers,
+    });
+    this.resyncInterval = new Gauge({
+      name: 'ipmasq_resync_interval_seconds',
+      help: 'The resyncInterval of the config in use (alerts measure staleness in it).',
       registers,
     });
     this.legacyChainPresent = new Gauge({
@@ -211,6 +226,11 @@ export class AgentMetrics {
   setNonMasqueradeCount(family: AddressFamily, n: number): void {
     this.version++;
     this.nonMasqueradeCIDRs.set({ family }, n);
+  }
+
+  setResyncInterval(ms: number): void {
+    this.version++;
+    this.resyncInterval.set(ms / 1000);
   }
 
   setLastSuccess(date: Date): void {

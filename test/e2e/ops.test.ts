@@ -344,7 +344,9 @@ if (requireRoot(t)) {
       'ipmasq_syncs_total{result="applied"}',
     );
     t.equal(applied, 3);
-    const writeLines = agent.logs.filter((l) => l.level === 30 && 'generation' in l);
+    const writeLines = agent.logs.filter(
+      (l) => l.level === 30 && l.msg === 'ruleset written to the kernel',
+    );
     t.same(
       writeLines.map((l) => l.generation),
       [1, 2, 3],

@@ -83,7 +83,9 @@ if (requireRoot(t)) {
     ['env', '-u', 'NODE_OPTIONS'],
   );
   const written = (generation: number) =>
-    agent.logs.find((l) => l.level === 30 && l.generation === generation);
+    agent.logs.find(
+      (l) => l.msg === 'ruleset written to the kernel' && l.generation === generation,
+    );
   await waitFor('generation 1', () => (written(1) ? true : undefined), 10_000);
   await waitFor('the server', () =>
     httpGet(ns, port, '/healthz').then(

@@ -57,6 +57,10 @@ export class FakeKernel implements Kernel {
     return rules;
   }
 
+  async setHas(): Promise<boolean> {
+    throw new Error('fake kernel: setHas is proven against the real kernel only');
+  }
+
   /** Conntrack flushes asked for, in order. */
   flushes: Array<{ family: 4 | 6; protocols: readonly number[]; ranges: readonly Range[] }> = [];
 

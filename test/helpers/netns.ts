@@ -54,6 +54,19 @@ export function requireRoot(t: TapTest): boolean {
   return false;
 }
 
+/** Whether `tool` is on the PATH; a skip without it, a failure under CI=true (which installs it). */
+export function requireTool(t: TapTest, tool: string, pkg: string): boolean {
+  try {
+    execFileSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' });
+    return true;
+  } catch {
+    if (process.env.CI === 'true')
+      t.fail(`${tool} is missing (apt-get install ${pkg}); CI=true forbids skipping`);
+    else t.plan(0, `needs ${tool} (apt-get install ${pkg})`);
+    return false;
+  }
+}
+
 let netnsCounter = 0;
 const liveNamespaces = new Set<string>();
 let exitHookInstalled = false;

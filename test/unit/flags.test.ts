@@ -33,6 +33,11 @@ t.test('defaults', async (t) => {
       logLevel: 'info',
       setLayout: 'auto',
       conntrackFlush: 'udp',
+      explain: [],
+      live: false,
+      proposed: '',
+      check: [],
+      output: 'text',
     },
   });
 });
@@ -321,6 +326,25 @@ t.test('--set-layout', async (t) => {
       /--set-layout: .* is not one of auto, interval, concat/,
     );
   }
+});
+
+t.test('--explain, --diff, --check, --output, --live', async (t) => {
+  t.match(options(['--explain', '10.0.0.1', '::1', '--config', '/c', '198.19.0.4']), {
+    mode: 'explain',
+    explain: ['10.0.0.1', '::1', '198.19.0.4'],
+    config: '/c',
+  });
+  t.match(options(['--check', 'a.yaml', 'dir', '--output=json']), {
+    mode: 'check',
+    check: ['a.yaml', 'dir'],
+    output: 'json',
+  });
+  t.match(options(['--diff', 'new.yaml']), { mode: 'diff', proposed: 'new.yaml' });
+  t.match(options(['--explain=10.0.0.1', '--live']), { mode: 'explain', live: true });
+  t.match(failure(['--live']), /--live goes with --explain/);
+  t.match(failure(['--diff', 'a', '--check', 'b']), /--diff and --check cannot be used together/);
+  t.match(failure(['--render', 'extra']), /unexpected argument "extra"/);
+  t.match(failure(['--output=yaml']), /--output: "yaml" is not one of text, json/);
 });
 
 t.test('--conntrack-flush', async (t) => {

@@ -1,4 +1,6 @@
+import { spawnSync } from 'node:child_process';
 import t from 'tap';
+import { requireTool } from '../helpers/netns.js';
 import { register as globalRegistry } from 'prom-client';
 import { buildServer, type AgentStatus } from '../../src/server/index.js';
 import { AgentMetrics } from '../../src/reconcile/metrics.js';
@@ -138,6 +140,31 @@ t.test('every method shows in the scrape', async (t) => {
   t.equal(valueOf(after, 'ipmasq_large_set_warning'), 0);
   t.equal(valueOf(after, 'ipmasq_generation'), 6);
 });
+
+t.test(
+  'promtool check metrics: a scrape of every series follows Prometheus conventions',
+  async (t) => {
+    if (!requireTool(t, 'promtool', 'prometheus')) return;
+    const metrics = new AgentMetrics({ version: '1.2.3', libnftables: '1.0.6' });
+    metrics.recordSync('applied', 0.01);
+    metrics.setNonMasqueradeCount('ipv6', 3);
+    metrics.incNftFailure('crash');
+    metrics.addConntrackFlushed('ipv4', 'udp', 7);
+    metrics.incConntrackFlushFailures();
+    metrics.setResyncInterval(60_000);
+    metrics.setConflictingWriter(true);
+    const app = await buildServer({ status: () => status, metrics });
+    t.teardown(() => app.close());
+    const body = (await app.inject('/metrics')).body;
+    t.match(
+      body,
+      /^ipmasq_build_info\{version="1\.2\.3",libnftables="1\.0\.6",node="v\d+[^"]*"\} 1$/m,
+    );
+    const result = spawnSync('promtool', ['check', 'metrics'], { input: body, encoding: 'utf8' });
+    t.equal(result.status, 0, 'exit 0');
+    t.equal(`${result.stdout}${result.stderr}`.trim(), '', 'no warning');
+  },
+);
 
 t.test('each instance has its own registry, apart from the global one', async (t) => {
   const first = new AgentMetrics();

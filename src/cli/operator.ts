@@ -1,0 +1,156 @@
+// The operator's commands (README, "Explain, diff, check"): --explain (offline, or --live from the
+// kernel), --diff and --check. Each loads configs with provenance through the same loader the
+// agent uses, and prints text or one JSON document.
+import { CidrError, formatAddress, parseAddress } from '../cidr/index.js';
+import { tableOwner, type CompileOptions } from '../compile.js';
+import { checkPath } from '../config/check.js';
+import { loadConfig } from '../config/index.js';
+import type { Config, LoadOptions } from '../config/types.js';
+import { diffConfigs, diffText } from '../diff.js';
+import { explain, explanationText, LOCAL_NOTE, type Explanation } from '../explain.js';
+import { plan, type AgentOptions } from '../options.js';
+import type { Kernel } from '../reconcile/kernel.js';
+
+const out = (text: string) => process.stdout.write(text.endsWith('\n') ? text : `${text}\n`);
+const err = (text: string) => process.stderr.write(`${text}\n`);
+const json = (value: unknown) =>
+  out(JSON.stringify(value, (_key, v: unknown) => (typeof v === 'bigint' ? String(v) : v), 2));
+
+async function load(path: string, options: LoadOptions): Promise<Config | undefined> {
+  const result = await loadConfig(path, { ...options, provenance: true });
+  for (const warning of result.warnings) err(`warning: ${warning}`);
+  if (result.ok) return result.config;
+  err(`invalid config: ${result.error.message}`);
+  return undefined;
+}
+
+/** Exit 2 when an argument is not an address; the message says which and why. */
+function badAddress(addresses: readonly string[]): string | undefined {
+  for (const address of addresses) {
+    try {
+      parseAddress(address.trim());
+    } catch (e) {
+      if (e instanceof CidrError) return `--explain: ${e.message}`;
+      throw e;
+    }
+  }
+  return undefined;
+}
+
+export async function explainCommand(
+  options: AgentOptions,
+  kernel?: () => Promise<Kernel>,
+): Promise<number> {
+  const problem = badAddress(options.explain);
+  if (problem) {
+    err(problem);
+    return 2;
+  }
+  const stages = plan(options);
+  const config = await load(stages.configPath, stages.load);
+  if (!config) return 1;
+  const explanations = options.explain.map((address) => explain(config, stages.compile, address));
+  const live =
+    options.live && kernel
+      ? await liveAnswers(await kernel(), stages.compile, explanations, stages.legacy.chains)
+      : undefined;
+  if (options.output === 'json') {
+    json({ note: LOCAL_NOTE, explanations, ...(live ? { live } : {}) });
+    return 0;
+  }
+  out(LOCAL_NOTE);
+  explanations.forEach((e, i) => {
+    out(explanationText(e));
+    const answer = live?.answers[i];
+    if (answer) out(`  live: ${answer.text}`);
+  });
+  if (live?.legacyChains.length) {
+    out(
+      `warning: the original agent's chain ${live.legacyChains.join(', ')} is still in table ip nat: it may masquerade ` +
+        'traffic before our table decides (run with --remove-legacy-chain)',
+    );
+  }
+  return 0;
+}
+
+interface LiveAnswer {
+  readonly masqueraded: boolean | null;
+  readonly generation: number | null;
+  /** The kernel decides otherwise than the config says: drift, or a config not applied yet. */
+  readonly drift: boolean;
+  readonly text: string;
+}
+
+async function liveAnswers(
+  kernel: Kernel,
+  options: CompileOptions,
+  explanations: readonly Explanation[],
+  legacyNames: readonly string[],
+): Promise<{ answers: LiveAnswer[]; legacyChains: string[] }> {
+  const answers: LiveAnswer[] = [];
+  const listings = new Map<string, string | null>();
+  for (const e of explanations) {
+    const family = e.family === 'ipv4' ? 'ip' : 'ip6';
+    const ref = { family, name: options.table } as const;
+    if (!listings.has(family)) listings.set(family, await kernel.listTable(ref));
+    const listing = listings.get(family) ?? null;
+    if (listing === null) {
+      answers.push({
+        masqueraded: null,
+        generation: null,
+        drift: e.reason !== 'not managed',
+        text: `no table ${family} ${options.table} in this namespace: the agent masquerades nothing here`,
+      });
+      continue;
+    }
+    const owner = tableOwner(listing);
+    const generation = owner.kind === 'ours' ? owner.generation : null;
+    // The element as the agent formats it; the concatenated layout pairs it with a protocol.
+    const parsed = parseAddress(e.address);
+    const element =
+      formatAddress(parsed.family, parsed.addr) +
+      (/typeof \S+ daddr \. meta l4proto/.test(listing) ? ' . udp' : '');
+    const inMasq = await kernel.setHas(ref, 'masq', element);
+    const inNonMasq = await kernel.setHas(ref, 'nonmasq', element);
+    const masqueraded = inMasq || !inNonMasq;
+    const drift = e.reason === 'not managed' ? false : masqueraded !== e.masqueraded;
+    const set = inMasq ? 'in the masq set' : inNonMasq ? 'in the nonmasq set' : 'in neither set';
+    answers.push({
+      masqueraded,
+      generation,
+      drift,
+      text:
+        `generation ${generation ?? '?'} in the kernel ${masqueraded ? 'masquerades' : 'does not masquerade'} it (${set})` +
+        (drift
+          ? '; DRIFT: the config says otherwise (the kernel is repaired at the next sync)'
+          : ''),
+    });
+  }
+  return { answers, legacyChains: await kernel.legacyChains(legacyNames) };
+}
+
+export async function diffCommand(options: AgentOptions): Promise<number> {
+  const stages = plan(options);
+  const current = await load(stages.configPath, stages.load);
+  const proposed = await load(options.proposed, stages.load);
+  if (!current || !proposed) return 2;
+  const diff = diffConfigs(current, proposed, stages.compile);
+  if (options.output === 'json') json(diff);
+  else out(diffText(diff));
+  return diff.changes.length === 0 ? 0 : 1;
+}
+
+export async function checkCommand(options: AgentOptions): Promise<number> {
+  const stages = plan(options);
+  const outcomes = [];
+  for (const path of options.check) outcomes.push(await checkPath(path, stages.load));
+  if (options.output === 'json') json({ outcomes });
+  else {
+    for (const o of outcomes) {
+      for (const warning of o.warnings) out(`warning: ${warning}`);
+      for (const error of o.errors) out(`invalid config: ${error}`);
+      if (o.errors.length === 0) out(`ok: ${o.path} (${o.checked.join(', ')})`);
+    }
+  }
+  return outcomes.every((o) => o.errors.length === 0) ? 0 : 1;
+}

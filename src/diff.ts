@@ -1,0 +1,94 @@
+// What a proposed config changes (README, "Explain, diff, check"): every address range whose
+// decision flips, as the fewest CIDRs, its direction, and the entries responsible on each side.
+import { formatAddress, formatPrefix, rangesToPrefixes, type Range } from './cidr/index.js';
+import type { CompileOptions } from './compile.js';
+import type { AddressFamily, Config } from './config/types.js';
+import { flippedRanges } from './decisions.js';
+import { explain, type Explanation } from './explain.js';
+
+export type Direction = 'masqueraded → not masqueraded' | 'not masqueraded → masqueraded';
+
+export interface ChangedRange {
+  readonly family: AddressFamily;
+  readonly first: string;
+  readonly last: string;
+  readonly cidrs: readonly string[];
+  readonly direction: Direction;
+  /** Why its first address is decided as it is, now and with the proposed config. */
+  readonly current: Explanation;
+  readonly proposed: Explanation;
+}
+
+export interface DiffSummary {
+  readonly family: AddressFamily;
+  readonly direction: Direction;
+  readonly ranges: number;
+  /** A decimal string: IPv6 counts exceed a JavaScript number's exact range. */
+  readonly addresses: string;
+}
+
+export interface Diff {
+  readonly changes: readonly ChangedRange[];
+  readonly summary: readonly DiffSummary[];
+}
+
+export function diffConfigs(current: Config, proposed: Config, options: CompileOptions): Diff {
+  const families: AddressFamily[] = options.enableIPv6 ? ['ipv4', 'ipv6'] : ['ipv4'];
+  const changes: Array<ChangedRange & { readonly at: bigint }> = [];
+  const summary: DiffSummary[] = [];
+  for (const { family, lost, gained } of flippedRanges(current, proposed, families)) {
+    const name: AddressFamily = family === 4 ? 'ipv4' : 'ipv6';
+    const sides: Array<[Direction, Range[]]> = [
+      ['not masqueraded → masqueraded', lost],
+      ['masqueraded → not masqueraded', gained],
+    ];
+    for (const [direction, ranges] of sides) {
+      let addresses = 0n;
+      for (const range of ranges) {
+        addresses += range[1] - range[0] + 1n;
+        const first = formatAddress(family, range[0]);
+        changes.push({
+          at: range[0],
+          family: name,
+          first,
+          last: formatAddress(family, range[1]),
+          cidrs: rangesToPrefixes(family, [range]).map(formatPrefix),
+          direction,
+          current: explain(current, options, first),
+          proposed: explain(proposed, options, first),
+        });
+      }
+      if (ranges.length > 0) {
+        summary.push({
+          family: name,
+          direction,
+          ranges: ranges.length,
+          addresses: String(addresses),
+        });
+      }
+    }
+  }
+  // By family, then by address.
+  changes.sort((a, b) =>
+    a.family !== b.family ? (a.family === 'ipv4' ? -1 : 1) : a.at < b.at ? -1 : a.at > b.at ? 1 : 0,
+  );
+  return { changes: changes.map(({ at: _at, ...change }) => change), summary };
+}
+
+export function diffText(diff: Diff): string {
+  if (diff.changes.length === 0) return 'no destination changes its decision\n';
+  const lines: string[] = [];
+  for (const change of diff.changes) {
+    lines.push(`${change.cidrs.join(' ')}: ${change.direction}`);
+    const why = (e: Explanation) =>
+      e.reason === 'no match' ? 'no entry exempts it' : (e.decidedBy[0]?.text ?? e.reason);
+    lines.push(`  now: ${why(change.current)}`);
+    lines.push(`  proposed: ${why(change.proposed)}`);
+  }
+  const parts = diff.summary.map(
+    (s) =>
+      `${s.family} ${s.direction}: ${s.ranges} range${s.ranges === 1 ? '' : 's'}, ${s.addresses} addresses`,
+  );
+  lines.push(parts.join('; '));
+  return `${lines.join('\n')}\n`;
+}

@@ -1,0 +1,175 @@
+// Why traffic to an address is masqueraded or not (README, "Explain, diff, check"): the decision in
+// the order the rules make it (compile.ts), with the config entries responsible. Pure; needs a
+// Config loaded with provenance.
+import { formatPrefix, parseAddress, parseCidr, prefixRange, type Family } from './cidr/index.js';
+import type { CompileOptions } from './compile.js';
+import type { AddressFamily, Config, Origin } from './config/types.js';
+
+export type Reason =
+  /** IPv6 with --enable-ipv6 off: the agent has no ip6 table, so it does not touch the traffic. */
+  | 'not managed'
+  | 'masqueradeCIDRs'
+  | 'nonMasqueradeCIDRs'
+  | 'default list'
+  | 'link-local default'
+  | 'no match';
+
+export interface Explanation {
+  readonly address: string;
+  readonly family: AddressFamily;
+  readonly masqueraded: boolean;
+  readonly reason: Reason;
+  /** The origins that decide (several when entries overlap). */
+  readonly decidedBy: readonly OriginText[];
+  /** Non-masquerade origins that also match but that a masqueradeCIDRs entry overrides. */
+  readonly overridden: readonly OriginText[];
+  /** How the source port is chosen when masqueraded. */
+  readonly ports: PortPolicy | null;
+}
+
+export interface OriginText {
+  /** `file nonMasqueradeCIDRs[2] "10.0.0.0/8"`, `built-in default list 10.0.0.0/8`, … */
+  readonly text: string;
+  readonly origin: Origin;
+}
+
+export interface PortPolicy {
+  readonly fullyRandom: boolean;
+  /** tcp, udp and sctp: each range with its share of new flows; empty means any port. */
+  readonly ranges: ReadonlyArray<{ readonly ports: string; readonly share: number }>;
+}
+
+export const LOCAL_NOTE =
+  'Destinations local to the node are never masqueraded, whatever the config (the base chain skips ' +
+  '`fib daddr type local`): which those are depends on the node, so it is not part of this answer.';
+
+const familyName = (family: Family): AddressFamily => (family === 4 ? 'ipv4' : 'ipv6');
+
+export function describeOrigin(origin: Origin): string {
+  const prefix = formatPrefix(origin.prefix);
+  if (origin.kind === 'entry') {
+    return `${origin.file} ${origin.key}[${origin.index}] ${JSON.stringify(origin.written)}`;
+  }
+  if (origin.kind === 'default') {
+    const list = origin.list === 'reserved' ? ' (--nomasq-all-reserved-ranges)' : '';
+    return `the built-in default list${list}: ${prefix}`;
+  }
+  return `the link-local default ${prefix} (masqLinkLocal${origin.prefix.family === 6 ? 'IPv6' : ''} is false)`;
+}
+
+function covers(cidrs: readonly string[], family: Family, addr: bigint): boolean {
+  return cidrs.some((cidr) => {
+    const prefix = parseCidr(cidr);
+    if (prefix.family !== family) return false;
+    const [first, last] = prefixRange(prefix);
+    return first <= addr && addr <= last;
+  });
+}
+
+function matching(config: Config, family: Family, addr: bigint): Origin[] {
+  return (config.provenance?.origins ?? []).filter((origin) => {
+    if (origin.prefix.family !== family) return false;
+    const [first, last] = prefixRange(origin.prefix);
+    return first <= addr && addr <= last;
+  });
+}
+
+export function portPolicy(options: CompileOptions): PortPolicy {
+  const total = options.toPorts.reduce((sum, r) => sum + r.last - r.first + 1, 0);
+  return {
+    fullyRandom: options.randomFully,
+    ranges: options.toPorts.map((r) => ({
+      ports: r.first === r.last ? String(r.first) : `${r.first}-${r.last}`,
+      share: (r.last - r.first + 1) / total,
+    })),
+  };
+}
+
+/** Throws a CidrError for text that is not an IPv4 or IPv6 address. */
+export function explain(config: Config, options: CompileOptions, address: string): Explanation {
+  const { family, addr } = parseAddress(address.trim());
+  const base = { address: address.trim(), family: familyName(family) };
+  if (family === 6 && !options.enableIPv6) {
+    return {
+      ...base,
+      masqueraded: false,
+      reason: 'not managed',
+      decidedBy: [],
+      overridden: [],
+      ports: null,
+    };
+  }
+  const set = familyName(family);
+  const origins = matching(config, family, addr);
+  const text = (origin: Origin): OriginText => ({ text: describeOrigin(origin), origin });
+  // The rules' order: masqueradeCIDRs first, then the non-masquerade set, then masquerade.
+  if (covers(config.masquerade[set], family, addr)) {
+    const isMasq = (o: Origin) => o.kind === 'entry' && o.key === 'masqueradeCIDRs';
+    return {
+      ...base,
+      masqueraded: true,
+      reason: 'masqueradeCIDRs',
+      decidedBy: origins.filter(isMasq).map(text),
+      overridden: origins.filter((o) => !isMasq(o)).map(text),
+      ports: portPolicy(options),
+    };
+  }
+  if (covers(config.nonMasquerade[set], family, addr)) {
+    const by = origins.filter((o) => o.kind !== 'entry' || o.key === 'nonMasqueradeCIDRs');
+    const first = by[0];
+    const reason: Reason =
+      first?.kind === 'default'
+        ? 'default list'
+        : first?.kind === 'link-local'
+          ? 'link-local default'
+          : 'nonMasqueradeCIDRs';
+    return {
+      ...base,
+      masqueraded: false,
+      reason,
+      decidedBy: by.map(text),
+      overridden: [],
+      ports: null,
+    };
+  }
+  return {
+    ...base,
+    masqueraded: true,
+    reason: 'no match',
+    decidedBy: [],
+    overridden: [],
+    ports: portPolicy(options),
+  };
+}
+
+function portText(ports: PortPolicy): string {
+  const random = ports.fullyRandom ? 'fully-random' : 'not fully-random';
+  if (ports.ranges.length === 0) return `source port: any (${random})`;
+  const shares = ports.ranges.map((r) => `${r.ports} (${Math.round(r.share * 1000) / 10} %)`);
+  return `source port for tcp/udp/sctp: ${shares.join(', ')}; other protocols: any (${random})`;
+}
+
+/** The explanation as the lines --explain prints. */
+export function explanationText(e: Explanation): string {
+  const lines: string[] = [];
+  if (e.reason === 'not managed') {
+    lines.push(
+      `${e.address}: not touched: IPv6 is off (--enable-ipv6), the agent has no ip6 table`,
+    );
+  } else if (!e.masqueraded) {
+    lines.push(
+      `${e.address}: not masqueraded, because of ${e.decidedBy[0]?.text ?? 'the non-masquerade set'}`,
+    );
+    for (const also of e.decidedBy.slice(1)) lines.push(`  also: ${also.text}`);
+  } else {
+    lines.push(
+      e.reason === 'no match'
+        ? `${e.address}: masqueraded: no entry exempts it`
+        : `${e.address}: masqueraded, because of ${e.decidedBy[0]?.text ?? 'masqueradeCIDRs'} (masqueradeCIDRs come first)`,
+    );
+    for (const also of e.decidedBy.slice(1)) lines.push(`  also: ${also.text}`);
+    for (const over of e.overridden) lines.push(`  overrides: ${over.text}`);
+    if (e.ports) lines.push(`  ${portText(e.ports)}`);
+  }
+  return lines.join('\n');
+}
