@@ -6,6 +6,7 @@ import { normalise, subtract, symmetricDifference, type Range } from '../../src/
 import { parseConfigText } from '../../src/config/index.js';
 import type { Config } from '../../src/config/types.js';
 import { changedRanges, exemptRanges } from '../../src/decisions.js';
+import { smallConfigArb, smallConfigText } from '../fuzz/helpers/generators.js';
 
 const V6 = { enableIPv6: true, nomasqAllReservedRanges: false };
 
@@ -59,14 +60,7 @@ t.test(
   },
 );
 
-// Small IPv4 configs inside 10.0.0.0/24, so that random addresses hit their edges.
-const cidrArb = fc
-  .tuple(fc.integer({ min: 0, max: 255 }), fc.integer({ min: 24, max: 32 }))
-  .map(([host, len]) => `10.0.0.${host & ~((1 << (32 - len)) - 1) & 255}/${len}`);
-const configArb = fc.tuple(
-  fc.array(cidrArb, { maxLength: 6 }),
-  fc.array(cidrArb, { maxLength: 3 }),
-);
+const configArb = smallConfigArb();
 
 function decidesExempt(nonMasq: string[], masq: string[], host: number): boolean {
   const covers = (cidr: string) => {
@@ -77,8 +71,7 @@ function decidesExempt(nonMasq: string[], masq: string[], host: number): boolean
   return !masq.some(covers) && nonMasq.some(covers);
 }
 
-const text = ([nonMasq, masq]: [string[], string[]]) =>
-  `nonMasqueradeCIDRs: ${JSON.stringify(nonMasq)}\nmasqueradeCIDRs: ${JSON.stringify(masq)}\nmasqLinkLocal: true\n`;
+const text = smallConfigText;
 
 t.test(
   'property: an address is in the changed ranges exactly when its decision differs',

@@ -9,6 +9,7 @@ import { loadConfig, parseConfigText } from '../../src/config/index.js';
 import type { Config, LoadOptions } from '../../src/config/types.js';
 import { diffConfigs } from '../../src/diff.js';
 import { explain } from '../../src/explain.js';
+import { smallConfigArb, smallConfigText } from '../fuzz/helpers/generators.js';
 import { tempDir } from '../helpers/netns.js';
 
 const load = (ipv6 = true, reserved = false): LoadOptions => ({
@@ -107,16 +108,7 @@ t.test('directory mode: files named, duplicates from two files both kept', async
   t.equal(plain.ok && plain.config.provenance, undefined, 'the agent itself keeps no provenance');
 });
 
-// Small configs inside 10.0.0.0/24, so that random addresses hit their edges.
-const cidrArb = fc
-  .tuple(fc.integer({ min: 0, max: 255 }), fc.integer({ min: 24, max: 32 }))
-  .map(([host, len]) => `10.0.0.${host & ~((1 << (32 - len)) - 1) & 255}/${len}`);
-const configArb = fc
-  .tuple(fc.array(cidrArb, { maxLength: 6 }), fc.array(cidrArb, { maxLength: 3 }))
-  .map(
-    ([nonMasq, masq]) =>
-      `nonMasqueradeCIDRs: ${JSON.stringify(nonMasq)}\nmasqueradeCIDRs: ${JSON.stringify(masq)}\nmasqLinkLocal: true\n`,
-  );
+const configArb = smallConfigArb().map(smallConfigText);
 
 t.test(
   'property: --diff holds exactly the addresses whose explained decision differs',

@@ -311,3 +311,19 @@ export const configBytes: fc.Arbitrary<Buffer> = fc.oneof(
   },
   { weight: 1, arbitrary: fc.uint8Array({ maxLength: 256 }).map((a) => Buffer.from(a)) },
 );
+
+/**
+ * Small IPv4 configs inside one /24 (`10.0.0.` by default), so that random addresses in it hit
+ * their edges: [nonMasqueradeCIDRs, masqueradeCIDRs].
+ */
+export function smallConfigArb(base = '10.0.0.'): fc.Arbitrary<[string[], string[]]> {
+  const cidr = fc
+    .tuple(fc.integer({ min: 0, max: 255 }), fc.integer({ min: 24, max: 32 }))
+    .map(([host, len]) => `${base}${host & ~((1 << (32 - len)) - 1) & 255}/${len}`);
+  return fc.tuple(fc.array(cidr, { maxLength: 6 }), fc.array(cidr, { maxLength: 3 }));
+}
+
+/** A config file's text for one of smallConfigArb's configs (link-local masqueraded: out of the way). */
+export function smallConfigText([nonMasq, masq]: [string[], string[]]): string {
+  return `nonMasqueradeCIDRs: ${JSON.stringify(nonMasq)}\nmasqueradeCIDRs: ${JSON.stringify(masq)}\nmasqLinkLocal: true\n`;
+}
