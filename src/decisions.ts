@@ -12,10 +12,13 @@ import {
 } from './cidr/index.js';
 import type { AddressFamily, Config } from './config/types.js';
 
+/** What decides: the two effective sets of a Config. */
+export type Decisive = Pick<Config, 'nonMasquerade' | 'masquerade'>;
+
 const families: Record<AddressFamily, Family> = { ipv4: 4, ipv6: 6 };
 
 /** Destinations the config leaves unmasqueraded: in the non-masquerade set and not in masqueradeCIDRs. */
-export function exemptRanges(config: Config, family: AddressFamily): Range[] {
+export function exemptRanges(config: Decisive, family: AddressFamily): Range[] {
   const ranges = (cidrs: readonly string[]) => prefixesToRanges(cidrs.map(parseCidr));
   return subtract(ranges(config.nonMasquerade[family]), ranges(config.masquerade[family]));
 }
@@ -34,8 +37,8 @@ export function flippedRanges(
 
 /** Destinations whose decision differs between the two configs, per address family. */
 export function changedRanges(
-  before: Config,
-  after: Config,
+  before: Decisive,
+  after: Decisive,
   which: readonly AddressFamily[],
 ): Array<{ family: Family; ranges: Range[] }> {
   return which

@@ -3,7 +3,7 @@
 // flow's next packet is decided by the new rules. Never fatal to the write.
 import type { Logger } from 'pino';
 import type { Config } from '../config/types.js';
-import { changedRanges } from '../decisions.js';
+import { changedRangesOffThread } from './changed-ranges.js';
 import type { Kernel } from './kernel.js';
 import type { AgentMetrics } from './metrics.js';
 
@@ -49,11 +49,8 @@ export class ConntrackFlush {
     const { kernel, mode, logger, metrics } = this.deps;
     if (mode === 'none' || before === undefined) return;
     const started = performance.now();
-    const changes = changedRanges(
-      before,
-      after,
-      this.deps.enableIPv6 ? ['ipv4', 'ipv6'] : ['ipv4'],
-    );
+    const families = this.deps.enableIPv6 ? (['ipv4', 'ipv6'] as const) : (['ipv4'] as const);
+    const changes = await changedRangesOffThread(before, after, families);
     if (changes.length === 0) return;
     const protocols = mode === 'udp' ? [UDP, UDPLITE] : [];
     const deleted: Record<string, Record<string, number>> = {};

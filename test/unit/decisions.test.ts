@@ -6,6 +6,7 @@ import { normalise, subtract, symmetricDifference, type Range } from '../../src/
 import { parseConfigText } from '../../src/config/index.js';
 import type { Config } from '../../src/config/types.js';
 import { changedRanges, exemptRanges } from '../../src/decisions.js';
+import { changedRangesOffThread } from '../../src/reconcile/changed-ranges.js';
 import { smallConfigArb, smallConfigText } from '../fuzz/helpers/generators.js';
 
 const V6 = { enableIPv6: true, nomasqAllReservedRanges: false };
@@ -116,4 +117,21 @@ t.test('property: range algebra matches sets of small integers', async (t) => {
       { numRuns: 500 },
     ),
   );
+});
+
+t.test('large configs: the changed ranges come from a worker, the same as in-thread', async (t) => {
+  const many = (variant: 0 | 1) => {
+    const cidrs = Array.from({ length: 3_000 }, (_, i) => {
+      const block = i * 2 + variant;
+      return `10.${(block >> 8) & 255}.${block & 255}.0/24`;
+    });
+    return config(`cidrLimit: 4000\nnonMasqueradeCIDRs: ${JSON.stringify(cidrs)}\n`);
+  };
+  const [a, b] = [many(0), many(1)];
+  const threadsBefore = process.getActiveResourcesInfo().length;
+  const away = await changedRangesOffThread(a, b, ['ipv4', 'ipv6']);
+  t.same(away, changedRanges(a, b, ['ipv4', 'ipv6']), 'same ranges');
+  t.equal(away[0]?.ranges.length, 1, '6 000 flipped /24s join into one range');
+  t.same(await changedRangesOffThread(a, a, ['ipv4']), [], 'no change');
+  t.ok(process.getActiveResourcesInfo().length <= threadsBefore + 1, 'the worker is gone');
 });
