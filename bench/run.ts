@@ -2,6 +2,7 @@
 // writes their data to docs/bench.json and renders docs/bench.md and docs/bench.svg from it
 // (bench/report.ts; --quick prints the report instead).
 import { writeFile } from 'node:fs/promises';
+import { format, resolveConfig } from 'prettier';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { packageRoot } from '../test/helpers/netns.js';
@@ -98,7 +99,9 @@ async function main(argv: readonly string[]): Promise<void> {
     return;
   }
   // The drivers' data first; the report is rendered from it, and again by bench/report.ts alone.
-  await writeFile(join(packageRoot, 'docs', 'bench.json'), `${JSON.stringify(results, null, 1)}\n`);
+  const json = join(packageRoot, 'docs', 'bench.json');
+  const style = { ...(await resolveConfig(json)), parser: 'json' as const };
+  await writeFile(json, await format(JSON.stringify(results), style));
   await writeReport(results);
   console.error('bench: wrote docs/bench.json, docs/bench.md and docs/bench.svg');
 }

@@ -32,7 +32,9 @@ export interface WriteResults {
 
 async function agentWrites(sizes: readonly number[], runs: number) {
   return withScope(async (scope) => {
-    const session = await AgentSession.start(scope, 64, [], 5000);
+    // Back-to-back swaps that flip every CIDR: with the default flush, each write would share the
+    // CPU with the previous one's conntrack flush. The flush is measured on its own (conntrack.ts).
+    const session = await AgentSession.start(scope, 64, ['--conntrack-flush=none'], 5000);
     const idleLatencies = await session.sampleHealth(300, 2);
     const perSize = new Map<
       number,

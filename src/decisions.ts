@@ -3,9 +3,11 @@
 // Pure: the same order of decision the rules implement (compile.ts): masqueradeCIDRs first, then
 // the non-masquerade set. Local destinations are never touched, whatever the config says.
 import {
+  type Bound,
   type Family,
+  normalise,
   parseCidr,
-  prefixesToRanges,
+  prefixRange,
   type Range,
   subtract,
   symmetricDifference,
@@ -17,10 +19,72 @@ export type Decisive = Pick<Config, 'nonMasquerade' | 'masquerade'>;
 
 const families: Record<AddressFamily, Family> = { ipv4: 4, ipv6: 6 };
 
+/**
+ * An IPv4 CIDR as written by src/cidr (`a.b.c.d/len`, canonical) as a number range; anything else
+ * goes through the full parser. 100 000 of them take a few ms this way, ~60 ms through parseCidr.
+ */
+function v4Range(cidr: string): Range<number> {
+  let first = 0;
+  let octet = 0;
+  let dots = 0;
+  let i = 0;
+  for (; i < cidr.length; i++) {
+    const c = cidr.charCodeAt(i);
+    if (c === 46 /* . */ || c === 47 /* / */) {
+      if (octet > 255) break;
+      first = first * 256 + octet;
+      octet = 0;
+      if (c === 47) break;
+      dots++;
+    } else if (c >= 48 && c <= 57 && octet <= 255) octet = octet * 10 + c - 48;
+    else break;
+  }
+  const len = Number(cidr.slice(i + 1));
+  if (dots !== 3 || cidr.charCodeAt(i) !== 47 || !(len >= 0 && len <= 32) || octet > 255) {
+    const [a, b] = prefixRange(parseCidr(cidr));
+    return [Number(a), Number(b)];
+  }
+  return [first, first + 2 ** (32 - len) - 1];
+}
+
+function ranges<T extends Bound>(
+  cidrs: readonly string[],
+  parse: (cidr: string) => Range<T>,
+): Range<T>[] {
+  return normalise(cidrs.map(parse));
+}
+
+function exempt<T extends Bound>(
+  config: Decisive,
+  family: AddressFamily,
+  parse: (cidr: string) => Range<T>,
+): Range<T>[] {
+  return subtract(
+    ranges(config.nonMasquerade[family], parse),
+    ranges(config.masquerade[family], parse),
+  );
+}
+
+const v6Range = (cidr: string): Range => prefixRange(parseCidr(cidr));
+const toBig = (r: readonly Range<number>[]): Range[] => r.map(([a, b]) => [BigInt(a), BigInt(b)]);
+
 /** Destinations the config leaves unmasqueraded: in the non-masquerade set and not in masqueradeCIDRs. */
 export function exemptRanges(config: Decisive, family: AddressFamily): Range[] {
-  const ranges = (cidrs: readonly string[]) => prefixesToRanges(cidrs.map(parseCidr));
-  return subtract(ranges(config.nonMasquerade[family]), ranges(config.masquerade[family]));
+  return family === 'ipv4'
+    ? toBig(exempt(config, family, v4Range))
+    : exempt(config, family, v6Range);
+}
+
+/** Both families' exempt sets compared in their fastest form; the results as bigint ranges. */
+function compare(
+  before: Decisive,
+  after: Decisive,
+  family: AddressFamily,
+  combine: <T extends Bound>(was: Range<T>[], will: Range<T>[]) => Range<T>[],
+): Range[] {
+  if (family === 'ipv4')
+    return toBig(combine(exempt(before, family, v4Range), exempt(after, family, v4Range)));
+  return combine(exempt(before, family, v6Range), exempt(after, family, v6Range));
 }
 
 /** Per family: destinations exempt before and masqueraded after (`lost`), and the reverse (`gained`). */
@@ -30,8 +94,9 @@ export function flippedRanges(
   which: readonly AddressFamily[],
 ): Array<{ family: Family; lost: Range[]; gained: Range[] }> {
   return which.map((family) => {
-    const [was, will] = [exemptRanges(before, family), exemptRanges(after, family)];
-    return { family: families[family], lost: subtract(was, will), gained: subtract(will, was) };
+    const lost = compare(before, after, family, (was, will) => subtract(was, will));
+    const gained = compare(before, after, family, (was, will) => subtract(will, was));
+    return { family: families[family], lost, gained };
   });
 }
 
@@ -44,7 +109,7 @@ export function changedRanges(
   return which
     .map((family) => ({
       family: families[family],
-      ranges: symmetricDifference(exemptRanges(before, family), exemptRanges(after, family)),
+      ranges: compare(before, after, family, symmetricDifference),
     }))
     .filter((change) => change.ranges.length > 0);
 }

@@ -15,5 +15,6 @@ export {
   rangesToPrefixes,
   subtract,
   symmetricDifference,
+  type Bound,
   type Range,
 } from './ranges.js';

@@ -1,18 +1,34 @@
 // Sets of addresses as sorted, disjoint, non-adjacent [first, last] ranges: union, difference and
-// symmetric difference by one sweep, and back to the fewest prefixes.
+// symmetric difference by one sweep, and back to the fewest prefixes. Bounds are bigints, or plain
+// numbers for IPv4 (exact below 2^53, and an order of magnitude faster for 100 000 ranges).
 import type { Family } from './address.js';
 import { rangeToPrefixes } from './merge.js';
 import { type Prefix, prefixRange } from './prefix.js';
 
-export type Range = readonly [first: bigint, last: bigint];
+export type Bound = bigint | number;
+export type Range<T extends Bound = bigint> = readonly [first: T, last: T];
 
-/** The normal form: sorted, overlapping and adjacent ranges joined. */
-export function normalise(ranges: readonly Range[]): Range[] {
-  const sorted = [...ranges].sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
-  const out: Array<[bigint, bigint]> = [];
+/** The next and the previous address, in the bound's own type. */
+const succ = <T extends Bound>(x: T): T =>
+  (typeof x === 'bigint' ? x + 1n : (x as number) + 1) as T;
+const pred = <T extends Bound>(x: T): T =>
+  (typeof x === 'bigint' ? x - 1n : (x as number) - 1) as T;
+
+const byFirst = <T extends Bound>(a: Range<T>, b: Range<T>) =>
+  a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0;
+
+function isSorted<T extends Bound>(ranges: readonly Range<T>[]): boolean {
+  for (let i = 1; i < ranges.length; i++) if (ranges[i]![0] < ranges[i - 1]![0]) return false;
+  return true;
+}
+
+/** The normal form: sorted, overlapping and adjacent ranges joined. Sorted input is not sorted again. */
+export function normalise<T extends Bound>(ranges: readonly Range<T>[]): Range<T>[] {
+  const sorted = isSorted(ranges) ? ranges : [...ranges].sort(byFirst);
+  const out: Array<[T, T]> = [];
   for (const [first, last] of sorted) {
     const top = out[out.length - 1];
-    if (top && first <= top[1] + 1n) {
+    if (top && first <= succ(top[1])) {
       if (last > top[1]) top[1] = last;
     } else out.push([first, last]);
   }
@@ -24,8 +40,11 @@ export function prefixesToRanges(prefixes: readonly Prefix[]): Range[] {
 }
 
 /** The addresses in `a` and not in `b` (both in normal form); the result is in normal form. */
-export function subtract(a: readonly Range[], b: readonly Range[]): Range[] {
-  const out: Range[] = [];
+export function subtract<T extends Bound>(
+  a: readonly Range<T>[],
+  b: readonly Range<T>[],
+): Range<T>[] {
+  const out: Range<T>[] = [];
   let j = 0;
   for (const [first, last] of a) {
     let start = first;
@@ -37,8 +56,8 @@ export function subtract(a: readonly Range[], b: readonly Range[]): Range[] {
         out.push([start, last]);
         break;
       }
-      if (cut[0] > start) out.push([start, cut[0] - 1n]);
-      start = cut[1] + 1n;
+      if (cut[0] > start) out.push([start, pred(cut[0])]);
+      start = succ(cut[1]);
       k++;
     }
   }
@@ -46,8 +65,20 @@ export function subtract(a: readonly Range[], b: readonly Range[]): Range[] {
 }
 
 /** The addresses in exactly one of `a` and `b` (both in normal form). */
-export function symmetricDifference(a: readonly Range[], b: readonly Range[]): Range[] {
-  return normalise([...subtract(a, b), ...subtract(b, a)]);
+export function symmetricDifference<T extends Bound>(
+  a: readonly Range<T>[],
+  b: readonly Range<T>[],
+): Range<T>[] {
+  // Both differences are sorted and disjoint from each other: merge them, then join neighbours.
+  const [x, y] = [subtract(a, b), subtract(b, a)];
+  const merged: Range<T>[] = [];
+  let i = 0;
+  let j = 0;
+  while (i < x.length || j < y.length) {
+    if (j >= y.length || (i < x.length && x[i]![0] < y[j]![0])) merged.push(x[i++]!);
+    else merged.push(y[j++]!);
+  }
+  return normalise(merged);
 }
 
 /** The fewest aligned prefixes covering exactly these ranges, in address order. */

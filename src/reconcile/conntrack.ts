@@ -37,20 +37,41 @@ export interface ConntrackDeps {
 export class ConntrackFlush {
   private readonly deps: ConntrackDeps;
 
+  /** Flushes run one after another, beside the syncs: a sync never waits for one. */
+  private queue: Promise<void> = Promise.resolve();
+
   constructor(deps: ConntrackDeps) {
     this.deps = deps;
   }
 
   /**
    * Called once `after` is committed. `before` is what the kernel held until then, undefined when
-   * not known (the first write of this process): then nothing is deleted.
+   * not known (the first write of this process): then nothing is deleted. Returns at once; the
+   * flush follows the ones queued before it. Deleting an entry is safe whatever was committed since:
+   * its flow's next packet is decided by the rules in place then.
    */
-  async afterWrite(before: Config | undefined, after: Config, generation: number): Promise<void> {
+  afterWrite(before: Config | undefined, after: Config, generation: number): void {
+    if (this.deps.mode === 'none' || before === undefined) return;
+    this.queue = this.queue.then(() => this.flush(before, after, generation));
+  }
+
+  /** Resolves when every flush asked for so far has ended. */
+  settled(): Promise<void> {
+    return this.queue;
+  }
+
+  private async flush(before: Config, after: Config, generation: number): Promise<void> {
     const { kernel, mode, logger, metrics } = this.deps;
-    if (mode === 'none' || before === undefined) return;
     const started = performance.now();
     const families = this.deps.enableIPv6 ? (['ipv4', 'ipv6'] as const) : (['ipv4'] as const);
-    const changes = await changedRangesOffThread(before, after, families);
+    const changes = await changedRangesOffThread(before, after, families).catch((err: unknown) => {
+      metrics.incConntrackFlushFailures();
+      logger.error(
+        { err, generation },
+        'could not work out which destinations changed; no conntrack entry deleted',
+      );
+      return [];
+    });
     if (changes.length === 0) return;
     const protocols = mode === 'udp' ? [UDP, UDPLITE] : [];
     const deleted: Record<string, Record<string, number>> = {};

@@ -96,6 +96,11 @@ export class Reconciler {
     return this.config.good?.resyncIntervalMs ?? DEFAULT_RESYNC_INTERVAL_MS;
   }
 
+  /** Resolves when the conntrack flushes of the writes so far have ended (they run beside the syncs). */
+  flushesSettled(): Promise<void> {
+    return this.conntrack.settled();
+  }
+
   status(alive: boolean): AgentStatus {
     return agentStatus(this.facts, alive);
   }
@@ -172,7 +177,7 @@ export class Reconciler {
         },
         'ruleset written to the kernel',
       );
-      await this.conntrack.afterWrite(before, config, this.facts.generation);
+      this.conntrack.afterWrite(before, config, this.facts.generation);
     }
     await this.legacy.afterSync(this.facts.generation > 0);
     return { ok: true };

@@ -135,3 +135,10 @@ t.test('large configs: the changed ranges come from a worker, the same as in-thr
   t.same(await changedRangesOffThread(a, a, ['ipv4']), [], 'no change');
   t.ok(process.getActiveResourcesInfo().length <= threadsBefore + 1, 'the worker is gone');
 });
+
+t.test('the IPv4 fast path covers the whole address space exactly', async (t) => {
+  const all = config(
+    'nonMasqueradeCIDRs: [0.0.0.0/0]\nmasqueradeCIDRs: [255.255.255.255/32, 0.0.0.0/32]\n',
+  );
+  t.same(exemptRanges(all, 'ipv4'), [[1n, 2n ** 32n - 2n]]);
+});

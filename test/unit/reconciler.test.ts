@@ -549,6 +549,7 @@ t.test(
       return { ...(await flush(...args)), deleted: new Map([[17, 3]]) };
     };
     await reconciler.sync();
+    await reconciler.flushesSettled();
     t.equal(appliesAtFlush, 2, 'after the new ruleset was committed');
     t.same(kernel.flushes, [
       { family: 4, protocols: [17, 136], ranges: [[0x0a800000n, 0x0affffffn]] },
@@ -557,6 +558,7 @@ t.test(
     t.ok(logs.some((l) => /deleted the conntrack entries/.test(l.msg)));
     kernel.tamper(ip, () => null);
     await reconciler.sync();
+    await reconciler.flushesSettled();
     t.equal(kernel.applies.length, 3, 'drift repaired');
     t.equal(kernel.flushes.length, 1, 'a drift repair to the same config flushes nothing');
 
@@ -564,12 +566,14 @@ t.test(
     await all.reconciler.sync();
     all.setConfig(b);
     await all.reconciler.sync();
+    await all.reconciler.flushesSettled();
     t.same(all.kernel.flushes[0]?.protocols, [], 'all: every protocol');
 
     const none = setup(new FakeKernel(), a, { conntrackFlush: 'none' });
     await none.reconciler.sync();
     none.setConfig(b);
     await none.reconciler.sync();
+    await none.reconciler.flushesSettled();
     t.same(none.kernel.flushes, [], 'none: nothing');
   },
 );
@@ -582,7 +586,35 @@ t.test('conntrack: a failed flush is counted and logged, and the write stands', 
   kernel.flushConntrack = async () => ({ seen: 0, deleted: new Map(), error: 'dump: ENOBUFS' });
   setConfig({ ok: true, config: config(['10.0.0.0/9']), warnings: [] });
   t.same(await reconciler.sync(), { ok: true });
+  await reconciler.flushesSettled();
   t.ok(reconciler.status(true).ready);
   t.equal(await metric('ipmasq_conntrack_flush_failures_total'), 1);
   t.ok(logs.some((l) => l.level === 50 && /could not delete the conntrack entries/.test(l.msg)));
 });
+
+t.test(
+  'conntrack: a slow flush does not hold up the next sync; flushes run in order',
+  async (t) => {
+    const kernel = new FakeKernel();
+    const a: LoadResult = { ok: true, config: config(['10.0.0.0/8']), warnings: [] };
+    const { reconciler, setConfig } = setup(kernel, a, { conntrackFlush: 'udp' });
+    await reconciler.sync();
+    let release: () => void = () => undefined;
+    const order: string[] = [];
+    kernel.flushConntrack = async (_family, _protocols, ranges) => {
+      order.push(`start ${ranges.length}`);
+      if (order.length === 1) await new Promise<void>((resolve) => (release = resolve));
+      order.push('end');
+      return { seen: 0, deleted: new Map(), error: undefined };
+    };
+    setConfig({ ok: true, config: config(['10.0.0.0/9']), warnings: [] });
+    await reconciler.sync();
+    setConfig({ ok: true, config: config(['10.0.0.0/10', '192.168.0.0/16']), warnings: [] });
+    await reconciler.sync();
+    t.equal(kernel.applies.length, 3, 'both writes done while the first flush waits');
+    t.same(order, ['start 1'], 'the second flush waits for the first');
+    release();
+    await reconciler.flushesSettled();
+    t.same(order, ['start 1', 'end', 'start 2', 'end']);
+  },
+);
