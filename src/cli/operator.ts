@@ -50,10 +50,18 @@ export async function explainCommand(
   const config = await load(stages.configPath, stages.load);
   if (!config) return 1;
   const explanations = options.explain.map((address) => explain(config, stages.compile, address));
-  const live =
-    options.live && kernel
-      ? await liveAnswers(await kernel(), stages.compile, explanations, stages.legacy.chains)
-      : undefined;
+  let live: Awaited<ReturnType<typeof liveAnswers>> | undefined;
+  if (options.live && kernel) {
+    try {
+      live = await liveAnswers(await kernel(), stages.compile, explanations, stages.legacy.chains);
+    } catch (e) {
+      err(
+        `--live: cannot read the kernel's tables (run as root in the node's network namespace): ` +
+          (e instanceof Error ? e.message : String(e)),
+      );
+      return 1;
+    }
+  }
   if (options.output === 'json') {
     json({ note: LOCAL_NOTE, explanations, ...(live ? { live } : {}) });
     return 0;

@@ -100,5 +100,18 @@ if (requireRoot(t)) {
     t.match(result.stdout, /live: no table ip ipmasq in this namespace/);
     t.match(result.stdout, /the original agent's chain IP-MASQ-AGENT is still in table ip nat/);
     await inNetns(topo.node, 'iptables-nft', ['-t', 'nat', '-X', 'IP-MASQ-AGENT']);
+    // Without CAP_NET_ADMIN nftables cannot be read: a clear error and exit 1, no stack trace.
+    const unprivileged = ['setpriv', '--bounding-set', '-net_admin', '--inh-caps', '-all'];
+    const denied = await runAgentOnce(
+      topo.node,
+      ['--config', file, '--live', '--explain', '10.77.0.9'],
+      unprivileged,
+    );
+    t.equal(denied.code, 1);
+    t.match(
+      denied.stderr,
+      /--live: cannot read the kernel's tables \(run as root in the node's network namespace\)/,
+    );
+    t.notMatch(denied.stderr, /\n\s+at /, 'no stack trace');
   });
 }
