@@ -68,6 +68,11 @@ function exempt<T extends Bound>(
 const v6Range = (cidr: string): Range => prefixRange(parseCidr(cidr));
 const toBig = (r: readonly Range<number>[]): Range[] => r.map(([a, b]) => [BigInt(a), BigInt(b)]);
 
+/** One of a config's sets (its canonical CIDRs) as ranges in normal form. */
+export function setRanges(cidrs: readonly string[], family: AddressFamily): Range[] {
+  return family === 'ipv4' ? toBig(ranges(cidrs, v4Range)) : ranges(cidrs, v6Range);
+}
+
 /** Destinations the config leaves unmasqueraded: in the non-masquerade set and not in masqueradeCIDRs. */
 export function exemptRanges(config: Decisive, family: AddressFamily): Range[] {
   return family === 'ipv4'

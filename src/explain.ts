@@ -1,9 +1,17 @@
 // Why traffic to an address is masqueraded or not (README, "Explain, diff, check"): the decision in
 // the order the rules make it (compile.ts), with the config entries responsible. Pure; needs a
 // Config loaded with provenance.
-import { formatPrefix, parseAddress, parseCidr, prefixRange, type Family } from './cidr/index.js';
+import {
+  type Family,
+  formatPrefix,
+  inRanges,
+  parseAddress,
+  prefixRange,
+  type Range,
+} from './cidr/index.js';
 import type { CompileOptions } from './compile.js';
 import type { AddressFamily, Config, Origin } from './config/types.js';
+import { setRanges } from './decisions.js';
 
 export type Reason =
   /** IPv6 with --enable-ipv6 off: the agent has no ip6 table, so it does not touch the traffic. */
@@ -57,13 +65,21 @@ export function describeOrigin(origin: Origin): string {
   return `the link-local default ${prefix} (masqLinkLocal${origin.prefix.family === 6 ? 'IPv6' : ''} is false)`;
 }
 
-function covers(cidrs: readonly string[], family: Family, addr: bigint): boolean {
-  return cidrs.some((cidr) => {
-    const prefix = parseCidr(cidr);
-    if (prefix.family !== family) return false;
-    const [first, last] = prefixRange(prefix);
-    return first <= addr && addr <= last;
-  });
+/** Each config's sets as ranges, worked out once however many addresses are explained. */
+const setCache = new WeakMap<Config, Map<string, Range[]>>();
+
+function covers(
+  config: Config,
+  set: 'nonMasquerade' | 'masquerade',
+  family: AddressFamily,
+  addr: bigint,
+): boolean {
+  let sets = setCache.get(config);
+  if (!sets) setCache.set(config, (sets = new Map()));
+  const key = `${set} ${family}`;
+  let ranges = sets.get(key);
+  if (!ranges) sets.set(key, (ranges = setRanges(config[set][family], family)));
+  return inRanges(ranges, addr);
 }
 
 function matching(config: Config, family: Family, addr: bigint): Origin[] {
@@ -103,7 +119,7 @@ export function explain(config: Config, options: CompileOptions, address: string
   const origins = matching(config, family, addr);
   const text = (origin: Origin): OriginText => ({ text: describeOrigin(origin), origin });
   // The rules' order: masqueradeCIDRs first, then the non-masquerade set, then masquerade.
-  if (covers(config.masquerade[set], family, addr)) {
+  if (covers(config, 'masquerade', set, addr)) {
     const isMasq = (o: Origin) => o.kind === 'entry' && o.key === 'masqueradeCIDRs';
     return {
       ...base,
@@ -114,7 +130,7 @@ export function explain(config: Config, options: CompileOptions, address: string
       ports: portPolicy(options),
     };
   }
-  if (covers(config.nonMasquerade[set], family, addr)) {
+  if (covers(config, 'nonMasquerade', set, addr)) {
     const by = origins.filter((o) => o.kind !== 'entry' || o.key === 'nonMasqueradeCIDRs');
     const first = by[0];
     const reason: Reason =

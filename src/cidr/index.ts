@@ -10,6 +10,7 @@ export {
 export { type Prefix, formatPrefix, parseCidr, prefixRange } from './prefix.js';
 export { mergePrefixes, rangeToPrefixes } from './merge.js';
 export {
+  inRanges,
   normalise,
   prefixesToRanges,
   rangesToPrefixes,

@@ -81,6 +81,20 @@ export function symmetricDifference<T extends Bound>(
   return normalise(merged);
 }
 
+/** Whether `x` lies in one of the ranges (normal form), by binary search. */
+export function inRanges<T extends Bound>(ranges: readonly Range<T>[], x: T): boolean {
+  let low = 0;
+  let high = ranges.length - 1;
+  while (low <= high) {
+    const mid = (low + high) >> 1;
+    const [first, last] = ranges[mid]!;
+    if (x < first) high = mid - 1;
+    else if (x > last) low = mid + 1;
+    else return true;
+  }
+  return false;
+}
+
 /** The fewest aligned prefixes covering exactly these ranges, in address order. */
 export function rangesToPrefixes(family: Family, ranges: readonly Range[]): Prefix[] {
   return ranges.flatMap(([first, last]) => rangeToPrefixes(family, first, last));

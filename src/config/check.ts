@@ -6,9 +6,10 @@ import { stat } from 'node:fs/promises';
 import { parseAllDocuments } from 'yaml';
 import { buildConfig } from './build.js';
 import { parseFragment, type ConfigFragment } from './fragment.js';
+import { parseConfigText } from './index.js';
 import { loadConfig, readBounded } from './load.js';
 import { errnoText } from './source.js';
-import { ConfigError, type LoadOptions } from './types.js';
+import { ConfigError, type LoadOptions, type LoadResult } from './types.js';
 
 export interface CheckOutcome {
   readonly path: string;
@@ -74,11 +75,13 @@ export async function checkPath(path: string, options: LoadOptions): Promise<Che
       warnings: [],
     };
   }
-  if (info.isDirectory()) {
-    const result = await loadConfig(path, options);
-    const errors = result.ok ? [] : [result.error.message];
-    return { path, checked: ['a config directory'], errors, warnings: [...result.warnings] };
-  }
+  const outcome = (checked: string, result: LoadResult): CheckOutcome => ({
+    path,
+    checked: [checked],
+    errors: result.ok ? [] : [result.error.message],
+    warnings: [...result.warnings],
+  });
+  if (info.isDirectory()) return outcome('a config directory', await loadConfig(path, options));
   let text: string;
   try {
     text = await readBounded(path);
@@ -86,16 +89,15 @@ export async function checkPath(path: string, options: LoadOptions): Promise<Che
     const message = err instanceof Error && !('code' in err) ? err.message : errnoText(err);
     return { path, checked: [], errors: [new ConfigError(path, message).message], warnings: [] };
   }
-  const documents = parseAllDocuments(text, { uniqueKeys: false });
-  const streamErrors = (Array.isArray(documents) ? documents : [documents]).flatMap(
-    (d) => d.errors,
-  );
-  const values =
-    streamErrors.length === 0 ? [documents].flat().map((d) => d.toJS() as unknown) : [];
+  // Only what names an apiVersion can be a manifest: a plain config (100 000 CIDRs, say) is not put
+  // through the full YAML parser, only through the agent's own, from the text already read.
+  const documents = /\bapiVersion\b/.test(text)
+    ? parseAllDocuments(text, { uniqueKeys: false })
+    : [];
+  const list = Array.isArray(documents) ? documents : [documents];
+  const values = list.some((d) => d.errors.length > 0) ? [] : list.map((d) => d.toJS() as unknown);
   if (!looksLikeManifest(values)) {
-    const result = await loadConfig(path, options);
-    const errors = result.ok ? [] : [result.error.message];
-    return { path, checked: ['a config file'], errors, warnings: [...result.warnings] };
+    return outcome('a config file', parseConfigText(text, path, options));
   }
   const checked: string[] = [];
   const errors: string[] = [];

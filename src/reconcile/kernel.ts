@@ -122,8 +122,7 @@ export const nftKernel: Kernel = {
       await runNft(`get element ${ref.family} ${ref.name} ${set} { ${element} }`);
       return true;
     } catch (err) {
-      if (err instanceof NftError && /No such file or directory|not found/i.test(err.nftMessage))
-        return false;
+      if (err instanceof NftError && err.isNotFound()) return false;
       throw err;
     }
   },

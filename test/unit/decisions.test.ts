@@ -128,11 +128,20 @@ t.test('large configs: the changed ranges come from a worker, the same as in-thr
     return config(`cidrLimit: 4000\nnonMasqueradeCIDRs: ${JSON.stringify(cidrs)}\n`);
   };
   const [a, b] = [many(0), many(1)];
+  let workers = 0;
+  const counted = () => workers++;
+  process.on('worker', counted);
+  t.teardown(() => process.off('worker', counted));
   const threadsBefore = process.getActiveResourcesInfo().length;
   const away = await changedRangesOffThread(a, b, ['ipv4', 'ipv6']);
+  t.equal(workers, 1, 'one worker started for it');
   t.same(away, changedRanges(a, b, ['ipv4', 'ipv6']), 'same ranges');
   t.equal(away[0]?.ranges.length, 1, '6 000 flipped /24s join into one range');
   t.same(await changedRangesOffThread(a, a, ['ipv4']), [], 'no change');
+  t.equal(workers, 2, 'over the in-thread limit: a worker again');
+  const small = config('nonMasqueradeCIDRs: [10.0.0.0/8]\n');
+  t.same(await changedRangesOffThread(small, a, ['ipv4']), changedRanges(small, a, ['ipv4']));
+  t.equal(workers, 2, 'up to 4 000 entries together: in-thread');
   t.ok(process.getActiveResourcesInfo().length <= threadsBefore + 1, 'the worker is gone');
 });
 
