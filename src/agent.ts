@@ -21,6 +21,9 @@ export function agentMetrics(): AgentMetrics {
 
 const SHUTDOWN_BUDGET_MS = 4_000;
 
+/** Quiet time after the last event in the config's directory before it is read. */
+export const CONFIG_QUIET_MS = 10;
+
 /** The reconciler for run and --once: every stage's options from the one plan (options.ts). */
 export function makeReconciler(
   options: AgentOptions,
@@ -84,9 +87,10 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
     'ipmasq-agent started',
   );
 
-  // A ConfigMap swap or a rename-write is a burst of events within a few ms: 25 ms coalesces it.
+  // A ConfigMap swap or a rename-write is a burst of events well under a millisecond apart: 10 ms
+  // of quiet coalesces it into one read (docs/bench.md measures the latency this leaves).
   const watcher = watchConfig(options.config, () => runner.trigger('config changed'), {
-    debounceMs: 25,
+    debounceMs: CONFIG_QUIET_MS,
   });
   stop = () => {
     watcher.close();

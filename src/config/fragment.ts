@@ -2,7 +2,7 @@
 import { CidrError, type Prefix, parseCidr, quote } from '../cidr/index.js';
 import { parseGoDuration } from './duration.js';
 import { ConfigError, type LoadOptions } from './types.js';
-import { parseConfigDocument } from './yaml.js';
+import { parseConfigDocument, type ParseBudget } from './yaml.js';
 
 /** What one file says; a key left out (or null for the scalar keys) is undefined. */
 export interface ConfigFragment {
@@ -172,10 +172,18 @@ function readKeys(
   }
 }
 
-/** Parses and validates one file's text. Never throws for bad input: it returns a ConfigError. */
-export function parseFragment(text: string, file: string, options: LoadOptions): FragmentResult {
+/**
+ * Parses and validates one file's text. Never throws for bad input: it returns a ConfigError. With a
+ * budget, throws ParseDeferred for text beyond it (yaml.ts).
+ */
+export function parseFragment(
+  text: string,
+  file: string,
+  options: LoadOptions,
+  budget?: ParseBudget,
+): FragmentResult {
   const warnings: string[] = [];
-  const parsed = parseConfigDocument(text.startsWith('\uFEFF') ? text.slice(1) : text);
+  const parsed = parseConfigDocument(text.startsWith('\uFEFF') ? text.slice(1) : text, budget);
   if (!parsed.ok) return { ok: false, error: new ConfigError(file, parsed.message), warnings };
   const fragment: Mutable<ConfigFragment> = { file };
   const document = parsed.value;

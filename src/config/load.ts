@@ -4,6 +4,7 @@ import { open } from 'node:fs/promises';
 import { buildConfig } from './build.js';
 import { type ConfigFragment, parseFragment } from './fragment.js';
 import { type ConfigSource, errnoText, findConfigSource } from './source.js';
+import type { ParseBudget } from './yaml.js';
 import { ConfigError, type LoadOptions, type LoadResult } from './types.js';
 
 export const MAX_CONFIG_BYTES = 16 * 1024 * 1024;
@@ -54,6 +55,7 @@ async function readFragment(
   file: string,
   options: LoadOptions,
   warnings: string[],
+  budget: ParseBudget | undefined,
 ): Promise<ConfigFragment | ConfigError> {
   let text: string;
   try {
@@ -61,16 +63,21 @@ async function readFragment(
   } catch (err) {
     return new ConfigError(file, err instanceof ReadFailure ? err.message : errnoText(err));
   }
-  const result = parseFragment(text, file, options);
+  const result = parseFragment(text, file, options, budget);
   warnings.push(...result.warnings);
   return result.ok ? result.fragment : result.error;
 }
 
 /**
  * Reads the files `source` names (config/source.ts). Missing path or no ip-masq* file: defaults.
- * Any unreadable or invalid file makes the whole result invalid. Never rejects for bad input.
+ * Any unreadable or invalid file makes the whole result invalid. Never rejects for bad input; with
+ * a budget, rejects with ParseDeferred for a file beyond it.
  */
-export async function loadSource(source: ConfigSource, options: LoadOptions): Promise<LoadResult> {
+export async function loadSource(
+  source: ConfigSource,
+  options: LoadOptions,
+  budget?: ParseBudget,
+): Promise<LoadResult> {
   if (source.kind === 'missing') return buildConfig([], options, source.path);
   if (source.kind === 'error') {
     return Object.freeze({
@@ -82,7 +89,7 @@ export async function loadSource(source: ConfigSource, options: LoadOptions): Pr
   const warnings = [...source.warnings];
   const fragments: ConfigFragment[] = [];
   for (const file of source.files) {
-    const fragment = await readFragment(file, options, warnings);
+    const fragment = await readFragment(file, options, warnings, budget);
     if (fragment instanceof ConfigError) {
       return Object.freeze({ ok: false, error: fragment, warnings: Object.freeze(warnings) });
     }

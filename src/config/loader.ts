@@ -6,19 +6,35 @@ import { loadSource } from './load.js';
 import { loadSourceOffThread } from './load-worker.js';
 import { type ConfigSource, findConfigSource } from './source.js';
 import type { LoadOptions, LoadResult } from './types.js';
+import { ParseDeferred, type ParseBudget } from './yaml.js';
 
 export type SourceLoader = (source: ConfigSource, options: LoadOptions) => Promise<LoadResult>;
 export type Loader = (path: string, options: LoadOptions) => Promise<LoadResult>;
 
-/** Sources up to this size parse in-thread: a worker's start costs more than their parse. */
-export const IN_THREAD_MAX_BYTES = 4 * 1024;
+/**
+ * What the agent's own thread parses (the rest goes to the worker): any file up to 4 KiB (the usual
+ * few CIDRs; the worst such file holds the thread for a few hundred ms), and up to 64 KiB the shapes
+ * parsed in linear time (JSON, or YAML lists of CIDRs one per line beside a few plain keys: yaml.ts's
+ * fast path), ~3 500 CIDRs in ~10 ms. A worker's start would cost more: ~100 ms, then ~15 MiB while
+ * it lives.
+ */
+export const IN_THREAD_BUDGET: ParseBudget = { maxBytes: 64 * 1024, fullParserMaxBytes: 4 * 1024 };
 
-/** Small configs (the usual few CIDRs) in-thread; anything larger on the worker, with its time limit. */
-export function loadAdaptive(source: ConfigSource, options: LoadOptions): Promise<LoadResult> {
+/** In-thread within IN_THREAD_BUDGET, else on the worker (`offThread`) with its time limit. */
+export async function loadAdaptive(
+  source: ConfigSource,
+  options: LoadOptions,
+  offThread: SourceLoader = loadSourceOffThread,
+): Promise<LoadResult> {
   const bytes = source.kind === 'file' || source.kind === 'directory' ? source.bytes : 0;
-  return bytes <= IN_THREAD_MAX_BYTES
-    ? loadSource(source, options)
-    : loadSourceOffThread(source, options);
+  if (bytes <= IN_THREAD_BUDGET.maxBytes) {
+    try {
+      return await loadSource(source, options, IN_THREAD_BUDGET);
+    } catch (err) {
+      if (!(err instanceof ParseDeferred)) throw err;
+    }
+  }
+  return offThread(source, options);
 }
 
 /**

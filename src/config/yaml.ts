@@ -64,6 +64,22 @@ export function duplicateTopLevelKey(text: string): string | undefined {
 
 export type ParsedText = { ok: true; value: unknown } | { ok: false; message: string };
 
+/**
+ * How much parsing the calling thread can afford (the agent's event loop, config/loader.ts): text
+ * longer than maxBytes, or needing the full `yaml` parser (whose slow paths docs/hardening.md lists)
+ * beyond fullParserMaxBytes, is not parsed but deferred with ParseDeferred. Everything else is
+ * linear in the text's length.
+ */
+export interface ParseBudget {
+  readonly maxBytes: number;
+  readonly fullParserMaxBytes: number;
+}
+
+/** Thrown when a parse exceeds its ParseBudget: not a verdict on the text, which goes elsewhere. */
+export class ParseDeferred extends Error {
+  override name = 'ParseDeferred';
+}
+
 /** Deeper than this, `[`/`{` nesting is refused before parsing: a config needs two levels. */
 export const MAX_NESTING = 64;
 /** Longer than this, a line's block indentation (spaces and `- ? :` indicators) is refused. */
@@ -143,8 +159,11 @@ export function parseYamlFull(text: string): ParsedText {
   }
 }
 
-/** Returns undefined when the document is not in the simple shape the fast path handles exactly. */
-export function parseYamlFast(text: string): ParsedText | undefined {
+/**
+ * Returns undefined when the document is not in the simple shape the fast path handles exactly, or
+ * when what is left for the full parser (the other keys) is longer than restMaxBytes.
+ */
+export function parseYamlFast(text: string, restMaxBytes = Infinity): ParsedText | undefined {
   if (text.includes('\r') || text.includes('\t')) return undefined;
   const lines = text.split('\n');
   const kept: string[] = [];
@@ -186,21 +205,27 @@ export function parseYamlFast(text: string): ParsedText | undefined {
     }
   }
   if (lists.size === 0) return undefined;
+  const restText = kept.join('\n');
+  if (restText.length > restMaxBytes) return undefined;
   // Errors are reported by the full parser so that line numbers match the file.
-  const rest = parseYamlFull(kept.join('\n'));
+  const rest = parseYamlFull(restText);
   if (!rest.ok || !(rest.value instanceof Map)) return undefined;
   for (const [key, items] of lists) rest.value.set(key, items);
   return rest;
 }
 
-export function parseYaml(text: string): ParsedText {
+export function parseYaml(text: string, budget?: ParseBudget): ParsedText {
   const tooDeep = nestingProblem(text, true);
   if (tooDeep) return { ok: false, message: `invalid YAML: ${tooDeep}` };
-  return parseYamlFast(text) ?? parseYamlFull(text);
+  const fast = parseYamlFast(text, budget?.fullParserMaxBytes);
+  if (fast) return fast;
+  if (budget && text.length > budget.fullParserMaxBytes) throw new ParseDeferred();
+  return parseYamlFull(text);
 }
 
 /** JSON when the first non-blank character is "{", as upstream; otherwise YAML 1.1. */
-export function parseConfigDocument(text: string): ParsedText {
+export function parseConfigDocument(text: string, budget?: ParseBudget): ParsedText {
+  if (budget && text.length > budget.maxBytes) throw new ParseDeferred();
   if (/^\s*\{/.test(text)) {
     const tooDeep = nestingProblem(text, false);
     if (tooDeep) return { ok: false, message: `invalid JSON: ${tooDeep}` };
@@ -217,5 +242,5 @@ export function parseConfigDocument(text: string): ParsedText {
     const map = value !== null && typeof value === 'object' && !Array.isArray(value);
     return { ok: true, value: map ? new Map(Object.entries(value as object)) : value };
   }
-  return parseYaml(text);
+  return parseYaml(text, budget);
 }
