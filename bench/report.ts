@@ -180,7 +180,7 @@ function sections(r: BenchResults): string[] {
   ];
   return [
     '## Config write → kernel',
-    'Agent: a config renamed into the watched directory until `/healthz` shows the next generation; its sync and libnftables figures are from its log. Bare: `nft -f` of the agent\u2019s own rendered script, into an empty namespace (fresh) or over the same table (replace). Original: `iptables-nft-restore` of its linear chain. JavaScript side: in-process load and compile+render. The agent runs with `--conntrack-flush=none` here: the swaps come back to back and each flips every CIDR, so each would share the CPU with the previous one\u2019s flush, which has its own section below.',
+    'Agent: a config renamed into the watched directory until `/healthz` shows the next generation; its sync and libnftables figures are from its log. Bare: `nft -f` of the agent\u2019s own rendered script, into an empty namespace (fresh) or over the same table (replace). Original: `iptables-nft-restore` of its linear chain. JavaScript side: in-process load and compile+render. Swaps are 250 ms apart (the agent starts syncs at least 100 ms apart, so closer ones would measure that wait). The agent runs with `--conntrack-flush=none` here: each swap flips every CIDR, and the flush has its own section below.',
     columns(r.writes.rows, [
       ['CIDRs', (row) => n(row.cidrs)],
       ['agent', (row) => ms(row.agentMs)],

@@ -30,6 +30,13 @@ export interface WriteResults {
   idleLatencies: number[];
 }
 
+/**
+ * Quiet time before each swap. The agent starts syncs at least 100 ms apart (src/reconcile/runner.ts),
+ * so a swap right after the previous write would wait that out: this measures one config change.
+ */
+const SWAP_GAP_MS = 250;
+const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
 async function agentWrites(sizes: readonly number[], runs: number) {
   return withScope(async (scope) => {
     // Back-to-back swaps that flip every CIDR: with the default flush, each write would share the
@@ -52,6 +59,7 @@ async function agentWrites(sizes: readonly number[], runs: number) {
       };
       await session.swapConfig(count, nextVariant()); // warm-up: the first write at a size is not counted
       for (let run = 0; run < runs; run++) {
+        await pause(SWAP_GAP_MS);
         const result = await session.swapConfig(count, nextVariant());
         entry.ms.push(result.ms);
         entry.latencies.push(...result.latencies);

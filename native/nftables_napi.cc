@@ -21,10 +21,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "conntrack.h"
 
@@ -38,19 +40,22 @@ struct Outcome {
   std::string kind = "error";
 };
 
-Outcome RunScriptHere(const std::string& script, bool dry_run, bool json) {
+// Runs the script and hands the outcome to `answer` while the context, and with it the netlink
+// socket that committed, is still open (see RunScript for why that order matters).
+void RunScriptHere(const std::string& script, bool dry_run, bool json,
+                   const std::function<void(const Outcome&)>& answer) {
   std::unique_ptr<nft_ctx, decltype(&nft_ctx_free)> ctx(nft_ctx_new(NFT_CTX_DEFAULT), nft_ctx_free);
-  if (!ctx) return {false, "nft_ctx_new failed"};
+  if (!ctx) return answer({false, "nft_ctx_new failed"});
   if (nft_ctx_buffer_output(ctx.get()) != 0 || nft_ctx_buffer_error(ctx.get()) != 0)
-    return {false, "cannot buffer libnftables output"};
+    return answer({false, "cannot buffer libnftables output"});
   nft_ctx_set_dry_run(ctx.get(), dry_run);
   if (json)
     nft_ctx_output_set_flags(ctx.get(), nft_ctx_output_get_flags(ctx.get()) | NFT_CTX_OUTPUT_JSON);
   int rc = nft_run_cmd_from_buffer(ctx.get(), script.c_str());
   const char* out = nft_ctx_get_output_buffer(ctx.get());
   const char* err = nft_ctx_get_error_buffer(ctx.get());
-  if (rc != 0) return {false, err && *err ? err : "libnftables failed without a message"};
-  return {true, out ? out : ""};
+  if (rc != 0) return answer({false, err && *err ? err : "libnftables failed without a message"});
+  answer({true, out ? out : ""});
 }
 
 bool WriteAll(int fd, const char* data, size_t size) {
@@ -82,10 +87,30 @@ int64_t NowMs() {
   return static_cast<int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
 }
 
+// Closing a netfilter netlink socket waits while the kernel releases the objects the namespace's
+// last transaction replaced, an RCU grace period (~12 ms here) after any commit by anyone: the
+// answer is in hand by then, so the sockets of plain netlink requests are closed on a thread of
+// their own, and libnftables' children are reaped on one (RunScript).
+void CloseLater(int fd) {
+  std::thread([fd] { close(fd); }).detach();
+}
+
+// Reaps a child without waiting for it here: see RunScript.
+void ReapLater(pid_t pid) {
+  std::thread([pid] {
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }).detach();
+}
+
 // Runs the script in a child forked for this one call, so that nothing libnftables does (a
 // SIGSEGV on objects it cannot parse, an assertion, a hang) can reach the agent's process; the
-// child's memory goes back to the system when it exits. The child writes one status byte and its
-// text to a pipe, then _exit()s; a child that ends without a status byte died inside libnftables.
+// child's memory goes back to the system when it exits. The child writes its answer to a pipe — one
+// status byte, the text's length (8 bytes), the text — then _exit()s; a child that ends before its
+// whole answer died inside libnftables. Once the answer is complete the call returns and the child
+// is reaped on a thread of its own: its exit closes the netlink socket that committed, which the
+// kernel holds up for a grace period (CloseLater) — the new ruleset is in place by then.
 Outcome RunScript(const std::string& script, bool dry_run, bool json, int timeout_ms) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0)
@@ -114,18 +139,24 @@ Outcome RunScript(const std::string& script, bool dry_run, bool json, int timeou
     // long as the process.) The getppid() check closes the race with a parent already gone.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(4);
-    Outcome outcome = RunScriptHere(script, dry_run, json);
-    char status = outcome.ok ? '1' : '0';
-    bool written =
-        WriteAll(fds[1], &status, 1) && WriteAll(fds[1], outcome.text.data(), outcome.text.size());
+    bool written = false;
+    RunScriptHere(script, dry_run, json, [&](const Outcome& outcome) {
+      char header[9];
+      header[0] = outcome.ok ? '1' : '0';
+      const uint64_t length = outcome.text.size();
+      memcpy(header + 1, &length, sizeof(length));
+      written = WriteAll(fds[1], header, sizeof(header)) &&
+                WriteAll(fds[1], outcome.text.data(), outcome.text.size());
+    });
     _exit(written ? 0 : 3);
   }
   close(fds[1]);
   std::string received;
   bool timed_out = false;
+  bool complete = false;
   const int64_t deadline = NowMs() + timeout_ms;
   char buf[65536];
-  for (;;) {
+  while (!complete) {
     int64_t left = deadline - NowMs();
     if (left <= 0) {
       timed_out = true;
@@ -139,8 +170,17 @@ Outcome RunScript(const std::string& script, bool dry_run, bool json, int timeou
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;  // EOF: the child is gone, whatever it wrote
     received.append(buf, static_cast<size_t>(n));
+    if (received.size() >= 9) {
+      uint64_t length = 0;
+      memcpy(&length, received.data() + 1, sizeof(length));
+      complete = received.size() - 9 >= length;
+    }
   }
   close(fds[0]);
+  if (complete) {
+    ReapLater(pid);
+    return {received[0] == '1', received.substr(9)};
+  }
   if (timed_out) kill(pid, SIGKILL);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -150,9 +190,7 @@ Outcome RunScript(const std::string& script, bool dry_run, bool json, int timeou
             "libnftables did not finish within " + std::to_string(timeout_ms) +
                 " ms; its process was killed",
             "timeout"};
-  bool exited_cleanly = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-  if (!exited_cleanly || received.empty()) return {false, DescribeEnd(status), "crash"};
-  return {received[0] == '1', received.substr(1)};
+  return {false, DescribeEnd(status), "crash"};
 }
 
 // One nf_tables request on a netfilter netlink socket. For each message of the answer,
@@ -165,7 +203,7 @@ Outcome NetlinkRequest(uint16_t msg_type, uint16_t flags, const std::string& wha
                        const MessageVisitor& on_message, const AttrVisitor& on_attr) {
   int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
   if (fd < 0) return {false, std::string("netlink socket: ") + strerror(errno)};
-  std::unique_ptr<int, std::function<void(int*)>> guard(&fd, [](int* f) { close(*f); });
+  std::unique_ptr<int, std::function<void(int*)>> guard(&fd, [](int* f) { CloseLater(*f); });
   timeval limit{5, 0};  // a kernel answers in microseconds; never wait forever
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   struct {
