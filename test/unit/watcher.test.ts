@@ -1,16 +1,7 @@
 import t, { type Test } from 'tap';
-import {
-  existsSync,
-  mkdirSync,
-  readFileSync,
-  readlinkSync,
-  renameSync,
-  rmSync,
-  symlinkSync,
-  unlinkSync,
-  writeFileSync,
-} from 'node:fs';
+import { mkdirSync, readFileSync, renameSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { configMapWrite } from '../helpers/configmap.js';
 import { tempDir } from '../helpers/netns.js';
 import { watchConfig, type WatchConfigOptions } from '../../src/reconcile/watcher.js';
 
@@ -53,20 +44,6 @@ async function expectCallWithin1s(
   t.ok(at !== undefined && at - start <= 1000, `${what}: onChange within 1 s`, {
     latencyMs: at === undefined ? 'never' : Math.round(at - start),
   });
-}
-
-// Lays out a directory the way kubelet's atomic writer does for a ConfigMap volume: a new
-// timestamped directory, a `..data_tmp` symlink renamed over `..data`, then the old directory removed.
-let configMapVersion = 0;
-function configMapWrite(dir: string, content: string): void {
-  const version = `..2026_11_30_01_02_03.${++configMapVersion}`;
-  mkdirSync(join(dir, version));
-  writeFileSync(join(dir, version, 'ip-masq-agent'), content);
-  const previous = existsSync(join(dir, '..data')) ? readlinkSync(join(dir, '..data')) : undefined;
-  symlinkSync(version, join(dir, '..data_tmp'));
-  renameSync(join(dir, '..data_tmp'), join(dir, '..data'));
-  if (previous === undefined) symlinkSync('..data/ip-masq-agent', join(dir, 'ip-masq-agent'));
-  else rmSync(join(dir, previous), { recursive: true });
 }
 
 t.test('file mode: in-place write, rename-write, delete and re-create', async (t) => {
@@ -189,7 +166,7 @@ t.test('the watched directory deleted and re-created is watched again', async (t
 t.test('ConfigMap volume symlink swap is seen, in file and directory mode', async (t) => {
   for (const mode of ['file', 'directory'] as const) {
     const dir = tempDir(t, 'watch');
-    configMapWrite(dir, 'cidrLimit: 1\n');
+    await configMapWrite(dir, { 'ip-masq-agent': 'cidrLimit: 1\n' });
     const file = join(dir, 'ip-masq-agent');
     let contentSeen = '';
     const { callAfter } = record(t, mode === 'file' ? file : dir, {
@@ -200,7 +177,7 @@ t.test('ConfigMap volume symlink swap is seen, in file and directory mode', asyn
       await expectCallWithin1s(
         t,
         callAfter,
-        () => configMapWrite(dir, `cidrLimit: ${limit}\n`),
+        () => void configMapWrite(dir, { 'ip-masq-agent': `cidrLimit: ${limit}\n` }),
         `${mode} mode, update ${limit}`,
       );
       t.equal(contentSeen, `cidrLimit: ${limit}\n`, 'the callback reads the new content');
