@@ -3,7 +3,7 @@
 import type { Logger } from 'pino';
 import { AUTO_LAYOUT_CROSSOVER } from './compile.js';
 import { configLoader } from './config/loader.js';
-import { libnftablesVersion } from './nftables/addon.js';
+import { libnftablesVersion, releaseMemory } from './nftables/addon.js';
 import { plan, type AgentOptions } from './options.js';
 import { nftKernel, type Kernel } from './reconcile/kernel.js';
 import { AgentMetrics } from './reconcile/metrics.js';
@@ -51,7 +51,12 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   const metrics = agentMetrics();
   const reconciler = makeReconciler(options, logger, metrics);
   const runner = new SyncRunner({
-    sync: () => reconciler.sync(),
+    sync: async () => {
+      const outcome = await reconciler.sync();
+      // Whatever the sync parsed and rendered is garbage now: give the C heap's share back.
+      releaseMemory();
+      return outcome;
+    },
     intervalMs: () => reconciler.resyncIntervalMs,
     // The reconciler logs each distinct failure once; every retry is still here at debug.
     onError: (err) => logger.debug({ err }, 'sync failed; retrying with backoff'),

@@ -3,9 +3,9 @@
 import { pino, type Logger } from 'pino';
 import { agentMetrics, makeReconciler, runAgent } from './agent.js';
 import { parseArgs } from './cli/flags.js';
-import { checkCommand, diffCommand, explainCommand } from './cli/operator.js';
 import { compile } from './compile.js';
 import { loadConfig } from './config/index.js';
+import { needOptimizer } from './memory.js';
 import { renderReplace } from './nftables/render.js';
 import { plan, type AgentOptions } from './options.js';
 import { cleanup } from './reconcile/cleanup.js';
@@ -40,16 +40,20 @@ export async function main(argv: readonly string[]): Promise<number | undefined>
     return parsed.exitCode;
   }
   const { options } = parsed;
+  // One-shot commands finish sooner with the optimizing compiler; only the agent saves its memory.
+  if (options.mode !== 'run') needOptimizer();
   if (options.mode === 'version') {
     process.stdout.write(`ipmasq-agent ${version()}\n`);
     return 0;
   }
   if (options.mode === 'render') return render(options, parsed.warnings);
-  if (options.mode === 'diff') return diffCommand(options);
-  if (options.mode === 'check') return checkCommand(options);
-  if (options.mode === 'explain') {
+  if (options.mode === 'diff' || options.mode === 'check' || options.mode === 'explain') {
+    // The operator's commands load their modules only when run: the agent never holds them.
+    const operator = await import('./cli/operator.js');
+    if (options.mode === 'diff') return operator.diffCommand(options);
+    if (options.mode === 'check') return operator.checkCommand(options);
     // Offline unless --live: the addon is used only then (it needs root in the node's namespace).
-    return explainCommand(options, options.live ? async () => nftKernel : undefined);
+    return operator.explainCommand(options, options.live ? async () => nftKernel : undefined);
   }
   const logger = pino({ level: options.logLevel, base: { pid: process.pid } });
   for (const warning of parsed.warnings) logger.warn(warning);
