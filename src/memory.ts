@@ -23,5 +23,6 @@ export function conserveMemory(): void {
 export function needOptimizer(): void {
   if (optimizerOn) return;
   setFlagsFromString('--turbofan');
+  setFlagsFromString('--semi-space-growth-factor=2');
   optimizerOn = true;
 }

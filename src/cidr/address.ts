@@ -38,12 +38,12 @@ const CODE_0 = 48;
 const CODE_9 = 57;
 
 /** Parses a dotted quad; returns a reason string instead of throwing so callers can word the error. */
-export function parseIPv4(text: string): number | string {
+export function parseIPv4(text: string, end = text.length): number | string {
   let value = 0;
   let octets = 0;
   let start = 0;
-  for (let i = 0; i <= text.length; i++) {
-    if (i < text.length && text.charCodeAt(i) !== 46 /* . */) continue;
+  for (let i = 0; i <= end; i++) {
+    if (i < end && text.charCodeAt(i) !== 46 /* . */) continue;
     const digits = i - start;
     if (digits === 0) return `has an empty octet`;
     if (digits > 3) return `has an octet longer than 3 digits`;
@@ -138,7 +138,8 @@ export function parseAddress(text: string): { family: Family; addr: bigint } {
 
 const OCTETS: readonly string[] = Array.from({ length: 256 }, (_, i) => String(i));
 
-function formatIPv4Number(value: number): string {
+/** Dotted quad of an IPv4 address given as a number below 2^32. */
+export function formatIPv4(value: number): string {
   const a = OCTETS[value >>> 24] as string;
   const b = OCTETS[(value >>> 16) & 255] as string;
   const c = OCTETS[(value >>> 8) & 255] as string;
@@ -148,7 +149,7 @@ function formatIPv4Number(value: number): string {
 /** RFC 5952: lower case, no leading zeros, the longest run (first on a tie) of 2+ zero groups as "::". */
 function formatIPv6(addr: bigint): string {
   // IPv4-mapped addresses print their last 32 bits as a dotted quad (RFC 5952 section 5).
-  if (addr >> 32n === 0xffffn) return `::ffff:${formatIPv4Number(Number(addr & 0xffffffffn))}`;
+  if (addr >> 32n === 0xffffn) return `::ffff:${formatIPv4(Number(addr & 0xffffffffn))}`;
   const groups: number[] = new Array<number>(8);
   for (let i = 7; i >= 0; i--) {
     groups[i] = Number(addr & 0xffffn);
@@ -179,5 +180,5 @@ function formatIPv6(addr: bigint): string {
 }
 
 export function formatAddress(family: Family, addr: bigint): string {
-  return family === 4 ? formatIPv4Number(Number(addr)) : formatIPv6(addr);
+  return family === 4 ? formatIPv4(Number(addr)) : formatIPv6(addr);
 }

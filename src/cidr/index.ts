@@ -7,8 +7,8 @@ export {
   escapeUnprintable,
   quote,
 } from './address.js';
-export { type Prefix, formatPrefix, parseCidr, prefixRange } from './prefix.js';
-export { mergePrefixes, rangeToPrefixes } from './merge.js';
+export { type Prefix, formatPrefix, ipv4Number, parseCidr, prefixRange } from './prefix.js';
+export { mergePrefixes, mergeToText, rangeToPrefixes } from './merge.js';
 export {
   inRanges,
   normalise,

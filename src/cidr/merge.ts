@@ -1,7 +1,7 @@
 // Union of prefixes as the smallest list of aligned prefixes: sort ranges, sweep, split back.
 // IPv4 runs on plain numbers (exact below 2^53) because bigint arithmetic is ~10x slower.
-import { ADDRESS_BITS, CidrError, type Family } from './address.js';
-import { type Prefix, prefixRange } from './prefix.js';
+import { ADDRESS_BITS, CidrError, type Family, formatIPv4 } from './address.js';
+import { formatPrefix, ipv4Number, type Prefix, prefixRange } from './prefix.js';
 
 function bitLength(x: bigint): number {
   let n = 0;
@@ -25,7 +25,12 @@ function splitRange(family: Family, first: bigint, last: bigint, out: Prefix[]):
   }
 }
 
-function splitRangeV4(first: number, last: number, out: Prefix[]): void {
+/** Calls emit(start, len) for the fewest aligned IPv4 prefixes covering [first, last], in order. */
+function splitRangeV4(
+  first: number,
+  last: number,
+  emit: (start: number, len: number) => void,
+): void {
   let start = first;
   while (start <= last) {
     // 32-bit operators see the same bit pattern for start < 2^32, so these give the trailing zeros
@@ -34,7 +39,7 @@ function splitRangeV4(first: number, last: number, out: Prefix[]): void {
     const room = last - start + 1;
     const roomBits = room >= 2 ** 32 ? 32 : 31 - Math.clz32(room);
     const hostBits = Math.min(alignBits, roomBits);
-    out.push({ family: 4, addr: BigInt(start), len: 32 - hostBits });
+    emit(start, 32 - hostBits);
     start += 2 ** hostBits;
   }
 }
@@ -46,20 +51,25 @@ export function rangeToPrefixes(family: Family, first: bigint, last: bigint): Pr
     throw new CidrError(`invalid IPv${family} range ${first}-${last}`);
   }
   const out: Prefix[] = [];
-  if (family === 4) splitRangeV4(Number(first), Number(last), out);
-  else splitRange(family, first, last, out);
+  if (family === 4) {
+    splitRangeV4(Number(first), Number(last), (start, len) =>
+      out.push({ family: 4, addr: BigInt(start), len }),
+    );
+  } else {
+    splitRange(family, first, last, out);
+  }
   return out;
 }
 
-function mergeV4(prefixes: readonly Prefix[]): Prefix[] {
+/** The union of IPv4 prefixes as maximal [start, end] runs, in address order, given to emit. */
+function sweepV4(prefixes: readonly Prefix[], emit: (start: number, end: number) => void): void {
   // Each prefix packed as addr * 64 + len (< 2^38, exact in a double) so a typed-array sort orders them.
   const packed = new Float64Array(prefixes.length);
   for (let i = 0; i < prefixes.length; i++) {
     const p = prefixes[i] as Prefix;
-    packed[i] = Number(p.addr) * 64 + p.len;
+    packed[i] = ipv4Number(p) * 64 + p.len;
   }
   packed.sort();
-  const out: Prefix[] = [];
   let start = -1;
   let end = -2;
   for (let i = 0; i < packed.length; i++) {
@@ -71,11 +81,17 @@ function mergeV4(prefixes: readonly Prefix[]): Prefix[] {
       if (nextEnd > end) end = nextEnd;
       continue;
     }
-    if (start >= 0) splitRangeV4(start, end, out);
+    if (start >= 0) emit(start, end);
     start = nextStart;
     end = nextEnd;
   }
-  splitRangeV4(start, end, out);
+  emit(start, end);
+}
+
+function mergeV4(prefixes: readonly Prefix[]): Prefix[] {
+  const out: Prefix[] = [];
+  const push = (start: number, len: number) => out.push({ family: 4, addr: BigInt(start), len });
+  sweepV4(prefixes, (start, end) => splitRangeV4(start, end, push));
   return out;
 }
 
@@ -110,3 +126,33 @@ export function mergePrefixes(prefixes: readonly Prefix[]): Prefix[] {
   }
   return family === 4 ? mergeV4(prefixes) : mergeBig(family, prefixes);
 }
+
+/**
+ * mergePrefixes, printed (`formatPrefix` of each): IPv4 goes from numbers to text directly, without
+ * a Prefix and a bigint per block — 100 000 CIDRs are a config's largest list.
+ */
+export function mergeToText(prefixes: readonly Prefix[]): string[] {
+  if (prefixes.length === 0 || (prefixes[0] as Prefix).family !== 4) {
+    return mergePrefixes(prefixes).map(formatPrefix);
+  }
+  for (const p of prefixes) {
+    if (p.family !== 4) throw new CidrError('mergePrefixes: mixed IPv4 and IPv6 prefixes');
+  }
+  const out: string[] = [];
+  sweepV4(prefixes, (first, last) => {
+    // splitRangeV4, inlined: this loop prints every block of a 100 000-entry list.
+    let start = first;
+    while (start <= last) {
+      const alignBits = start === 0 ? 32 : 31 - Math.clz32(start & -start);
+      const room = last - start + 1;
+      const roomBits = room >= 2 ** 32 ? 32 : 31 - Math.clz32(room);
+      const hostBits = alignBits < roomBits ? alignBits : roomBits;
+      out.push(formatIPv4(start) + SLASH_LENGTH[32 - hostBits]);
+      start += 2 ** hostBits;
+    }
+  });
+  return out;
+}
+
+/** "/0" … "/32", so a printed prefix is one concatenation. */
+const SLASH_LENGTH: readonly string[] = Array.from({ length: 33 }, (_, len) => `/${len}`);

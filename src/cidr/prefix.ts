@@ -15,6 +15,26 @@ export interface Prefix {
   readonly len: number;
 }
 
+/**
+ * An IPv4 prefix as parsed from text (a config's largest lists are of these): the address is kept as
+ * a number and made a bigint only when asked for, so 100 000 CIDRs are 100 000 small objects.
+ */
+class IPv4Prefix implements Prefix {
+  readonly family = 4 as const;
+  constructor(
+    readonly v4: number,
+    readonly len: number,
+  ) {}
+  get addr(): bigint {
+    return BigInt(this.v4);
+  }
+}
+
+/** An IPv4 prefix's address as a number, without a bigint when it was parsed from text. */
+export function ipv4Number(p: Prefix): number {
+  return p instanceof IPv4Prefix ? p.v4 : Number(p.addr);
+}
+
 function hostMask(family: Family, len: number): bigint {
   return (1n << BigInt(ADDRESS_BITS[family] - len)) - 1n;
 }
@@ -55,9 +75,9 @@ function parseIPv4Cidr(text: string, slash: number): Prefix | undefined {
     len = len * 10 + c;
   }
   if (len > 32 || (lengthDigits === 2 && len < 10)) return undefined;
-  const v4 = parseIPv4(text.slice(0, slash));
+  const v4 = parseIPv4(text, slash);
   if (typeof v4 === 'string' || v4 % 2 ** (32 - len) !== 0) return undefined;
-  return { family: 4, addr: BigInt(v4), len };
+  return new IPv4Prefix(v4, len);
 }
 
 /** Strict parse of "ADDRESS/LENGTH"; throws CidrError naming the input and what is wrong with it. */

@@ -1,6 +1,6 @@
 // Fragments (one per file) + defaults -> the frozen Config. The only place where files are merged.
 import { createHash } from 'node:crypto';
-import { type Prefix, formatPrefix, mergePrefixes, parseCidr } from '../cidr/index.js';
+import { type Prefix, mergeToText, parseCidr } from '../cidr/index.js';
 import type { ConfigFragment } from './fragment.js';
 import {
   type CidrSets,
@@ -75,8 +75,8 @@ function mergedSets(prefixes: readonly Prefix[]): CidrSets {
   const ipv6: Prefix[] = [];
   for (const p of prefixes) (p.family === 4 ? ipv4 : ipv6).push(p);
   return Object.freeze({
-    ipv4: Object.freeze(mergePrefixes(ipv4).map(formatPrefix)),
-    ipv6: Object.freeze(mergePrefixes(ipv6).map(formatPrefix)),
+    ipv4: Object.freeze(mergeToText(ipv4)),
+    ipv6: Object.freeze(mergeToText(ipv6)),
   });
 }
 

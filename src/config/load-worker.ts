@@ -1,19 +1,51 @@
-// Loading 100 000 CIDRs takes ~0.3–0.6 s of CPU, mostly parsing and garbage: run it on a worker
-// thread so /healthz and /metrics keep answering while a large config is read.
+// Loading 100 000 CIDRs takes ~0.15–0.3 s of CPU, mostly parsing and garbage: run it on a worker
+// thread so /healthz and /metrics keep answering while a large config is read. Provenance (the
+// operator's commands, which load in their own thread) is not carried: its prefixes are classes.
 import { isMainThread, parentPort, Worker } from 'node:worker_threads';
 import { needOptimizer } from '../memory.js';
 import { loadSource } from './load.js';
 import type { ConfigSource } from './source.js';
-import { ConfigError, type Config, type LoadOptions, type LoadResult } from './types.js';
+import {
+  type CidrSets,
+  ConfigError,
+  type Config,
+  type LoadOptions,
+  type LoadResult,
+} from './types.js';
 
 interface Request {
   readonly source: ConfigSource;
   readonly options: LoadOptions;
 }
 
+/** The four sets of a config as one newline-joined string each: cloned as a copy, not 100 000 strings. */
+type PackedSets = { nonMasquerade: [string, string]; masquerade: [string, string] };
+
 type Reply =
-  | { ok: true; config: Config; warnings: string[] }
+  | {
+      ok: true;
+      config: Omit<Config, 'nonMasquerade' | 'masquerade'>;
+      sets: PackedSets;
+      warnings: string[];
+    }
   | { ok: false; error: { file: string; message: string }; warnings: string[] };
+
+function packed(config: Config): {
+  config: Omit<Config, 'nonMasquerade' | 'masquerade'>;
+  sets: PackedSets;
+} {
+  const { nonMasquerade, masquerade, ...rest } = config;
+  const join = (sets: CidrSets): [string, string] => [sets.ipv4.join('\n'), sets.ipv6.join('\n')];
+  return {
+    config: rest,
+    sets: { nonMasquerade: join(nonMasquerade), masquerade: join(masquerade) },
+  };
+}
+
+function unpack([ipv4, ipv6]: [string, string]): CidrSets {
+  const list = (text: string) => Object.freeze(text === '' ? [] : text.split('\n'));
+  return Object.freeze({ ipv4: list(ipv4), ipv6: list(ipv6) });
+}
 
 function deepFreeze<T>(value: T): T {
   if (value && typeof value === 'object') {
@@ -23,9 +55,16 @@ function deepFreeze<T>(value: T): T {
   return value;
 }
 
-/** A structured clone keeps data, not classes: give the error its class and the config its freeze back. */
+/** A structured clone keeps data, not classes: give the error its class and the config its sets and freeze back. */
 function revive(reply: Reply): LoadResult {
-  if (reply.ok) return { ok: true, config: deepFreeze(reply.config), warnings: reply.warnings };
+  if (reply.ok) {
+    const config: Config = Object.freeze({
+      ...deepFreeze(reply.config),
+      nonMasquerade: unpack(reply.sets.nonMasquerade),
+      masquerade: unpack(reply.sets.masquerade),
+    });
+    return { ok: true, config, warnings: reply.warnings };
+  }
   const error = new ConfigError(reply.error.file, '');
   error.message = reply.error.message;
   return { ok: false, error, warnings: reply.warnings };
@@ -88,6 +127,8 @@ export function loadSourceOffThread(
   options: LoadOptions,
   timeLimitMs = LOAD_TIME_LIMIT_MS,
 ): Promise<LoadResult> {
+  // Provenance's prefixes would lose their class on the way back: the operator's commands load here.
+  if (options.provenance) return loadSource(source, options);
   const loader = (current ??= startThread());
   clearTimeout(loader.idle);
   const id = nextId++;
@@ -126,7 +167,7 @@ if (!isMainThread && parentPort) {
   port.on('message', async ({ id, request }: { id: number; request: Request }) => {
     const result = await loadSource(request.source, request.options);
     const reply: Reply = result.ok
-      ? { ok: true, config: result.config, warnings: [...result.warnings] }
+      ? { ok: true, ...packed(result.config), warnings: [...result.warnings] }
       : {
           ok: false,
           error: { file: result.error.file, message: result.error.message },

@@ -159,40 +159,96 @@ export function parseYamlFull(text: string): ParsedText {
   }
 }
 
+function lineEnd(text: string, from: number): number {
+  const newline = text.indexOf('\n', from);
+  return newline < 0 ? text.length : newline;
+}
+
+/** Whether a char code is one ITEM_LINE allows unquoted: hex digits, ".", ":" and "/". */
+function isCidrChar(c: number): boolean {
+  return (
+    (c >= 48 && c <= 58) /* 0-9 : */ ||
+    (c >= 65 && c <= 70) /* A-F */ ||
+    (c >= 97 && c <= 102) /* a-f */ ||
+    c === 46 /* . */ ||
+    c === 47 /* / */
+  );
+}
+
+/**
+ * The commonest list item, `<spaces>- <CIDR characters with a "/">` and nothing after, read in place
+ * (what ITEM_LINE's first form matches, without a match array): its indent, or -1 when the line
+ * [start, end) needs ITEM_LINE.
+ */
+function plainItemIndent(text: string, start: number, end: number): number {
+  let i = start;
+  while (i < end && text.charCodeAt(i) === 32) i++;
+  if (text.charCodeAt(i) !== 45 /* - */ || text.charCodeAt(i + 1) !== 32) return -1;
+  const valueStart = itemValueStart(text, i + 1);
+  if (valueStart >= end) return -1;
+  let slash = false;
+  for (let j = valueStart; j < end; j++) {
+    const c = text.charCodeAt(j);
+    if (!isCidrChar(c)) return -1;
+    if (c === 47) slash = true;
+  }
+  return slash ? i - start : -1;
+}
+
+/** The first non-space after the dash at `afterDash - 1`. */
+function itemValueStart(text: string, afterDash: number): number {
+  let i = afterDash;
+  while (text.charCodeAt(i) === 32) i++;
+  return i;
+}
+
 /**
  * Returns undefined when the document is not in the simple shape the fast path handles exactly, or
  * when what is left for the full parser (the other keys) is longer than restMaxBytes.
  */
 export function parseYamlFast(text: string, restMaxBytes = Infinity): ParsedText | undefined {
   if (text.includes('\r') || text.includes('\t')) return undefined;
-  const lines = text.split('\n');
   const kept: string[] = [];
   const lists = new Map<string, string[]>();
-  for (let i = 0; i < lines.length;) {
-    const line = lines[i] as string;
+  // Lines as text.split('\n') gives them, walked by offset: a list item's line is never copied.
+  let start = 0;
+  let end = lineEnd(text, 0);
+  const advance = () => {
+    start = end + 1;
+    end = start <= text.length ? lineEnd(text, start) : -1;
+  };
+  while (end >= 0) {
+    const line = text.slice(start, end);
     const key = KEY_LINE.exec(line);
     if (key === null) {
       if (!BLANK_OR_COMMENT.test(line)) return undefined;
       kept.push(line);
-      i++;
+      advance();
       continue;
     }
-    i++;
+    advance();
     const items: string[] = [];
     let indent = -1;
-    for (; i < lines.length; i++) {
-      const next = lines[i] as string;
-      const item = ITEM_LINE.exec(next);
-      if (item === null) {
-        if (BLANK_OR_COMMENT.test(next)) continue;
-        break;
+    for (; end >= 0; advance()) {
+      let itemIndent = plainItemIndent(text, start, end);
+      let value: string;
+      if (itemIndent >= 0) {
+        value = text.slice(itemValueStart(text, start + itemIndent + 1), end);
+        if (value.endsWith(':')) return undefined;
+      } else {
+        const next = text.slice(start, end);
+        const item = ITEM_LINE.exec(next);
+        if (item === null) {
+          if (BLANK_OR_COMMENT.test(next)) continue;
+          break;
+        }
+        itemIndent = (item[1] as string).length;
+        value = (item[2] ?? item[3] ?? item[4]) as string;
+        if (item[2] !== undefined && value.endsWith(':')) return undefined;
       }
       if (key[2] !== undefined) return undefined; // items under "key: value" would be a multi-line scalar
-      const itemIndent = (item[1] as string).length;
       if (indent >= 0 && itemIndent !== indent) return undefined;
       indent = itemIndent;
-      const value = (item[2] ?? item[3] ?? item[4]) as string;
-      if (item[2] !== undefined && value.endsWith(':')) return undefined;
       items.push(value);
     }
     if (items.length === 0) {
@@ -207,7 +263,8 @@ export function parseYamlFast(text: string, restMaxBytes = Infinity): ParsedText
   if (lists.size === 0) return undefined;
   const restText = kept.join('\n');
   if (restText.length > restMaxBytes) return undefined;
-  // Errors are reported by the full parser so that line numbers match the file.
+  // Errors, a nesting problem too, are reported from the whole file so that line numbers match it.
+  if (nestingProblem(restText, true) !== undefined) return undefined;
   const rest = parseYamlFull(restText);
   if (!rest.ok || !(rest.value instanceof Map)) return undefined;
   for (const [key, items] of lists) rest.value.set(key, items);
@@ -215,10 +272,12 @@ export function parseYamlFast(text: string, restMaxBytes = Infinity): ParsedText
 }
 
 export function parseYaml(text: string, budget?: ParseBudget): ParsedText {
-  const tooDeep = nestingProblem(text, true);
-  if (tooDeep) return { ok: false, message: `invalid YAML: ${tooDeep}` };
+  // The fast path bounds the nesting of what it hands the full parser itself: its list items hold
+  // no brackets, so a 100 000-line list is not scanned twice.
   const fast = parseYamlFast(text, budget?.fullParserMaxBytes);
   if (fast) return fast;
+  const tooDeep = nestingProblem(text, true);
+  if (tooDeep) return { ok: false, message: `invalid YAML: ${tooDeep}` };
   if (budget && text.length > budget.fullParserMaxBytes) throw new ParseDeferred();
   return parseYamlFull(text);
 }

@@ -7,6 +7,7 @@ import {
   formatAddress,
   formatPrefix,
   mergePrefixes,
+  mergeToText,
   parseAddress,
   parseCidr,
   prefixRange,
@@ -77,6 +78,24 @@ for (const family of [4, 6] as const) {
       RUNS,
     );
   });
+
+  t.test(
+    `IPv${family}: mergeToText prints what mergePrefixes gives, parsed or built`,
+    async (t) => {
+      check(
+        t,
+        fc.property(fc.array(prefixArb(family), { maxLength: 40 }), (input) => {
+          const expected = mergePrefixes(input).map(formatPrefix).join(',');
+          // Prefixes parsed from text (an IPv4 one keeps its address as a number) and plain objects.
+          const parsed = input.map((p) => parseCidr(formatPrefix(p)));
+          return (
+            mergeToText(input).join(',') === expected && mergeToText(parsed).join(',') === expected
+          );
+        }),
+        RUNS,
+      );
+    },
+  );
 
   t.test(`IPv${family}: merge is idempotent, order-independent and minimal`, async (t) => {
     check(

@@ -4,6 +4,7 @@ import {
   type Prefix,
   formatAddress,
   formatPrefix,
+  ipv4Number,
   mergePrefixes,
   parseAddress,
   parseCidr,
@@ -39,8 +40,12 @@ t.test('parseCidr accepts canonical and standard spellings', async (t) => {
   for (const [input, canonical] of cases) {
     t.equal(formatPrefix(parseCidr(input)), canonical, input);
   }
-  t.same(parseCidr('10.0.0.0/8'), { family: 4, addr: 0x0a000000n, len: 8 });
-  t.same(parseCidr('fd00::/8'), { family: 6, addr: 0xfdn << 120n, len: 8 });
+  // Field by field: an IPv4 prefix parsed from text keeps its address as a number until asked.
+  const fields = ({ family, addr, len }: Prefix) => ({ family, addr, len });
+  t.same(fields(parseCidr('10.0.0.0/8')), { family: 4, addr: 0x0a000000n, len: 8 });
+  t.same(fields(parseCidr('fd00::/8')), { family: 6, addr: 0xfdn << 120n, len: 8 });
+  t.equal(ipv4Number(parseCidr('10.0.0.0/8')), 0x0a000000);
+  t.equal(ipv4Number({ family: 4, addr: 0x0a000000n, len: 8 }), 0x0a000000, 'a plain Prefix too');
 });
 
 t.test('parseCidr rejects everything that is not strictly a CIDR', async (t) => {
