@@ -409,9 +409,9 @@ Napi::Value ConntrackFlush(const Napi::CallbackInfo& info) {
   return worker->Promise();
 }
 
-// Gives the C heap's free pages back to the system (glibc's malloc_trim): every thread that allocated
-// (libuv's pool, V8's helpers) keeps an arena of its own, and their freed memory otherwise stays in
-// the process's RSS. Returns whether anything was released.
+// Gives the C heap's free pages back to the system (glibc's malloc_trim): every thread that
+// allocated (libuv's pool, V8's helpers) keeps an arena of its own, and their freed memory
+// otherwise stays in the process's RSS. Returns whether anything was released.
 Napi::Value ReleaseMemory(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), malloc_trim(0) == 1);
 }
