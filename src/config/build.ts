@@ -70,6 +70,11 @@ function provenanceOf(
   return { origins };
 }
 
+/** The lists one after another; concat copies a 100 000-entry list in one go, flat() entry by entry. */
+function joined(lists: readonly (readonly Prefix[])[]): readonly Prefix[] {
+  return ([] as Prefix[]).concat(...lists);
+}
+
 function mergedSets(prefixes: readonly Prefix[]): CidrSets {
   const ipv4: Prefix[] = [];
   const ipv6: Prefix[] = [];
@@ -112,8 +117,8 @@ export function buildConfig(
     );
   const nonMasqLists = given('nonMasqueradeCIDRs');
   const nonMasq =
-    nonMasqLists.length > 0 ? nonMasqLists.flat() : defaultNonMasqueradeCIDRs(options);
-  const masq = given('masqueradeCIDRs').flat();
+    nonMasqLists.length > 0 ? joined(nonMasqLists) : defaultNonMasqueradeCIDRs(options);
+  const masq = joined(given('masqueradeCIDRs'));
   const limits = given('cidrLimit');
   const cidrLimit = limits.length > 0 ? Math.max(...limits) : DEFAULT_CIDR_LIMIT;
   const intervals = given('resyncIntervalMs');
@@ -136,7 +141,7 @@ export function buildConfig(
   const linkLocal: Prefix[] = [];
   if (!masqLinkLocal) linkLocal.push(LINK_LOCAL_V4);
   if (options.enableIPv6 && !masqLinkLocalIPv6) linkLocal.push(LINK_LOCAL_V6);
-  const effectiveNonMasq = [...nonMasq, ...linkLocal];
+  const effectiveNonMasq = nonMasq.concat(linkLocal);
   const meaning = {
     nonMasquerade: mergedSets(effectiveNonMasq),
     masquerade: mergedSets(masq),
