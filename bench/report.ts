@@ -27,7 +27,7 @@ export interface BenchResults {
   breakdown: BreakdownRow[];
   flows: DataPathResults;
   idle: IdleRow[];
-  neighbour: { rows: NeighbourRow[]; listings: Record<string, string> };
+  neighbour: { rows: NeighbourRow[]; listings: Record<string, string>; runs?: number };
   conntrack: ConntrackSummary[];
   /** RSS the config worker thread adds at 64 CIDRs. */
   workerRssMiB: number | undefined;
@@ -180,7 +180,7 @@ function sections(r: BenchResults): string[] {
   ];
   return [
     '## Config write → kernel',
-    'Agent: a config renamed into the watched directory until `/healthz` shows the next generation; its sync and libnftables figures are from its log. Bare: `nft -f` of the agent\u2019s own rendered script, into an empty namespace (fresh) or over the same table (replace). Original: `iptables-nft-restore` of its linear chain. JavaScript side: in-process load and compile+render. Swaps are 250 ms apart (the agent starts syncs at least 100 ms apart, so closer ones would measure that wait). The agent runs with `--conntrack-flush=none` here: each swap flips every CIDR, and the flush has its own section below.',
+    'Agent: a config renamed into the watched directory until `/healthz` shows the next generation; its sync and libnftables figures are from its log. Bare: `nft -f` of the agent\u2019s own rendered script, into an empty namespace (fresh) or over the same table (replace), run by run after each of the agent\u2019s swaps. Original: `iptables-nft-restore` of its linear chain. JavaScript side: in-process load and compile+render. Swaps are 250 ms apart (the agent starts syncs at least 100 ms apart, so closer ones would measure that wait). The agent runs with `--conntrack-flush=none` here: each swap flips every CIDR, and the flush has its own section below.',
     columns(r.writes.rows, [
       ['CIDRs', (row) => n(row.cidrs)],
       ['agent', (row) => ms(row.agentMs)],
@@ -226,7 +226,7 @@ function sections(r: BenchResults): string[] {
       ],
     ),
     "## A neighbour's transaction",
-    `A kube-proxy-like \`nft -f\` with one flat \`add element\`, timed beside our table and, interleaved, in an empty namespace. \`--set-layout auto\` writes the interval set up to ${n(AUTO_LAYOUT_CROSSOVER)} elements and the concatenated one above.`,
+    `A kube-proxy-like \`nft -f\` with one flat \`add element\`, timed beside our table and, interleaved, in an empty namespace${r.neighbour.runs ? ` (medians of ${r.neighbour.runs} runs)` : ''}. \`--set-layout auto\` writes the interval set up to ${n(AUTO_LAYOUT_CROSSOVER)} elements and the concatenated one above.`,
     columns(
       r.neighbour.rows.filter((row) => row.layout !== NONE),
       [

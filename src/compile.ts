@@ -84,12 +84,13 @@ export function masqueradeRules(randomFully: boolean, toPorts: readonly PortRang
 }
 
 /**
- * Above this many elements in our interval sets, another tool's transaction with set elements takes
- * 10 ms longer here (nft downloads every interval set for its overlap checks; a concatenated one is
- * not downloaded): measured 17 ms alone, 26 ms beside 4 000 of our CIDRs, 31 ms beside 5 000
- * (README, "Performance"). `auto` switches to the concatenated layout above it.
+ * Up to this many elements in our interval sets, another tool's transaction with set elements takes
+ * under 10 ms longer here (nft downloads every interval set for its overlap checks; a concatenated
+ * one is not downloaded). The 10 ms point measured between ~2 800 and ~5 000 elements over three
+ * bench runs (medians of 5 and 15; README, "Performance"): 2 500 stays below it in all of them.
+ * `auto` switches to the concatenated layout above it.
  */
-export const AUTO_LAYOUT_CROSSOVER = 4_000;
+export const AUTO_LAYOUT_CROSSOVER = 2_500;
 
 /** The layout `auto` (or an explicit choice) gives for this config: one for all our sets. */
 export function chooseLayout(config: Config, options: CompileOptions): 'interval' | 'concat' {

@@ -30,7 +30,7 @@ Booleans may be given bare (--flag) or as --flag=true / --flag=false.
   --listen HOST:PORT            health and metrics server (default 0.0.0.0:9410; IPv6 as [::]:9410)
   --remove-legacy-chain         delete the original agent's leftover iptables chain (default false)
   --log-level LEVEL             ${logLevels.join(', ')} (default info)
-  --set-layout LAYOUT           auto (default): interval up to 4 000 CIDRs, concat above;
+  --set-layout LAYOUT           auto (default): interval up to 2 500 CIDRs, concat above;
                                 interval: sets of addresses; concat: sets of address . protocol
                                 ranges, which other nftables tools' element commands do not download
   --conntrack-flush WHICH       after a config change, delete the conntrack entries of flows whose

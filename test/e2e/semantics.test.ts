@@ -3,6 +3,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
+import { AUTO_LAYOUT_CROSSOVER } from '../../src/compile.js';
 import { listTable, runAgentOnce } from '../helpers/agent.js';
 import { requireRoot, tempDir } from '../helpers/netns.js';
 import {
@@ -180,11 +181,11 @@ if (requireRoot(t)) {
   });
 
   t.test(
-    '--set-layout auto (the default): concat above 4 000 CIDRs, interval again below',
+    `--set-layout auto (the default): concat above ${AUTO_LAYOUT_CROSSOVER} CIDRs, interval again below`,
     async (t) => {
-      // 4 000 non-adjacent /24s in 10.32.0.0–10.63.x, plus 10.9.0.0/16 for the probe: 4 001 entries.
+      // Non-adjacent /24s from 10.32.0.0 up, plus 10.9.0.0/16 for the probe: one above the crossover.
       const many = Array.from(
-        { length: 4_000 },
+        { length: AUTO_LAYOUT_CROSSOVER },
         (_, i) => `  - 10.${32 + ((i * 2) >> 8)}.${(i * 2) & 255}.0/24`,
       );
       const big = `cidrLimit: 5000\nnonMasqueradeCIDRs:\n  - 10.9.0.0/16\n${many.join('\n')}\n`;
