@@ -27,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <thread>
 
 #include "conntrack.h"
@@ -92,17 +93,26 @@ int64_t NowMs() {
 // last transaction replaced, an RCU grace period (~12 ms here) after any commit by anyone: the
 // answer is in hand by then, so the sockets of plain netlink requests are closed on a thread of
 // their own, and libnftables' children are reaped on one (RunScript).
+// Without a thread to spare (EAGAIN at the process's limit), the work is done here after all.
+void Later(const std::function<void()>& work) {
+  try {
+    std::thread(work).detach();
+  } catch (const std::system_error&) {
+    work();
+  }
+}
+
 void CloseLater(int fd) {
-  std::thread([fd] { close(fd); }).detach();
+  Later([fd] { close(fd); });
 }
 
 // Reaps a child without waiting for it here: see RunScript.
 void ReapLater(pid_t pid) {
-  std::thread([pid] {
+  Later([pid] {
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-  }).detach();
+  });
 }
 
 // Runs the script in a child forked for this one call, so that nothing libnftables does (a
