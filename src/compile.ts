@@ -86,7 +86,7 @@ export function masqueradeRules(randomFully: boolean, toPorts: readonly PortRang
 /**
  * Up to this many elements in our interval sets, another tool's transaction with set elements takes
  * under 10 ms longer here (nft downloads every interval set for its overlap checks; a concatenated
- * one is not downloaded). The 10 ms point measured between ~2 800 and ~5 000 elements over three
+ * one is not downloaded). The 10 ms point measured between ~2 800 and ~5 000 elements over four
  * bench runs (medians of 5 and 15; README, "Performance"): 2 500 stays below it in all of them.
  * `auto` switches to the concatenated layout above it.
  */
