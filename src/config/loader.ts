@@ -15,7 +15,7 @@ export type Loader = (path: string, options: LoadOptions) => Promise<LoadResult>
  * What the agent's own thread parses (the rest goes to the worker): any file up to 4 KiB (the usual
  * few CIDRs; the worst such file holds the thread for a few hundred ms), and up to 64 KiB the shapes
  * parsed in linear time (JSON, or YAML lists of CIDRs one per line beside a few plain keys: yaml.ts's
- * fast path), ~3 500 CIDRs in ~10 ms. A worker's start would cost more: ~100 ms, then ~15 MiB while
+ * fast path), ~3 500 CIDRs in 5–20 ms. A worker's start would cost more: ~100 ms, then ~15 MiB while
  * it lives.
  */
 export const IN_THREAD_BUDGET: ParseBudget = { maxBytes: 64 * 1024, fullParserMaxBytes: 4 * 1024 };
