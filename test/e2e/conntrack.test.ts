@@ -156,7 +156,15 @@ if (requireRoot(t)) {
       (await listTable(topo.node, 'ip')) !== null ? true : undefined,
     );
     await new Promise((resolve) => setTimeout(resolve, 300));
-    t.same(await entries(topo, '-p', 'udp'), before, 'the same entries');
+    // Every entry is still there, the same one (tuples, NAT and id). New ones may appear: with the
+    // table deleted the namespace has no nat chain, so the kernel stops translating established flows
+    // until the repair, and a reply to a datagram that left untranslated meanwhile is a new flow.
+    const after = await entries(topo, '-p', 'udp');
+    t.same(
+      before.filter((entry) => !after.includes(entry)),
+      [],
+      'the same entries, none deleted',
+    );
     t.notOk(
       agent.logs.some((l) => /deleted the conntrack entries/.test(String(l.msg))),
       'no flush logged',
