@@ -22,7 +22,7 @@ export function agentMetrics(): AgentMetrics {
 const SHUTDOWN_BUDGET_MS = 4_000;
 
 /** Quiet time after the last event in the config's directory before it is read. */
-export const CONFIG_QUIET_MS = 10;
+const CONFIG_QUIET_MS = 10;
 
 /** The reconciler for run and --once: every stage's options from the one plan (options.ts). */
 export function makeReconciler(

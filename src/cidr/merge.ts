@@ -25,12 +25,12 @@ function splitRange(family: Family, first: bigint, last: bigint, out: Prefix[]):
   }
 }
 
-/** Calls emit(start, len) for the fewest aligned IPv4 prefixes covering [first, last], in order. */
-function splitRangeV4(
-  first: number,
-  last: number,
-  emit: (start: number, len: number) => void,
-): void {
+/**
+ * Appends (start, len) for each of the fewest aligned IPv4 prefixes covering [first, last], in order:
+ * pairs of numbers in one array, so that the callers below build Prefixes or text without a call per
+ * block (the loop runs once per entry of a 100 000-entry list).
+ */
+function splitRangeV4(first: number, last: number, blocks: number[]): void {
   let start = first;
   while (start <= last) {
     // 32-bit operators see the same bit pattern for start < 2^32, so these give the trailing zeros
@@ -39,9 +39,17 @@ function splitRangeV4(
     const room = last - start + 1;
     const roomBits = room >= 2 ** 32 ? 32 : 31 - Math.clz32(room);
     const hostBits = Math.min(alignBits, roomBits);
-    emit(start, 32 - hostBits);
+    blocks.push(start, 32 - hostBits);
     start += 2 ** hostBits;
   }
+}
+
+function v4Prefixes(blocks: readonly number[]): Prefix[] {
+  const out: Prefix[] = [];
+  for (let i = 0; i < blocks.length; i += 2) {
+    out.push({ family: 4, addr: BigInt(blocks[i] as number), len: blocks[i + 1] as number });
+  }
+  return out;
 }
 
 /** The fewest aligned prefixes that cover exactly [first, last], in address order. */
@@ -50,19 +58,18 @@ export function rangeToPrefixes(family: Family, first: bigint, last: bigint): Pr
   if (first < 0n || last > top || first > last) {
     throw new CidrError(`invalid IPv${family} range ${first}-${last}`);
   }
-  const out: Prefix[] = [];
   if (family === 4) {
-    splitRangeV4(Number(first), Number(last), (start, len) =>
-      out.push({ family: 4, addr: BigInt(start), len }),
-    );
-  } else {
-    splitRange(family, first, last, out);
+    const blocks: number[] = [];
+    splitRangeV4(Number(first), Number(last), blocks);
+    return v4Prefixes(blocks);
   }
+  const out: Prefix[] = [];
+  splitRange(family, first, last, out);
   return out;
 }
 
-/** The union of IPv4 prefixes as maximal [start, end] runs, in address order, given to emit. */
-function sweepV4(prefixes: readonly Prefix[], emit: (start: number, end: number) => void): void {
+/** The union of IPv4 prefixes as the fewest aligned blocks, (start, len) pairs in address order. */
+function mergedBlocksV4(prefixes: readonly Prefix[]): number[] {
   // Each prefix packed as addr * 64 + len (< 2^38, exact in a double) so a typed-array sort orders them.
   const packed = new Float64Array(prefixes.length);
   for (let i = 0; i < prefixes.length; i++) {
@@ -70,6 +77,7 @@ function sweepV4(prefixes: readonly Prefix[], emit: (start: number, end: number)
     packed[i] = ipv4Number(p) * 64 + p.len;
   }
   packed.sort();
+  const blocks: number[] = [];
   let start = -1;
   let end = -2;
   for (let i = 0; i < packed.length; i++) {
@@ -81,18 +89,12 @@ function sweepV4(prefixes: readonly Prefix[], emit: (start: number, end: number)
       if (nextEnd > end) end = nextEnd;
       continue;
     }
-    if (start >= 0) emit(start, end);
+    if (start >= 0) splitRangeV4(start, end, blocks);
     start = nextStart;
     end = nextEnd;
   }
-  emit(start, end);
-}
-
-function mergeV4(prefixes: readonly Prefix[]): Prefix[] {
-  const out: Prefix[] = [];
-  const push = (start: number, len: number) => out.push({ family: 4, addr: BigInt(start), len });
-  sweepV4(prefixes, (start, end) => splitRangeV4(start, end, push));
-  return out;
+  splitRangeV4(start, end, blocks);
+  return blocks;
 }
 
 function mergeBig(family: Family, prefixes: readonly Prefix[]): Prefix[] {
@@ -119,12 +121,18 @@ function mergeBig(family: Family, prefixes: readonly Prefix[]): Prefix[] {
  * adjacent blocks merged), sorted by address. All inputs must be of one family.
  */
 export function mergePrefixes(prefixes: readonly Prefix[]): Prefix[] {
-  if (prefixes.length === 0) return [];
-  const family = (prefixes[0] as Prefix).family;
+  const family = familyOf(prefixes);
+  if (family === undefined) return [];
+  return family === 4 ? v4Prefixes(mergedBlocksV4(prefixes)) : mergeBig(family, prefixes);
+}
+
+/** The one family of all the prefixes (undefined when there are none); mixed ones are an error. */
+function familyOf(prefixes: readonly Prefix[]): Family | undefined {
+  const family = prefixes[0]?.family;
   for (const p of prefixes) {
     if (p.family !== family) throw new CidrError('mergePrefixes: mixed IPv4 and IPv6 prefixes');
   }
-  return family === 4 ? mergeV4(prefixes) : mergeBig(family, prefixes);
+  return family;
 }
 
 /**
@@ -132,25 +140,12 @@ export function mergePrefixes(prefixes: readonly Prefix[]): Prefix[] {
  * a Prefix and a bigint per block — 100 000 CIDRs are a config's largest list.
  */
 export function mergeToText(prefixes: readonly Prefix[]): string[] {
-  if (prefixes.length === 0 || (prefixes[0] as Prefix).family !== 4) {
-    return mergePrefixes(prefixes).map(formatPrefix);
-  }
-  for (const p of prefixes) {
-    if (p.family !== 4) throw new CidrError('mergePrefixes: mixed IPv4 and IPv6 prefixes');
-  }
+  if (familyOf(prefixes) !== 4) return mergePrefixes(prefixes).map(formatPrefix);
+  const blocks = mergedBlocksV4(prefixes);
   const out: string[] = [];
-  sweepV4(prefixes, (first, last) => {
-    // splitRangeV4, inlined: this loop prints every block of a 100 000-entry list.
-    let start = first;
-    while (start <= last) {
-      const alignBits = start === 0 ? 32 : 31 - Math.clz32(start & -start);
-      const room = last - start + 1;
-      const roomBits = room >= 2 ** 32 ? 32 : 31 - Math.clz32(room);
-      const hostBits = alignBits < roomBits ? alignBits : roomBits;
-      out.push(formatIPv4(start) + SLASH_LENGTH[32 - hostBits]);
-      start += 2 ** hostBits;
-    }
-  });
+  for (let i = 0; i < blocks.length; i += 2) {
+    out.push(formatIPv4(blocks[i] as number) + SLASH_LENGTH[blocks[i + 1] as number]);
+  }
   return out;
 }
 
