@@ -38,7 +38,8 @@ const CODE_0 = 48;
 const CODE_9 = 57;
 
 /** Parses a dotted quad; returns a reason string instead of throwing so callers can word the error. */
-export function parseIPv4(text: string, end = text.length): number | string {
+export function parseIPv4(text: string): number | string {
+  const end = text.length;
   let value = 0;
   let octets = 0;
   let start = 0;

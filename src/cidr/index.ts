@@ -8,7 +8,8 @@ export {
   quote,
 } from './address.js';
 export { type Prefix, formatPrefix, ipv4Number, parseCidr, prefixRange } from './prefix.js';
-export { mergePrefixes, mergeToText, rangeToPrefixes } from './merge.js';
+export { linesList, listLines } from './lines.js';
+export { mergePrefixes, mergeToLines, rangeToPrefixes } from './merge.js';
 export {
   inRanges,
   normalise,

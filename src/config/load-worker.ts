@@ -3,6 +3,7 @@
 // operator's commands, which load in their own thread) is not carried: its prefixes are classes.
 import { isMainThread, parentPort, Worker } from 'node:worker_threads';
 import { needOptimizer } from '../memory.js';
+import { linesList, listLines } from '../cidr/index.js';
 import { loadSource } from './load.js';
 import type { ConfigSource } from './source.js';
 import {
@@ -35,7 +36,7 @@ function packed(config: Config): {
   sets: PackedSets;
 } {
   const { nonMasquerade, masquerade, ...rest } = config;
-  const join = (sets: CidrSets): [string, string] => [sets.ipv4.join('\n'), sets.ipv6.join('\n')];
+  const join = (sets: CidrSets): [string, string] => [listLines(sets.ipv4), listLines(sets.ipv6)];
   return {
     config: rest,
     sets: { nonMasquerade: join(nonMasquerade), masquerade: join(masquerade) },
@@ -43,8 +44,7 @@ function packed(config: Config): {
 }
 
 function unpack([ipv4, ipv6]: [string, string]): CidrSets {
-  const list = (text: string) => Object.freeze(text === '' ? [] : text.split('\n'));
-  return Object.freeze({ ipv4: list(ipv4), ipv6: list(ipv6) });
+  return Object.freeze({ ipv4: linesList(ipv4), ipv6: linesList(ipv6) });
 }
 
 function deepFreeze<T>(value: T): T {

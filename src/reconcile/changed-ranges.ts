@@ -3,6 +3,7 @@
 // up. A worker is started for that one computation and ends with it; small configs stay in-thread.
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { needOptimizer } from '../memory.js';
+import { linesList, listLines } from '../cidr/index.js';
 import type { AddressFamily } from '../config/types.js';
 import { changedRanges, type Decisive } from '../decisions.js';
 
@@ -21,15 +22,17 @@ interface Job {
 
 const pack = (sets: Decisive): Packed => ({
   nonMasquerade: {
-    ipv4: sets.nonMasquerade.ipv4.join('\n'),
-    ipv6: sets.nonMasquerade.ipv6.join('\n'),
+    ipv4: listLines(sets.nonMasquerade.ipv4),
+    ipv6: listLines(sets.nonMasquerade.ipv6),
   },
-  masquerade: { ipv4: sets.masquerade.ipv4.join('\n'), ipv6: sets.masquerade.ipv6.join('\n') },
+  masquerade: { ipv4: listLines(sets.masquerade.ipv4), ipv6: listLines(sets.masquerade.ipv6) },
 });
-const split = (text: string) => (text === '' ? [] : text.split('\n'));
 const unpack = (sets: Packed): Decisive => ({
-  nonMasquerade: { ipv4: split(sets.nonMasquerade.ipv4), ipv6: split(sets.nonMasquerade.ipv6) },
-  masquerade: { ipv4: split(sets.masquerade.ipv4), ipv6: split(sets.masquerade.ipv6) },
+  nonMasquerade: {
+    ipv4: linesList(sets.nonMasquerade.ipv4),
+    ipv6: linesList(sets.nonMasquerade.ipv6),
+  },
+  masquerade: { ipv4: linesList(sets.masquerade.ipv4), ipv6: linesList(sets.masquerade.ipv6) },
 });
 
 type Changes = ReturnType<typeof changedRanges>;

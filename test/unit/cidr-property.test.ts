@@ -7,10 +7,11 @@ import {
   formatAddress,
   formatPrefix,
   mergePrefixes,
-  mergeToText,
+  mergeToLines,
   parseAddress,
   parseCidr,
   prefixRange,
+  rangeToPrefixes,
 } from '../../src/cidr/index.js';
 
 /** Runs a fast-check property as one tap assertion; the counterexample is in the failure message. */
@@ -80,17 +81,15 @@ for (const family of [4, 6] as const) {
   });
 
   t.test(
-    `IPv${family}: mergeToText prints what mergePrefixes gives, parsed or built`,
+    `IPv${family}: mergeToLines prints what mergePrefixes gives, parsed or built`,
     async (t) => {
       check(
         t,
         fc.property(fc.array(prefixArb(family), { maxLength: 40 }), (input) => {
-          const expected = mergePrefixes(input).map(formatPrefix).join(',');
+          const expected = mergePrefixes(input).map(formatPrefix).join('\n');
           // Prefixes parsed from text (an IPv4 one keeps its address as a number) and plain objects.
           const parsed = input.map((p) => parseCidr(formatPrefix(p)));
-          return (
-            mergeToText(input).join(',') === expected && mergeToText(parsed).join(',') === expected
-          );
+          return mergeToLines(input) === expected && mergeToLines(parsed) === expected;
         }),
         RUNS,
       );
@@ -155,6 +154,133 @@ for (const family of [4, 6] as const) {
     );
   });
 }
+
+/** [first, last] split greedily into the fewest aligned IPv4 blocks with bigints: the reference. */
+function referenceSplitV4(first: bigint, last: bigint): string[] {
+  const out: string[] = [];
+  let start = first;
+  while (start <= last) {
+    let len = 0;
+    // The shortest prefix that starts at `start` and ends by `last`.
+    while (len < 32) {
+      const size = 1n << BigInt(32 - len);
+      if (start % size === 0n && start + size - 1n <= last) break;
+      len++;
+    }
+    out.push(formatPrefix({ family: 4, addr: start, len }));
+    start += 1n << BigInt(32 - len);
+  }
+  return out;
+}
+
+/** The union of IPv4 prefixes, split greedily into aligned blocks with bigints: the reference. */
+function referenceMergeV4(prefixes: readonly Prefix[]): string[] {
+  const ranges = prefixes.map(prefixRange).sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+  const union: [bigint, bigint][] = [];
+  for (const [first, last] of ranges) {
+    const top = union.at(-1);
+    if (top && first <= top[1] + 1n) top[1] = last > top[1] ? last : top[1];
+    else union.push([first, last]);
+  }
+  return union.flatMap(([first, last]) => referenceSplitV4(first, last));
+}
+
+t.test('IPv4: rangeToPrefixes of any range agrees with a reference', async (t) => {
+  const address = fc.oneof(
+    fc.bigInt({ min: 0n, max: 0xffffffffn }),
+    fc.constantFrom(0n, 1n, 0xfffffffen, 0xffffffffn, 0x80000000n),
+  );
+  check(
+    t,
+    fc.property(address, address, (a, b) => {
+      const [first, last] = a <= b ? [a, b] : [b, a];
+      const got = rangeToPrefixes(4, first, last).map(formatPrefix).join(',');
+      return got === referenceSplitV4(first, last).join(',');
+    }),
+    { numRuns: 1000 },
+  );
+  // The range with the most blocks: 31 growing from 0.0.0.1/32, 31 shrinking to 255.255.255.254/32.
+  t.equal(rangeToPrefixes(4, 1n, 0xfffffffen).length, 62);
+});
+
+t.test(
+  'IPv4: merge anywhere in the address space, any length, agrees with a reference',
+  async (t) => {
+    const edge = fc.constantFrom(0n, 0xffffffffn, 0x80000000n, 0x7fffffffn, 0xffffff00n);
+    const prefix = fc
+      .record({
+        addr: fc.oneof(fc.bigInt({ min: 0n, max: 0xffffffffn }), edge),
+        len: fc.integer({ min: 0, max: 32 }),
+      })
+      .map(({ addr, len }): Prefix => {
+        const host = BigInt(32 - len);
+        return { family: 4, addr: (addr >> host) << host, len };
+      });
+    check(
+      t,
+      fc.property(fc.array(prefix, { minLength: 1, maxLength: 30 }), (input) => {
+        const expected = referenceMergeV4(input).join('\n');
+        const parsed = input.map((p) => parseCidr(formatPrefix(p)));
+        return mergeToLines(input) === expected && mergeToLines(parsed) === expected;
+      }),
+      { numRuns: 1000 },
+    );
+  },
+);
+
+/** What a strict IPv4 CIDR is, written as a grammar: the prefix, or undefined when it is not one. */
+function referenceParseV4(text: string): Prefix | undefined {
+  const match = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})\/(\d{1,2})$/.exec(text);
+  if (!match) return undefined;
+  const numbers = match.slice(1);
+  if (numbers.some((n) => n.length > 1 && n.startsWith('0'))) return undefined;
+  const octets = numbers.slice(0, 4).map(Number);
+  const len = Number(numbers[4]);
+  if (octets.some((o) => o > 255) || len > 32) return undefined;
+  const addr = octets.reduce((value, o) => (value << 8n) | BigInt(o), 0n);
+  if (addr & ((1n << BigInt(32 - len)) - 1n)) return undefined;
+  return { family: 4, addr, len };
+}
+
+t.test('parseCidr agrees with a strict IPv4 grammar on CIDR-like text', async (t) => {
+  // Mostly four numbers, often 0 and a length of 32 so that host bits are clear and an almost valid
+  // CIDR is common: the one wrong character is what the parser must notice.
+  const number = fc.oneof(
+    { arbitrary: fc.integer({ min: 0, max: 300 }).map(String), weight: 4 },
+    { arbitrary: fc.constant('0'), weight: 4 },
+    {
+      arbitrary: fc.constantFrom('', '00', '01', '007', '255', '256', '1000', 'a', ' 1', '1 ', ':'),
+      weight: 2,
+    },
+  );
+  const octets = fc.oneof(
+    { arbitrary: fc.array(number, { minLength: 4, maxLength: 4 }), weight: 8 },
+    { arbitrary: fc.array(number, { minLength: 1, maxLength: 6 }), weight: 2 },
+  );
+  const length = fc.oneof(
+    { arbitrary: fc.constantFrom('32', '0'), weight: 4 },
+    { arbitrary: fc.integer({ min: 0, max: 40 }).map(String), weight: 4 },
+    { arbitrary: fc.constantFrom('', '08', '032', '100', '3 2'), weight: 2 },
+  );
+  const text = fc
+    .tuple(octets, fc.constantFrom('/', '/', '/', '//', '', ' /'), length)
+    .map(([parts, slash, len]) => `${parts.join('.')}${slash}${len}`);
+  check(
+    t,
+    fc.property(text, (input) => {
+      const expected = referenceParseV4(input);
+      let got: Prefix | undefined;
+      try {
+        got = parseCidr(input);
+      } catch {
+        got = undefined;
+      }
+      if (expected === undefined || got === undefined) return expected === got;
+      return got.family === 4 && got.addr === expected.addr && got.len === expected.len;
+    }),
+    { numRuns: 3000 },
+  );
+});
 
 t.test('IPv6 parser agrees with node:net on random group spellings', async (t) => {
   const group = fc.oneof(

@@ -1,5 +1,6 @@
 // Every config case of kubernetes-sigs/ip-masq-agent's cmd/ip-masq-agent tests, with the same
 // accept/reject and the same CIDRs, plus the semantics the README's "Configuration" adds.
+import { createHash } from 'node:crypto';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -271,6 +272,28 @@ t.test('masqueradeCIDRs and link-local flags', async (t) => {
     ['169.254.0.0/16'],
     'link-local merged with what the file lists',
   );
+});
+
+t.test('the hash is the one earlier releases computed for the same config', async (t) => {
+  // sha256 of JSON.stringify(['ipmasq-config-v2', the four merged lists]): an agent of another
+  // release with this config adopts the table instead of taking it for another agent's (README).
+  const config = ok(
+    t,
+    parse(
+      'nonMasqueradeCIDRs: [10.0.0.0/9, 10.128.0.0/9, 192.0.2.1/32, "fd00::/8"]\nmasqueradeCIDRs: [10.1.0.0/16, "fd00:1::/64"]',
+    ),
+  );
+  const canonical = JSON.stringify([
+    'ipmasq-config-v2',
+    ['10.0.0.0/8', '169.254.0.0/16', '192.0.2.1/32'],
+    ['fd00::/8', 'fe80::/10'],
+    ['10.1.0.0/16'],
+    ['fd00:1::/64'],
+  ]);
+  t.equal(config.hash, createHash('sha256').update(canonical).digest('hex'));
+  const none = ok(t, parse('nonMasqueradeCIDRs: []\nmasqLinkLocal: true', V4));
+  const empty = JSON.stringify(['ipmasq-config-v2', [], [], [], []]);
+  t.equal(none.hash, createHash('sha256').update(empty).digest('hex'), 'empty lists');
 });
 
 t.test('hash depends on meaning only', async (t) => {
