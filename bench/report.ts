@@ -214,7 +214,7 @@ function sections(r: BenchResults): string[] {
     ]),
     r.workerRssMiB === undefined
       ? ''
-      : `The config worker thread adds ${fmt(r.workerRssMiB)} MiB while it lives (it ends after 30 s idle).`,
+      : `The config worker thread adds ${fmt(r.workerRssMiB)} MiB while it lives: from the first config too large for the agent’s own thread (above 64 KiB, or needing the full YAML parser above 4 KiB) to the next one that fits there.`,
     `## /healthz while ${n(r.writes.busyCidrs)} CIDRs apply`,
     'Requests 1 ms apart on one keep-alive connection between the rename and the new generation; the arrival row adds the requests a poller would have sent while one waited (coordinated omission).',
     table(

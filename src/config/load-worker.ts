@@ -75,12 +75,13 @@ interface Pending {
   reject: (err: unknown) => void;
 }
 
-// One long-lived worker (modules loaded once, so a change applies fast). It holds the process open
-// only while a load is pending; if it dies, the calls waiting on it fail and the next starts a new one.
+// One long-lived worker (modules loaded once, code optimized by the first load, so a change applies
+// fast). It lives while the config needs it: a load that fits the agent's own thread ends it
+// (endLoaderThread, from loader.ts). It holds the process open only while a load is pending; if it
+// dies, the calls waiting on it fail and the next starts a new one.
 interface LoaderThread {
   readonly thread: Worker;
   readonly pending: Map<number, Pending>;
-  idle?: NodeJS.Timeout;
 }
 
 let current: LoaderThread | undefined;
@@ -100,14 +101,7 @@ function startThread(): LoaderThread {
   loader.thread.on('message', ({ id, reply }: { id: number; reply: Reply }) => {
     const waiting = loader.pending.get(id);
     loader.pending.delete(id);
-    if (loader.pending.size === 0) {
-      loader.thread.unref();
-      loader.idle = setTimeout(() => {
-        if (current === loader) current = undefined;
-        void loader.thread.terminate();
-      }, IDLE_MS);
-      loader.idle.unref();
-    }
+    if (loader.pending.size === 0) loader.thread.unref();
     waiting?.resolve(revive(reply));
   });
   loader.thread.once('error', fail);
@@ -115,8 +109,16 @@ function startThread(): LoaderThread {
   return loader;
 }
 
-/** A worker idle this long is ended: its V8 isolate costs ~13 MiB of RSS. */
-const IDLE_MS = 30_000;
+/**
+ * Ends the worker unless a load is pending on it: the config fits the agent's own thread again, and
+ * the worker's V8 isolate costs ~15 MiB of RSS (docs/bench.md).
+ */
+export function endLoaderThread(): void {
+  const loader = current;
+  if (loader === undefined || loader.pending.size > 0) return;
+  current = undefined;
+  void loader.thread.terminate();
+}
 
 /** A config that takes longer than this to parse is refused (the yaml parser has slow paths). */
 export const LOAD_TIME_LIMIT_MS = 20_000;
@@ -130,7 +132,6 @@ export function loadSourceOffThread(
   // Provenance's prefixes would lose their class on the way back: the operator's commands load here.
   if (options.provenance) return loadSource(source, options);
   const loader = (current ??= startThread());
-  clearTimeout(loader.idle);
   const id = nextId++;
   const request: Request = { source, options };
   const result = new Promise<LoadResult>((resolve, reject) => {

@@ -1,7 +1,7 @@
 // Which configs the agent parses on its own thread and which on the worker (config/loader.ts): the
 // linear-time shapes up to 64 KiB here, anything that needs the full YAML parser above 4 KiB there,
 // with the same result either way.
-import { writeFileSync } from 'node:fs';
+import { readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { tempDir } from '../helpers/netns.js';
@@ -83,4 +83,54 @@ t.test('a budget defers rather than parses what it cannot afford', async (t) => 
   t.equal(small.ok, false, 'within 4 KiB the full parser still gives its verdict');
   const json = parseConfigDocument(JSON.stringify({ nonMasqueradeCIDRs: cidrs(2000) }), budget);
   t.ok(json.ok, 'JSON is linear: parsed at any size within the budget');
+});
+
+/** This process's thread ids (Linux): a worker thread is one more. */
+const threads = () => new Set(readdirSync('/proc/self/task'));
+
+/** The thread ids once they have not changed for 100 ms (within 5 s). */
+async function stable(): Promise<Set<string>> {
+  let last = threads();
+  let same = 0;
+  for (const deadline = Date.now() + 5_000; same < 5 && Date.now() < deadline;) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    const now = threads();
+    same = now.size === last.size && [...now].every((id) => last.has(id)) ? same + 1 : 0;
+    last = now;
+  }
+  return last;
+}
+
+t.test('the worker stays while loads go to it and ends at one that fits in-thread', async (t) => {
+  const dir = tempDir(t, 'loader-thread-life');
+  const large = join(dir, 'large');
+  const small = join(dir, 'small');
+  writeFileSync(
+    large,
+    (shapes['4 000 CIDRs one per line (above 64 KiB)'] as { text: string }).text,
+  );
+  writeFileSync(small, 'nonMasqueradeCIDRs: [10.0.0.0/8]\n');
+  const load = async (path: string) => {
+    const result = await loadAdaptive(await findConfigSource(path), options);
+    t.ok(result.ok, `${path} loads`);
+  };
+  const settled = async (gone: readonly string[]) => {
+    const deadline = Date.now() + 5_000;
+    while (gone.some((id) => threads().has(id)) && Date.now() < deadline) {
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  };
+  // An earlier test's worker ends here, and the libuv pool's threads exist from here on.
+  await load(small);
+  const before = await stable();
+  await load(large);
+  const withWorker = threads();
+  const added = [...withWorker].filter((id) => !before.has(id));
+  t.ok(added.length >= 1, 'the large config started the worker');
+  await new Promise((resolve) => setTimeout(resolve, 200));
+  await load(large);
+  t.same(threads(), withWorker, 'the next large load ran on the same worker, still alive');
+  await load(small);
+  await settled(added);
+  t.same(threads(), before, 'a load that fits in-thread ended the worker');
 });
