@@ -25,7 +25,7 @@ const FULL = {
   flowSizes: [64, 1_000, 10_000, 100_000],
   flowBatches: 7,
   batchMs: 300,
-  neighbourSizes: [64, 1_000, 2_500, 3_000, 5_000, 7_500, 10_000, 20_000, 50_000, 100_000],
+  neighbourSizes: [64, 1_000, 2_000, 2_500, 3_000, 5_000, 7_500, 10_000, 20_000, 50_000, 100_000],
   // A neighbour's transaction is ~15 ms and its gain is judged against 10 ms: medians of more runs.
   neighbourRuns: 15,
   concatSizes: [64, 1_000, 10_000, 100_000],

@@ -86,11 +86,12 @@ export function masqueradeRules(randomFully: boolean, toPorts: readonly PortRang
 /**
  * Up to this many elements in our interval sets, another tool's transaction with set elements takes
  * under 10 ms longer here (nft downloads every interval set for its overlap checks; a concatenated
- * one is not downloaded). The 10 ms point measured between ~2 800 and ~5 000 elements over four
- * bench runs (medians of 5 and 15; README, "Performance"): 2 500 stays below it in all of them.
+ * one is not downloaded). The 10 ms point measured between ~2 500 and ~5 000 elements over nine
+ * bench runs (medians of 5 and 15; one on a busy machine: ~2 470; README, "Performance"): 2 000
+ * stays below it in all of them.
  * `auto` switches to the concatenated layout above it.
  */
-export const AUTO_LAYOUT_CROSSOVER = 2_500;
+export const AUTO_LAYOUT_CROSSOVER = 2_000;
 
 /** The layout `auto` (or an explicit choice) gives for this config: one for all our sets. */
 export function chooseLayout(config: Config, options: CompileOptions): 'interval' | 'concat' {

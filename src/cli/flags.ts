@@ -3,7 +3,7 @@
 // Over 200 lines because it holds the usage text and one parser per value flag; it maps nothing
 // further: options.ts turns the result into each stage's options.
 import { isIPv4, isIPv6 } from 'node:net';
-import { BASE_CHAIN, setLayouts, type PortRange } from '../compile.js';
+import { AUTO_LAYOUT_CROSSOVER, BASE_CHAIN, setLayouts, type PortRange } from '../compile.js';
 import { nameProblem } from '../nftables/names.js';
 import { conntrackFlushModes } from '../reconcile/conntrack.js';
 import { logLevels, outputs, type AgentOptions, type Mode } from '../options.js';
@@ -30,7 +30,7 @@ Booleans may be given bare (--flag) or as --flag=true / --flag=false.
   --listen HOST:PORT            health and metrics server (default 0.0.0.0:9410; IPv6 as [::]:9410)
   --remove-legacy-chain         delete the original agent's leftover iptables chain (default false)
   --log-level LEVEL             ${logLevels.join(', ')} (default info)
-  --set-layout LAYOUT           auto (default): interval up to 2 500 CIDRs, concat above;
+  --set-layout LAYOUT           auto (default): interval up to ${AUTO_LAYOUT_CROSSOVER} CIDRs, concat above;
                                 interval: sets of addresses; concat: sets of address . protocol
                                 ranges, which other nftables tools' element commands do not download
   --conntrack-flush WHICH       after a config change, delete the conntrack entries of flows whose
