@@ -1,6 +1,6 @@
 // A list of printed prefixes and the same text one prefix per line, kept together while the list
-// lives: a 100 000-entry set crosses to another thread, is hashed and is rendered as one string, so
-// the text it was split from is kept rather than joined again each time.
+// lives: a 100 000-entry set crosses to another thread as one string (the config worker's reply, the
+// changed-ranges worker's job), so the text it was split from is kept rather than joined again.
 
 const LINES = new WeakMap<readonly string[], string>();
 
