@@ -88,8 +88,7 @@ export function masqueradeRules(randomFully: boolean, toPorts: readonly PortRang
  * under 10 ms longer here (nft downloads every interval set for its overlap checks; a concatenated
  * one is not downloaded). The 10 ms point measured between ~2 500 and ~5 000 elements over nine
  * bench runs (medians of 5 and 15; one on a busy machine: ~2 470; README, "Performance"): 2 000
- * stays below it in all of them.
- * `auto` switches to the concatenated layout above it.
+ * stays below it in all of them. `auto` switches to the concatenated layout above it.
  */
 export const AUTO_LAYOUT_CROSSOVER = 2_000;
 

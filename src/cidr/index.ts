@@ -8,7 +8,7 @@ export {
   quote,
 } from './address.js';
 export { type Prefix, formatPrefix, ipv4Number, parseCidr, prefixRange } from './prefix.js';
-export { linesList, listLines } from './lines.js';
+export { familyLines, familyLists, type FamilyLines } from './lines.js';
 export { mergePrefixes, mergeToLines, rangeToPrefixes } from './merge.js';
 export {
   inRanges,

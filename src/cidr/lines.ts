@@ -5,13 +5,34 @@
 const LINES = new WeakMap<readonly string[], string>();
 
 /** The list of `lines` (one prefix per line; '' is none), frozen, its text kept for listLines. */
-export function linesList(lines: string): readonly string[] {
+function linesList(lines: string): readonly string[] {
   const list = Object.freeze(lines === '' ? [] : lines.split('\n'));
   LINES.set(list, lines);
   return list;
 }
 
 /** The list one entry per line: the text linesList made it from, else joined. */
-export function listLines(list: readonly string[]): string {
+function listLines(list: readonly string[]): string {
   return LINES.get(list) ?? list.join('\n');
+}
+
+/** A set of both families as lists of printed prefixes (a Config's CidrSets). */
+export interface FamilyLists {
+  readonly ipv4: readonly string[];
+  readonly ipv6: readonly string[];
+}
+
+/** The same set with each family as its text, one prefix per line: what crosses to a thread. */
+export interface FamilyLines {
+  readonly ipv4: string;
+  readonly ipv6: string;
+}
+
+export function familyLines(sets: FamilyLists): FamilyLines {
+  return { ipv4: listLines(sets.ipv4), ipv6: listLines(sets.ipv6) };
+}
+
+/** familyLines undone, frozen. */
+export function familyLists(lines: FamilyLines): FamilyLists {
+  return Object.freeze({ ipv4: linesList(lines.ipv4), ipv6: linesList(lines.ipv6) });
 }

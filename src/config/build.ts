@@ -1,6 +1,6 @@
 // Fragments (one per file) + defaults -> the frozen Config. The only place where files are merged.
 import { createHash } from 'node:crypto';
-import { linesList, type Prefix, mergeToLines, parseCidr } from '../cidr/index.js';
+import { familyLists, type Prefix, mergeToLines, parseCidr } from '../cidr/index.js';
 import type { ConfigFragment } from './fragment.js';
 import {
   type CidrSets,
@@ -82,10 +82,7 @@ function mergedSets(prefixes: readonly Prefix[]): CidrSets {
   const ipv4 = v6 === 0 ? prefixes : prefixes.filter((p) => p.family === 4);
   const ipv6 =
     v6 === 0 ? [] : v6 === prefixes.length ? prefixes : prefixes.filter((p) => p.family === 6);
-  return Object.freeze({
-    ipv4: linesList(mergeToLines(ipv4)),
-    ipv6: linesList(mergeToLines(ipv6)),
-  });
+  return familyLists({ ipv4: mergeToLines(ipv4), ipv6: mergeToLines(ipv6) });
 }
 
 /**

@@ -3,16 +3,10 @@
 // operator's commands, which load in their own thread) is not carried: its prefixes are classes.
 import { isMainThread, parentPort, Worker } from 'node:worker_threads';
 import { needOptimizer } from '../memory.js';
-import { linesList, listLines } from '../cidr/index.js';
+import { familyLines, familyLists, type FamilyLines } from '../cidr/index.js';
 import { loadSource } from './load.js';
 import type { ConfigSource } from './source.js';
-import {
-  type CidrSets,
-  ConfigError,
-  type Config,
-  type LoadOptions,
-  type LoadResult,
-} from './types.js';
+import { ConfigError, type Config, type LoadOptions, type LoadResult } from './types.js';
 
 interface Request {
   readonly source: ConfigSource;
@@ -20,7 +14,7 @@ interface Request {
 }
 
 /** The four sets of a config as one newline-joined string each: cloned as a copy, not 100 000 strings. */
-type PackedSets = { nonMasquerade: [string, string]; masquerade: [string, string] };
+type PackedSets = { nonMasquerade: FamilyLines; masquerade: FamilyLines };
 
 type Reply =
   | {
@@ -36,15 +30,10 @@ function packed(config: Config): {
   sets: PackedSets;
 } {
   const { nonMasquerade, masquerade, ...rest } = config;
-  const join = (sets: CidrSets): [string, string] => [listLines(sets.ipv4), listLines(sets.ipv6)];
   return {
     config: rest,
-    sets: { nonMasquerade: join(nonMasquerade), masquerade: join(masquerade) },
+    sets: { nonMasquerade: familyLines(nonMasquerade), masquerade: familyLines(masquerade) },
   };
-}
-
-function unpack([ipv4, ipv6]: [string, string]): CidrSets {
-  return Object.freeze({ ipv4: linesList(ipv4), ipv6: linesList(ipv6) });
 }
 
 function deepFreeze<T>(value: T): T {
@@ -60,8 +49,8 @@ function revive(reply: Reply): LoadResult {
   if (reply.ok) {
     const config: Config = Object.freeze({
       ...deepFreeze(reply.config),
-      nonMasquerade: unpack(reply.sets.nonMasquerade),
-      masquerade: unpack(reply.sets.masquerade),
+      nonMasquerade: familyLists(reply.sets.nonMasquerade),
+      masquerade: familyLists(reply.sets.masquerade),
     });
     return { ok: true, config, warnings: reply.warnings };
   }

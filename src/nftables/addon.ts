@@ -173,7 +173,7 @@ export async function conntrackFlush(
 
 /**
  * Returns the C heap's free pages to the system (glibc's malloc_trim): the pool threads' and V8
- * helpers' arenas keep what they freed otherwise, ~6 MiB of an idle agent's RSS (docs/bench.md).
+ * helpers' arenas keep what they freed otherwise (docs/design.md, "Memory").
  * Takes well under a millisecond; false when nothing was released or the addon is missing.
  */
 export function releaseMemory(): boolean {

@@ -3,7 +3,7 @@
 // up. A worker is started for that one computation and ends with it; small configs stay in-thread.
 import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { needOptimizer } from '../memory.js';
-import { linesList, listLines } from '../cidr/index.js';
+import { familyLines, familyLists, type FamilyLines } from '../cidr/index.js';
 import type { AddressFamily } from '../config/types.js';
 import { changedRanges, type Decisive } from '../decisions.js';
 
@@ -11,7 +11,7 @@ import { changedRanges, type Decisive } from '../decisions.js';
 export const IN_THREAD_MAX_ENTRIES = 4_000;
 
 /** Each set as one newline-joined string: one string is copied to the worker far faster than 100 000. */
-type Packed = { readonly [K in keyof Decisive]: { readonly ipv4: string; readonly ipv6: string } };
+type Packed = { readonly [K in keyof Decisive]: FamilyLines };
 
 interface Job {
   readonly kind: 'ipmasq-changed-ranges';
@@ -21,18 +21,12 @@ interface Job {
 }
 
 const pack = (sets: Decisive): Packed => ({
-  nonMasquerade: {
-    ipv4: listLines(sets.nonMasquerade.ipv4),
-    ipv6: listLines(sets.nonMasquerade.ipv6),
-  },
-  masquerade: { ipv4: listLines(sets.masquerade.ipv4), ipv6: listLines(sets.masquerade.ipv6) },
+  nonMasquerade: familyLines(sets.nonMasquerade),
+  masquerade: familyLines(sets.masquerade),
 });
 const unpack = (sets: Packed): Decisive => ({
-  nonMasquerade: {
-    ipv4: linesList(sets.nonMasquerade.ipv4),
-    ipv6: linesList(sets.nonMasquerade.ipv6),
-  },
-  masquerade: { ipv4: linesList(sets.masquerade.ipv4), ipv6: linesList(sets.masquerade.ipv6) },
+  nonMasquerade: familyLists(sets.nonMasquerade),
+  masquerade: familyLists(sets.masquerade),
 });
 
 type Changes = ReturnType<typeof changedRanges>;
