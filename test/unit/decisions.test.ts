@@ -1,6 +1,7 @@
 // Which destinations a config exempts, and which change between two configs: checked address by
 // address against the decision order the rules implement (masqueradeCIDRs first, then the set).
 import fc from 'fast-check';
+import type { Worker } from 'node:worker_threads';
 import t from 'tap';
 import { normalise, subtract, symmetricDifference, type Range } from '../../src/cidr/index.js';
 import { parseConfigText } from '../../src/config/index.js';
@@ -129,7 +130,11 @@ t.test('large configs: the changed ranges come from a worker, the same as in-thr
   };
   const [a, b] = [many(0), many(1)];
   let workers = 0;
-  const counted = () => workers++;
+  let exited = 0;
+  const counted = (worker: Worker) => {
+    workers++;
+    worker.once('exit', () => exited++);
+  };
   process.on('worker', counted);
   t.teardown(() => process.off('worker', counted));
   const threadsBefore = process.getActiveResourcesInfo().length;
@@ -142,7 +147,11 @@ t.test('large configs: the changed ranges come from a worker, the same as in-thr
   const small = config('nonMasqueradeCIDRs: [10.0.0.0/8]\n');
   t.same(await changedRangesOffThread(small, a, ['ipv4']), changedRanges(small, a, ['ipv4']));
   t.equal(workers, 2, 'up to 4 000 entries together: in-thread');
-  t.ok(process.getActiveResourcesInfo().length <= threadsBefore + 1, 'the worker is gone');
+  t.ok(process.getActiveResourcesInfo().length <= threadsBefore + 1, 'no handle left behind');
+  for (const deadline = Date.now() + 5_000; exited < workers && Date.now() < deadline;) {
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  t.equal(exited, workers, 'each worker ended with its computation');
 });
 
 t.test('the IPv4 fast path covers the whole address space exactly', async (t) => {
