@@ -4,7 +4,16 @@
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AgentSession } from './agent-session.js';
-import { median, netns, type Scope, tempDir, timedIn, timedInside, withScope } from './harness.js';
+import {
+  median,
+  netns,
+  type Scope,
+  sleep,
+  tempDir,
+  timedIn,
+  timedInside,
+  withScope,
+} from './harness.js';
 import { linearChainScript, renderScript } from './scripts.js';
 
 export interface WriteRow {
@@ -35,7 +44,6 @@ export interface WriteResults {
  * so a swap right after the previous write would wait that out: this measures one config change.
  */
 const SWAP_GAP_MS = 250;
-const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 interface Bare {
   fresh: number[];
@@ -82,7 +90,7 @@ export async function benchWrites(sizes: readonly number[], runs: number): Promi
       await session.swapConfig(count, nextVariant()); // warm-up: the first write at a size is not counted
       // The agent's swaps and the bare runs alternate, so load that drifts over the run hits both.
       for (let run = 0; run < runs; run++) {
-        await pause(SWAP_GAP_MS);
+        await sleep(SWAP_GAP_MS);
         const result = await session.swapConfig(count, nextVariant());
         ms.push(result.ms);
         latencies.push(...result.latencies);
