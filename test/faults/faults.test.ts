@@ -92,8 +92,10 @@ if (requireRoot(t)) {
         const els = await setElements(node, 'nonmasq');
         return els.join() === goodElements.join() ? generation(node) : undefined;
       })) as number;
-      rmSync(node.configFile);
-      mkfifo(node.configFile);
+      // Made beside it and renamed over it: the file never goes missing (a missing file means the
+      // defaults, a legitimate write in between that the test would then see).
+      mkfifo(`${node.configFile}.fifo`);
+      renameSync(`${node.configFile}.fifo`, node.configFile);
       const h = await waitFor('configError', async () => {
         const r = await healthz();
         return r.body.configError ? r : undefined;

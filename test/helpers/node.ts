@@ -134,6 +134,58 @@ export function processAndChildren(pid: number): number[] {
   return pids;
 }
 
+/**
+ * Resolves once pid catches every one of `signals` (its SigCgt mask in /proc: a listener is installed),
+ * polling every millisecond for at most timeoutMs; rejects if the process ends first.
+ */
+export async function untilCaught(
+  pid: number,
+  signals: number[],
+  timeoutMs = 30_000,
+): Promise<void> {
+  const wanted = signals.reduce((mask, n) => mask | (1n << BigInt(n - 1)), 0n);
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    let status: string;
+    try {
+      status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    } catch {
+      throw new Error(`process ${pid} ended before it caught signals ${signals.join(', ')}`);
+    }
+    const caught = /^SigCgt:\s+([0-9a-f]+)$/m.exec(status)?.[1];
+    if (caught && (BigInt(`0x${caught}`) & wanted) === wanted) return;
+    if (!isRunning(pid)) throw new Error(`process ${pid} ended before it caught its signals`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${pid} to catch its signals`);
+    await sleep(1);
+  }
+}
+
+/** Resolves once `signal` is no longer pending for pid (delivered, or the process is gone). */
+export async function untilDelivered(
+  pid: number,
+  signal: number,
+  timeoutMs = 30_000,
+): Promise<void> {
+  const bit = 1n << BigInt(signal - 1);
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    let status: string;
+    try {
+      status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    } catch {
+      return;
+    }
+    const pending = [...status.matchAll(/^(?:SigPnd|ShdPnd):\s+([0-9a-f]+)$/gm)].reduce(
+      (mask, m) => mask | BigInt(`0x${m[1]}`),
+      0n,
+    );
+    if ((pending & bit) === 0n) return;
+    if (Date.now() > deadline) throw new Error(`signal ${signal} still pending for ${pid}`);
+    await sleep(1);
+  }
+}
+
 /** Whether pid runs: not gone, and not a zombie waiting for its new parent to reap it. */
 export function isRunning(pid: number): boolean {
   try {
