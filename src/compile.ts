@@ -1,5 +1,6 @@
 // Config + flags → the agent's desired tables (pure). README, "What it does".
 import type { Config } from './config/types.js';
+import { markText, type WriteMark } from './nftables/ownership.js';
 import type { Chain, TableFamily, SetKey, Table } from './nftables/types.js';
 
 export interface PortRange {
@@ -28,30 +29,6 @@ export interface CompileOptions {
 export const BASE_CHAIN = 'postrouting';
 export const NONMASQ_SET = 'nonmasq';
 export const MASQ_SET = 'masq';
-
-export function tableComment(generation: number, configHash: string): string {
-  return `ipmasq-agent generation ${generation} config sha256:${configHash}`;
-}
-
-/**
- * Whose a listed table is, from its comment: `ours` when it reads exactly as tableComment writes it
- * (a generation of at most 15 digits, a 64-digit hash); `corrupt` when it starts like ours but does
- * not parse (a planted "generation 1e21"): ours to replace, counting from 1 again; `foreign` when
- * it has no comment of ours at all: never touched (README, "Choices where the contract is silent").
- */
-export type TableOwner =
-  | { readonly kind: 'ours'; readonly generation: number; readonly hash: string }
-  | { readonly kind: 'corrupt' }
-  | { readonly kind: 'foreign' };
-
-export function tableOwner(listing: string): TableOwner {
-  const exact =
-    /^\s*comment "ipmasq-agent generation ([1-9][0-9]{0,14}) config sha256:([0-9a-f]{64})"$/m.exec(
-      listing,
-    );
-  if (exact?.[1] && exact[2]) return { kind: 'ours', generation: Number(exact[1]), hash: exact[2] };
-  return /^\s*comment "ipmasq-agent/m.test(listing) ? { kind: 'corrupt' } : { kind: 'foreign' };
-}
 
 function integer(n: number, what: string): string {
   if (!Number.isSafeInteger(n) || n < 0)
@@ -119,7 +96,7 @@ function compileFamily(
   family: TableFamily,
   config: Config,
   options: CompileOptions,
-  generation: number,
+  mark: WriteMark,
   layout: 'interval' | 'concat',
 ): Table {
   const v4 = family === 'ip';
@@ -136,7 +113,8 @@ function compileFamily(
   return {
     family,
     name: options.table,
-    comment: tableComment(generation, config.hash),
+    // What a table created by this write carries for good; the jump rule carries every write's mark.
+    comment: markText({ generation: mark.generation, hash: mark.hash }),
     sets: [
       {
         name: NONMASQ_SET,
@@ -155,19 +133,25 @@ function compileFamily(
       {
         name: BASE_CHAIN,
         base: { type: 'nat', hook: 'postrouting', priority: 'srcnat', policy: 'accept' },
-        rules: [`fib daddr type != local jump ${options.masqChain}`],
+        rules: [`fib daddr type != local jump ${options.masqChain} comment "${markText(mark)}"`],
       },
       decision,
     ],
   };
 }
 
-/** The desired tables: `ip`, and `ip6` with --enable-ipv6. */
-export function compile(config: Config, options: CompileOptions, generation: number): Table[] {
+/** The desired tables: `ip`, and `ip6` with --enable-ipv6; `writer` names this process in the mark. */
+export function compile(
+  config: Config,
+  options: CompileOptions,
+  generation: number,
+  writer?: string,
+): Table[] {
   if (options.masqChain === BASE_CHAIN) {
     throw new Error(`--masq-chain may not be ${BASE_CHAIN}: the base chain has that name`);
   }
   const families: TableFamily[] = options.enableIPv6 ? ['ip', 'ip6'] : ['ip'];
   const layout = chooseLayout(config, options);
-  return families.map((family) => compileFamily(family, config, options, generation, layout));
+  const mark: WriteMark = { generation, hash: config.hash, ...(writer ? { writer } : {}) };
+  return families.map((family) => compileFamily(family, config, options, mark, layout));
 }

@@ -2,7 +2,8 @@
 // kernel), --diff and --check. Each loads configs with provenance through the same loader the
 // agent uses, and prints text or one JSON document.
 import { CidrError, formatAddress, parseAddress } from '../cidr/index.js';
-import { tableOwner, type CompileOptions } from '../compile.js';
+import type { CompileOptions } from '../compile.js';
+import { tableOwner } from '../nftables/ownership.js';
 import { checkPath } from '../config/check.js';
 import { loadConfig } from '../config/index.js';
 import type { Config, LoadOptions } from '../config/types.js';

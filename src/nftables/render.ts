@@ -21,25 +21,37 @@ function elementText(element: string, family: TableFamily): string {
   return element.endsWith(full) ? element.slice(0, -full.length) : element;
 }
 
-function renderSet(set: NamedSet, family: TableFamily): string[] {
-  const lines = [`\tset ${set.name} {`, `\t\ttypeof ${set.key.expression}`];
-  if (set.flags.length > 0) lines.push(`\t\tflags ${set.flags.join(',')}`);
-  if (set.elements.length > 0) {
-    const { elementSuffix } = set.key;
-    const addresses = set.elements.map((e) => elementText(e, family)).join(`${elementSuffix}, `);
-    const elements = addresses + elementSuffix;
-    // One pass over the joined text (100 000 regex tests cost ~30 ms on the JS thread): nothing but
-    // address characters, so no element can carry nft syntax, whatever produced it.
-    const stray = /[^0-9a-f.:/, -]/.exec(elements);
-    if (stray) {
-      throw new Error(
-        `set ${set.name}: ${JSON.stringify(stray[0])} in its elements: not a formatted prefix`,
-      );
-    }
-    lines.push(`\t\telements = { ${elements} }`);
+/** The elements as nft text, each with the set's suffix; throws on anything but address characters. */
+function elementList(set: NamedSet, elements: readonly string[], family: TableFamily): string {
+  const { elementSuffix } = set.key;
+  const addresses = elements.map((e) => elementText(e, family)).join(`${elementSuffix}, `);
+  const text = addresses + elementSuffix;
+  // One pass over the joined text (not one regex test per element): nothing but address characters,
+  // so no element can carry nft syntax, whatever produced it.
+  const stray = /[^0-9a-f.:/, -]/.exec(text);
+  if (stray) {
+    throw new Error(
+      `set ${set.name}: ${JSON.stringify(stray[0])} in its elements: not a formatted prefix`,
+    );
   }
+  return text;
+}
+
+function setBlock(
+  set: NamedSet,
+  family: TableFamily,
+  elements = set.elements,
+  name = set.name,
+): string[] {
+  const lines = [`\tset ${name} {`, `\t\ttypeof ${set.key.expression}`];
+  if (set.flags.length > 0) lines.push(`\t\tflags ${set.flags.join(',')}`);
+  if (elements.length > 0) lines.push(`\t\telements = { ${elementList(set, elements, family)} }`);
   lines.push('\t}');
   return lines;
+}
+
+function renderSet(set: NamedSet, family: TableFamily): string[] {
+  return setBlock(set, family);
 }
 
 function renderChain(chain: Chain): string[] {
@@ -86,4 +98,102 @@ export function renderDelete(refs: readonly TableRef[]): string {
 /** Whitespace-insensitive form of a table listing, for comparing a read-back with a rendering. */
 export function normaliseListing(text: string): string {
   return text.replace(/\s+/g, ' ').trim();
+}
+
+/**
+ * The change from `old` (what the kernel holds, exactly) to `next` as one transaction that keeps the
+ * table, its chains and its sets in place: element deletions and additions, the decision chain's
+ * rules only where they differ, and the jump rule with the new write's mark. With `old` unknown (a
+ * table of ours whose content is not known, of the same structure), every set is flushed and refilled
+ * and every chain's rules rewritten: measured to open no window either (docs/design.md, "Writes on
+ * the wire"). Additions are written inside a set block, which keeps nft's cache fill away.
+ */
+export function renderInPlace(next: Table, old?: Table): string {
+  validateTable(next);
+  const { family, name } = next;
+  const lines: string[] = [];
+  const additions: string[] = [];
+  for (const set of next.sets) {
+    const before = old?.sets.find((s) => s.name === set.name);
+    if (!before) {
+      lines.push(`flush set ${family} ${name} ${set.name}`);
+      if (set.elements.length > 0) additions.push(...setBlock(set, family));
+      continue;
+    }
+    const had = new Set(before.elements);
+    const wanted = new Set(set.elements);
+    const removed = before.elements.filter((e) => !wanted.has(e));
+    const added = set.elements.filter((e) => !had.has(e));
+    if (removed.length > 0) {
+      lines.push(
+        `delete element ${family} ${name} ${set.name} { ${elementList(set, removed, family)} }`,
+      );
+    }
+    if (added.length > 0) additions.push(...setBlock(set, family, added));
+  }
+  if (additions.length > 0) lines.push(`table ${family} ${name} {`, ...additions, '}');
+  for (const chain of next.chains) {
+    const before = old?.chains.find((c) => c.name === chain.name);
+    const same =
+      before !== undefined &&
+      before.rules.length === chain.rules.length &&
+      before.rules.every((rule, i) => rule === chain.rules[i]);
+    // The base chain's one rule carries the mark, so it is rewritten at every write.
+    if (same && !chain.base) continue;
+    lines.push(`flush chain ${family} ${name} ${chain.name}`);
+    for (const rule of chain.rules) lines.push(`add rule ${family} ${name} ${chain.name} ${rule}`);
+  }
+  return lines.join('\n') + '\n';
+}
+
+/** The temporary name of a set during a change of its key (the layout switch). */
+export function nextSetName(name: string): string {
+  return `${name}-next`;
+}
+
+/**
+ * A change of the sets' key (the `auto` layout switch) as four transactions, each measured to open no
+ * window (docs/design.md, "Writes on the wire"): rules may not reference a set created in their own
+ * transaction without a few new flows slipping past it. 1: the new sets under temporary names,
+ * filled; 2: the rules moved to them, the old sets deleted; 3: the new sets under their own names,
+ * filled; 4: the rules moved back, the write's mark, the temporary sets deleted. Between steps the decision is the old config's (1) or the new one's (2-4).
+ */
+export function renderKeyChange(next: Table): string[] {
+  validateTable(next);
+  const { family, name } = next;
+  const temporary = next.sets.map((set) => ({ ...set, name: nextSetName(set.name) }));
+  const toTemporary = (rule: string) =>
+    next.sets.reduce(
+      (moved, set) => moved.replaceAll(`@${set.name} `, `@${nextSetName(set.name)} `),
+      rule,
+    );
+  const moved: Table = {
+    ...next,
+    chains: next.chains.map((chain) =>
+      chain.base ? chain : { ...chain, rules: chain.rules.map(toTemporary) },
+    ),
+  };
+  const block = (sets: readonly NamedSet[]) =>
+    [`table ${family} ${name} {`, ...sets.flatMap((set) => setBlock(set, family)), '}'].join('\n') +
+    '\n';
+  const decisionRules = moved.chains
+    .filter((chain) => !chain.base)
+    .flatMap((chain) => [
+      `flush chain ${family} ${name} ${chain.name}`,
+      ...chain.rules.map((rule) => `add rule ${family} ${name} ${chain.name} ${rule}`),
+    ]);
+  return [
+    block(temporary),
+    [...decisionRules, ...next.sets.map((s) => `delete set ${family} ${name} ${s.name}`)].join(
+      '\n',
+    ) + '\n',
+    block(next.sets),
+    renderInPlace(next, moved) +
+      temporary.map((s) => `delete set ${family} ${name} ${s.name}\n`).join(''),
+  ];
+}
+
+/** The table's listing without its own comment line, which nftables never changes once written. */
+export function withoutTableComment(listing: string): string {
+  return listing.replace(/^\tcomment "[^"\n]*"\n/m, '');
 }

@@ -2,7 +2,7 @@
 // rule as a sync — a same-named table that is not ours is left, an error — then, with
 // --remove-legacy-chain, the original agent's chain through the same LegacyChain step.
 import type { Logger } from 'pino';
-import { tableOwner } from '../compile.js';
+import { tableOwner } from '../nftables/ownership.js';
 import { renderDelete } from '../nftables/render.js';
 import type { Kernel } from './kernel.js';
 import { LegacyChain, type LegacyOptions } from './legacy.js';

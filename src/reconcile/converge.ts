@@ -1,15 +1,23 @@
 // Makes the kernel hold the config's tables, writing only when they differ (README, "When it
 // writes"): trusts the namespace's generation id to skip a read-back only when our own commit
-// provably moved it, reads our tables back otherwise, and writes both tables whole in one transaction.
+// provably moved it, reads our tables back otherwise, and changes them in place — element
+// additions and deletions, rules only where they differ — so that no packet sees a mix (docs/design.md,
+// "Writes on the wire"). A table is written whole only where it is created or no longer has our shape.
 import type { Logger } from 'pino';
 import { compile, type CompileOptions } from '../compile.js';
 import type { Config } from '../config/types.js';
-import { renderReplace } from '../nftables/render.js';
-import type { TableFamily } from '../nftables/types.js';
+import {
+  renderDelete,
+  renderInPlace,
+  renderKeyChange,
+  renderReplace,
+  renderTable,
+} from '../nftables/render.js';
+import type { Table, TableFamily } from '../nftables/types.js';
 import type { Kernel } from './kernel.js';
 import type { AgentMetrics } from './metrics.js';
 import { OtherAgentWatch } from './other-agent.js';
-import { holds, readTables } from './read-back.js';
+import { compareStructure, holds, listingIs, readTables, type KernelTables } from './read-back.js';
 
 export interface ConvergeDeps {
   readonly kernel: Kernel;
@@ -17,6 +25,8 @@ export interface ConvergeDeps {
   readonly logger: Logger;
   readonly metrics: AgentMetrics;
   readonly otherAgent: OtherAgentWatch;
+  /** This process's writer id, recorded in every write's mark (nftables/ownership.ts). */
+  readonly writer: string;
 }
 
 /** What a sync did: wrote, found the kernel holding the config, or held back from another agent. */
@@ -24,6 +34,15 @@ export type Converged = 'wrote' | 'in-place' | 'held-back';
 
 /** Runs one phase of a sync and records how long it took, for the log line of a write. */
 export type Timed = <T>(phase: string, work: () => Promise<T>) => Promise<T>;
+
+/**
+ * How one family's table is written: changed from what the kernel holds exactly (`exact`), refilled
+ * in place (ours, same objects, content not known), moved to another set key in steps (`key`), created,
+ * or replaced whole (not of our shape any more: a repair).
+ */
+type Plan =
+  | { readonly kind: 'exact'; readonly old: Table }
+  | { readonly kind: 'refill' | 'key' | 'create' | 'replace' };
 
 export class Converger {
   private readonly deps: ConvergeDeps;
@@ -35,6 +54,8 @@ export class Converger {
   private kernelGenId: number | undefined;
   /** Families whose table this process has written: ours even if its comment was changed. */
   private readonly written = new Set<TableFamily>();
+  /** The tables as this process last wrote them: what the kernel holds while nobody else wrote. */
+  private readonly lastTables = new Map<TableFamily, Table>();
 
   constructor(deps: ConvergeDeps) {
     this.deps = deps;
@@ -55,30 +76,31 @@ export class Converger {
 
   /** Rejects when the kernel cannot be read or written. */
   async converge(config: Config, timed: Timed): Promise<Converged> {
-    const { kernel, compileOptions, logger, metrics, otherAgent } = this.deps;
+    const { kernel, compileOptions, logger, metrics, otherAgent, writer } = this.deps;
     const key = this.contentKey(config);
     const genId = await kernel.generationId().catch(() => undefined);
     const kernelUnmoved = genId !== undefined && genId === this.kernelGenId;
     if (kernelUnmoved && this.kernelKey === key) return 'in-place';
 
     let drift = false;
-    let stale: readonly { family: TableFamily; name: string }[] = [];
+    let found: KernelTables | undefined;
     if (!kernelUnmoved) {
-      const found = await timed('readMs', () =>
+      found = await timed('readMs', () =>
         readTables(kernel, compileOptions, this.written, () => metrics.incKernelReads()),
       );
-      stale = found.stale;
-      const writer = found.ip?.kind === 'ours' ? found.ip : undefined;
-      this.adoptGeneration(writer?.generation);
-      const inPlace = holds(found, compile(config, compileOptions, this.generation));
-      // Not what we would write, and written by another agent: hold back for a while rather than
+      const mark = found.ip?.kind === 'ours' ? found.ip : undefined;
+      this.adoptGeneration(mark?.generation);
+      // What we would write with the mark found: a table of this config from another process of
+      // ours (the last run's, before a restart) is in place too.
+      const inPlace = holds(found, compile(config, compileOptions, this.generation, mark?.writer));
+      // Not what we would write, and written by a newer agent: hold back for a while rather than
       // fight (other-agent.ts). The kernel is read again at every resync meanwhile.
-      if (!inPlace && writer && otherAgent.holdBack(writer)) {
+      if (!inPlace && mark && otherAgent.holdBack(mark)) {
         this.kernelGenId = undefined;
         return 'held-back';
       }
       if (inPlace) {
-        if (writer) otherAgent.inPlace(writer);
+        if (mark) otherAgent.inPlace(mark);
         this.kernelKey = key;
         // The listings are at least as new as genId: if another commit came between, the id has
         // moved past it and the next sync reads again. While a conflict is open, always read.
@@ -86,32 +108,84 @@ export class Converger {
         metrics.setGeneration(this.generation);
         return 'in-place';
       }
-      drift = this.kernelKey === key;
+      // Drift: the kernel no longer holds the config we wrote, changed by anyone but another agent:
+      // by hand, or by a restore of a saved ruleset holding an older write of ours.
+      drift = this.kernelKey === key && (mark === undefined || mark.writer === writer);
     }
     const generation = this.generation + 1;
-    const tables = compile(config, compileOptions, generation);
+    const tables = compile(config, compileOptions, generation, writer);
     if (drift)
       logger.warn({ generation }, 'our tables in the kernel drifted from the config; repairing');
-    await timed('applyMs', () => kernel.apply(renderReplace(tables, stale)));
+    const scripts = this.scripts(tables, found);
+    await timed('applyMs', async () => {
+      for (const script of scripts) await kernel.apply(script);
+    });
     if (drift) metrics.incDriftRepairs();
-    for (const table of tables) this.written.add(table.family);
-    otherAgent.wrote({ generation, hash: config.hash });
+    this.lastTables.clear();
+    for (const table of tables) {
+      this.written.add(table.family);
+      this.lastTables.set(table.family, table);
+    }
+    otherAgent.wrote({ generation, hash: config.hash, writer });
     this.generation = generation;
     this.kernelKey = key;
-    // "The kernel holds what we wrote at id G" only when G is provably our commit's: our one
-    // transaction moves the id by exactly one, so any other step means another commit came before
-    // or after ours, and the next sync reads the tables back instead of trusting them. While
-    // another agent writes our table, read back at every resync: that our write stayed is how the
+    // "The kernel holds what we wrote at id G" only when G is provably our commits': each of our
+    // transactions moves the id by exactly one, so any other step means another commit came
+    // between, and the next sync reads the tables back instead of trusting them. While another
+    // agent writes our table, read back at every resync: that our write stayed is how the
     // conflict ends.
     const after = await kernel.generationId().catch(() => undefined);
     this.kernelGenId =
       !otherAgent.active &&
       genId !== undefined &&
       after !== undefined &&
-      after === (genId + 1) >>> 0
+      after === (genId + scripts.length) >>> 0
         ? after
         : undefined;
     metrics.setGeneration(generation);
     return 'wrote';
+  }
+
+  /** How each family's table is written, from what the kernel was found to hold (or is known to). */
+  private plan(table: Table, found: KernelTables | undefined): Plan {
+    const last = this.lastTables.get(table.family);
+    if (!found) return last ? { kind: 'exact', old: last } : { kind: 'create' };
+    const listing = found.listings.get(table.family) ?? null;
+    if (listing === null) return { kind: 'create' };
+    if (last && listingIs(listing, last)) return { kind: 'exact', old: last };
+    if (found.owners.get(table.family)?.kind !== 'ours') return { kind: 'replace' };
+    const structure = compareStructure(listing, table);
+    return { kind: structure === 'same' ? 'refill' : structure === 'key' ? 'key' : 'replace' };
+  }
+
+  /** The transactions of one write, in order: the last one carries the write's mark. */
+  private scripts(tables: readonly Table[], found: KernelTables | undefined): string[] {
+    const before: string[][] = [];
+    let last = '';
+    for (const table of tables) {
+      const plan = this.plan(table, found);
+      switch (plan.kind) {
+        case 'exact':
+          last += renderInPlace(table, plan.old);
+          break;
+        case 'refill':
+          last += renderInPlace(table);
+          break;
+        case 'key': {
+          const steps = renderKeyChange(table);
+          steps.slice(0, -1).forEach((step, i) => (before[i] = [...(before[i] ?? []), step]));
+          last += steps.at(-1) ?? '';
+          break;
+        }
+        case 'create':
+          last += renderTable(table);
+          break;
+        case 'replace':
+          last += renderReplace([table]);
+          break;
+      }
+    }
+    if (found) last += renderDelete(found.stale);
+    return [...before.map((parts) => parts.join('')), last];
   }
 }

@@ -1,17 +1,16 @@
 // Another ipmasq-agent writing our tables otherwise than we would (another config or other flags), as
 // during a rolling update with maxSurge (README, "Choices where the contract is silent"). Recognised
-// by the table's comment: our format, but not what this process last wrote, on tables that do not
-// hold what we would write. The agent then holds back for 1,
-// 2, 4, at most 8 resync intervals before writing its own config again, instead of rewriting at every
-// resync; whichever agent stays wins once the other leaves.
+// by the latest write's mark (nftables/ownership.ts): another writer's, on tables that do not hold
+// what we would write. A mark of our own writer is never another agent: an older write of ours put
+// back (a restore of a saved ruleset) is drift, repaired at once. Of two agents the newer (the later
+// start) wins: it writes its config at once; the older holds back for 1, 2, 4, at most 8 resync
+// intervals before writing its own again, instead of rewriting at every resync.
 import type { Logger } from 'pino';
+import { isNewerWriter, type WriteMark } from '../nftables/ownership.js';
 import type { AgentMetrics } from './metrics.js';
 
-/** What a table's comment says wrote it. */
-export interface TableWriter {
-  readonly generation: number;
-  readonly hash: string;
-}
+/** What a table's mark says wrote it. */
+export type TableWriter = WriteMark;
 
 /** The longest hold, in resync intervals; also how long our write must stay to end a conflict. */
 export const MAX_HOLD_INTERVALS = 8;
@@ -21,6 +20,8 @@ export interface OtherAgentDeps {
   readonly metrics: AgentMetrics;
   readonly now: () => number;
   readonly intervalMs: () => number;
+  /** This process's writer id. */
+  readonly writer: string;
 }
 
 export class OtherAgentWatch {
@@ -51,9 +52,15 @@ export class OtherAgentWatch {
   holdBack(found: TableWriter): boolean {
     // Before our first write, a table of another config is simply the last run's.
     if (!this.lastWrite || this.isOurLastWrite(found)) return false;
+    if (found.writer === this.deps.writer) return false;
     const now = this.deps.now();
     const conflict = this.conflict;
     if (conflict) conflict.lastSeen = now;
+    if (!isNewerWriter(found.writer, this.deps.writer)) {
+      // An older agent's write: ours wins, written again at once; the conflict is still open.
+      if (!conflict) this.open(found, 0, now, undefined);
+      return false;
+    }
     if (conflict?.holdUntil !== undefined) {
       if (now < conflict.holdUntil) return true;
       conflict.holdUntil = undefined; // held long enough: write ours once more
@@ -61,15 +68,28 @@ export class OtherAgentWatch {
     }
     const rounds = conflict?.rounds ?? 0;
     const holdMs = this.deps.intervalMs() * Math.min(2 ** rounds, MAX_HOLD_INTERVALS);
-    this.conflict = { rounds: rounds + 1, lastSeen: now, holdUntil: now + holdMs };
-    if (!conflict) {
-      this.deps.logger.warn(
-        { otherGeneration: found.generation, otherConfig: found.hash, holdMs },
-        'another ipmasq-agent is writing our table with another config; holding back instead of overwriting it',
-      );
-      this.deps.metrics.setConflictingWriter(true);
-    }
+    if (conflict) {
+      conflict.rounds = rounds + 1;
+      conflict.holdUntil = now + holdMs;
+    } else this.open(found, rounds + 1, now, now + holdMs);
     return true;
+  }
+
+  private open(found: TableWriter, rounds: number, now: number, holdUntil: number | undefined) {
+    this.conflict = { rounds, lastSeen: now, holdUntil };
+    const newer = holdUntil !== undefined;
+    this.deps.logger.warn(
+      {
+        otherGeneration: found.generation,
+        otherConfig: found.hash,
+        otherWriter: found.writer ?? null,
+        ...(newer ? { holdMs: holdUntil - now } : {}),
+      },
+      newer
+        ? 'another ipmasq-agent is writing our table with another config; holding back instead of overwriting it (the newer agent wins)'
+        : 'another ipmasq-agent is writing our table with another config; it started before this one, so ours wins',
+    );
+    this.deps.metrics.setConflictingWriter(true);
   }
 
   /**
@@ -89,6 +109,10 @@ export class OtherAgentWatch {
   }
 
   private isOurLastWrite(found: TableWriter): boolean {
-    return found.generation === this.lastWrite?.generation && found.hash === this.lastWrite.hash;
+    return (
+      found.generation === this.lastWrite?.generation &&
+      found.hash === this.lastWrite.hash &&
+      (found.writer === undefined || found.writer === this.lastWrite.writer)
+    );
   }
 }

@@ -1,7 +1,8 @@
 // Reading our tables back from the kernel, and comparing them with what we would write. Reading
 // changes nothing: what the caller does with the generation found is its own, explicit step.
-import { tableOwner, type CompileOptions, type TableOwner } from '../compile.js';
-import { normaliseListing, renderTable } from '../nftables/render.js';
+import type { CompileOptions } from '../compile.js';
+import { tableOwner, type TableOwner } from '../nftables/ownership.js';
+import { normaliseListing, renderTable, withoutTableComment } from '../nftables/render.js';
 import type { Table, TableFamily, TableRef } from '../nftables/types.js';
 import type { Kernel } from './kernel.js';
 
@@ -11,6 +12,7 @@ export interface KernelTables {
   readonly stale: readonly TableRef[];
   /** Who wrote our ip table, by its comment. */
   readonly ip: TableOwner | undefined;
+  readonly owners: ReadonlyMap<TableFamily, TableOwner>;
 }
 
 /**
@@ -46,14 +48,56 @@ export async function readTables(
     !options.enableIPv6 && ip6 && (ip6.kind !== 'foreign' || written.has('ip6'))
       ? [{ family: 'ip6', name: options.table }]
       : [];
-  return { listings, stale, ip: owners.get('ip') };
+  return { listings, stale, ip: owners.get('ip'), owners };
 }
 
-/** Whether the listings are exactly the rendering of `tables`. */
+/**
+ * Whether a listing is exactly the rendering of `table`, but for the table's own comment: nftables
+ * keeps the one the table was created with (the latest write's mark is on the jump rule).
+ */
+export function listingIs(listing: string, table: Table): boolean {
+  return listingShape(listing) === listingShape(renderTable(table));
+}
+
+/**
+ * A listing in a form that compares equal whatever order the elements are in: a concatenated set
+ * lists them in the order they were added, and in-place writes add them in any order.
+ */
+function listingShape(text: string): string {
+  return normaliseListing(withoutTableComment(text)).replace(
+    /elements = \{ ([^}]*) \}/g,
+    (_, items: string) => `elements = { ${items.split(', ').sort().join(', ')} }`,
+  );
+}
+
+/** The objects of a table and the sets' keys: what an in-place write relies on finding. */
+function structure(listing: string): string {
+  const lines: string[] = [];
+  for (const line of listing.split('\n')) {
+    if (/^\t(set|chain) [A-Za-z0-9_-]+ \{$/.test(line) || /^\t\t(typeof|flags|type) /.test(line)) {
+      lines.push(line.trim());
+    }
+  }
+  return lines.join('\n');
+}
+
+/**
+ * How a table of ours in the kernel relates to the one wanted: `same` objects (an in-place write can
+ * change it), the same objects but another `key` for the sets (the layout switch), or `other`.
+ */
+export function compareStructure(listing: string, table: Table): 'same' | 'key' | 'other' {
+  const found = structure(listing);
+  const wanted = structure(renderTable(table));
+  if (found === wanted) return 'same';
+  const withoutKeys = (text: string) => text.replace(/^typeof .*$/gm, '');
+  return withoutKeys(found) === withoutKeys(wanted) ? 'key' : 'other';
+}
+
+/** Whether the listings are exactly the rendering of `tables` (but for the tables' own comments). */
 export function holds(found: KernelTables, tables: readonly Table[]): boolean {
   if (found.stale.length > 0) return false;
   return tables.every((table) => {
     const listing = found.listings.get(table.family);
-    return listing ? normaliseListing(listing) === normaliseListing(renderTable(table)) : false;
+    return listing ? listingIs(listing, table) : false;
   });
 }

@@ -5,6 +5,7 @@ import type { CompileOptions } from '../compile.js';
 import { DEFAULT_RESYNC_INTERVAL_MS } from '../config/build.js';
 import type { Loader } from '../config/loader.js';
 import type { Config, LoadOptions } from '../config/types.js';
+import { newWriterId } from '../nftables/ownership.js';
 import { ConfigReader } from './config-reader.js';
 import { ConntrackFlush, type ConntrackFlushMode } from './conntrack.js';
 import { Converger, type Converged, type Timed } from './converge.js';
@@ -33,6 +34,8 @@ export interface ReconcilerDeps {
   readonly largeSetThreshold?: number;
   /** The clock for holding back from another agent (tests pass their own). */
   readonly now?: () => number;
+  /** This process's writer id in every write's mark (default: made from the start time). */
+  readonly writer?: string;
 }
 
 function errorText(err: unknown): string {
@@ -55,6 +58,7 @@ export class Reconciler {
   constructor(deps: ReconcilerDeps) {
     this.deps = deps;
     const { logger, metrics, kernel } = deps;
+    const writer = deps.writer ?? newWriterId();
     this.config = new ConfigReader({
       configPath: deps.configPath,
       loadOptions: deps.loadOptions,
@@ -67,6 +71,7 @@ export class Reconciler {
       metrics,
       now: deps.now ?? Date.now,
       intervalMs: () => this.resyncIntervalMs,
+      writer,
     });
     this.converger = new Converger({
       kernel,
@@ -74,6 +79,7 @@ export class Reconciler {
       logger,
       metrics,
       otherAgent: this.otherAgent,
+      writer,
     });
     const legacy = deps.legacy ?? { chains: [], remove: false };
     this.legacy = new LegacyChain({ kernel, options: legacy, logger, metrics });

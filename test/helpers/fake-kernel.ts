@@ -5,6 +5,7 @@ import type { AnyTableRef, Kernel } from '../../src/reconcile/kernel.js';
 import type { TableRef } from '../../src/nftables/types.js';
 import type { Range } from '../../src/cidr/index.js';
 import type { ConntrackFlushResult } from '../../src/nftables/addon.js';
+import { parseAddress } from '../../src/cidr/index.js';
 
 export class FakeKernel implements Kernel {
   tables = new Map<string, string>();
@@ -75,26 +76,63 @@ export class FakeKernel implements Kernel {
 
   async apply(script: string): Promise<void> {
     if (this.failWrites) throw this.failWrites;
-    const next = new Map(this.tables);
+    const next = new Map<string, FakeTable>();
+    for (const [key, listing] of this.tables) next.set(key, parseListing(listing));
     const lines = script.split('\n');
+    const table = (family: string | undefined, name: string | undefined, line: string) => {
+      const found = next.get(`${family} ${name}`);
+      if (!found) throw new Error(`Error: No such file or directory\n${line}`);
+      return found;
+    };
+    const set = (t: FakeTable, name: string | undefined, line: string) => {
+      const found = t.sets.find((s) => s.name === name);
+      if (!found) throw new Error(`Error: No such file or directory\n${line}`);
+      return found;
+    };
+    const chain = (t: FakeTable, name: string | undefined, line: string) => {
+      const found = t.chains.find((c) => c.name === name);
+      if (!found) throw new Error(`Error: No such file or directory\n${line}`);
+      return found;
+    };
     for (let i = 0; i < lines.length; i++) {
       const line = lines[i] ?? '';
       let m: RegExpExecArray | null;
       if ((m = /^add table (ip6?) (\S+)$/.exec(line))) {
         const key = `${m[1]} ${m[2]}`;
-        if (!next.has(key)) next.set(key, `table ${key} {\n}\n`);
+        if (!next.has(key)) next.set(key, { header: `table ${key} {`, sets: [], chains: [] });
       } else if ((m = /^delete table (ip6?) (\S+)$/.exec(line))) {
-        const key = `${m[1]} ${m[2]}`;
-        if (!next.delete(key)) throw new Error(`Error: No such file or directory\n${line}`);
+        if (!next.delete(`${m[1]} ${m[2]}`))
+          throw new Error(`Error: No such file or directory\n${line}`);
       } else if ((m = /^table (ip6?) (\S+) \{$/.exec(line))) {
         const end = lines.indexOf('}', i);
-        next.set(`${m[1]} ${m[2]}`, lines.slice(i, end + 1).join('\n') + '\n');
+        const block = parseListing(lines.slice(i, end + 1).join('\n'));
+        const key = `${m[1]} ${m[2]}`;
+        const existing = next.get(key);
+        if (existing) mergeInto(existing, block);
+        else next.set(key, block);
         i = end;
+      } else if ((m = /^flush set (ip6?) (\S+) (\S+)$/.exec(line))) {
+        set(table(m[1], m[2], line), m[3], line).elements = [];
+      } else if ((m = /^delete set (ip6?) (\S+) (\S+)$/.exec(line))) {
+        const t = table(m[1], m[2], line);
+        set(t, m[3], line);
+        t.sets = t.sets.filter((s) => s.name !== m?.[3]);
+      } else if ((m = /^delete element (ip6?) (\S+) (\S+) \{ (.*) \}$/.exec(line))) {
+        const s = set(table(m[1], m[2], line), m[3], line);
+        for (const element of m[4]?.split(', ') ?? []) {
+          if (!s.elements.includes(element))
+            throw new Error(`Error: Could not process rule: No such file or directory\n${line}`);
+          s.elements = s.elements.filter((e) => e !== element);
+        }
+      } else if ((m = /^flush chain (ip6?) (\S+) (\S+)$/.exec(line))) {
+        chain(table(m[1], m[2], line), m[3], line).rules = [];
+      } else if ((m = /^add rule (ip6?) (\S+) (\S+) (.+)$/.exec(line))) {
+        chain(table(m[1], m[2], line), m[3], line).rules.push(m[4] ?? '');
       } else if (line.trim() !== '') {
         throw new Error(`fake kernel: cannot run ${JSON.stringify(line)}`);
       }
     }
-    this.tables = next;
+    this.tables = new Map([...next].map(([key, t]) => [key, printListing(t)]));
     this.applies.push(script);
     this.genId++;
     this.afterCommit?.();
@@ -111,4 +149,88 @@ export class FakeKernel implements Kernel {
     }
     this.genId++;
   }
+}
+
+/** A table as the fake holds it: what nft lists, in the renderer's layout. */
+interface FakeTable {
+  header: string;
+  comment?: string;
+  sets: Array<{ name: string; declaration: string[]; elements: string[] }>;
+  chains: Array<{ name: string; base?: string; rules: string[] }>;
+}
+
+function parseListing(listing: string): FakeTable {
+  const lines = listing.split('\n');
+  const table: FakeTable = { header: lines[0] ?? '', sets: [], chains: [] };
+  let set: FakeTable['sets'][number] | undefined;
+  let chain: FakeTable['chains'][number] | undefined;
+  for (const line of lines.slice(1)) {
+    let m: RegExpExecArray | null;
+    if ((m = /^\tcomment "(.*)"$/.exec(line))) table.comment = m[1];
+    else if ((m = /^\tset (\S+) \{$/.exec(line))) {
+      set = { name: m[1] ?? '', declaration: [], elements: [] };
+      table.sets.push(set);
+    } else if ((m = /^\tchain (\S+) \{$/.exec(line))) {
+      chain = { name: m[1] ?? '', rules: [] };
+      table.chains.push(chain);
+    } else if (line === '\t}') {
+      set = undefined;
+      chain = undefined;
+    } else if (set && (m = /^\t\telements = \{ (.*) \}$/.exec(line))) {
+      set.elements.push(...(m[1]?.split(', ') ?? []));
+    } else if (set && line.startsWith('\t\t')) set.declaration.push(line);
+    else if (chain && line.startsWith('\t\ttype ')) chain.base = line;
+    else if (chain && line.startsWith('\t\t')) chain.rules.push(line.slice(2));
+  }
+  return table;
+}
+
+/** nft keeps a table's first comment, adds elements to an existing set, appends rules to a chain. */
+function mergeInto(table: FakeTable, block: FakeTable): void {
+  table.comment ??= block.comment;
+  for (const set of block.sets) {
+    const existing = table.sets.find((s) => s.name === set.name);
+    if (!existing) table.sets.push(set);
+    else {
+      if (existing.declaration.join() !== set.declaration.join())
+        throw new Error(`Error: Could not process rule: File exists\nset ${set.name}`);
+      for (const e of set.elements) {
+        if (existing.elements.includes(e))
+          throw new Error(`Error: Could not process rule: File exists\n${e}`);
+        existing.elements.push(e);
+      }
+    }
+  }
+  for (const chain of block.chains) {
+    const existing = table.chains.find((c) => c.name === chain.name);
+    if (!existing) table.chains.push(chain);
+    else existing.rules.push(...chain.rules);
+  }
+}
+
+/** Elements in address order, as nft lists an interval set. */
+function elementKey(element: string): bigint {
+  const address = element.split(/[/ ]/)[0] ?? '';
+  return parseAddress(address).addr;
+}
+
+function printListing(table: FakeTable): string {
+  const lines = [table.header];
+  if (table.comment !== undefined) lines.push(`\tcomment "${table.comment}"`);
+  for (const set of table.sets) {
+    lines.push(`\tset ${set.name} {`, ...set.declaration);
+    const sorted = [...set.elements].sort((a, b) => {
+      const d = elementKey(a) - elementKey(b);
+      return d < 0n ? -1 : d > 0n ? 1 : 0;
+    });
+    if (sorted.length > 0) lines.push(`\t\telements = { ${sorted.join(', ')} }`);
+    lines.push('\t}');
+  }
+  for (const chain of table.chains) {
+    lines.push(`\tchain ${chain.name} {`);
+    if (chain.base) lines.push(chain.base);
+    lines.push(...chain.rules.map((rule) => `\t\t${rule}`), '\t}');
+  }
+  lines.push('}');
+  return lines.join('\n') + '\n';
 }

@@ -5,13 +5,12 @@ import t from 'tap';
 import {
   compile,
   masqueradeRules,
-  tableOwner,
   AUTO_LAYOUT_CROSSOVER,
   chooseLayout,
-  tableComment,
   type CompileOptions,
 } from '../../src/compile.js';
 import type { Config } from '../../src/config/types.js';
+import { isNewerWriter, markText, newWriterId, tableOwner } from '../../src/nftables/ownership.js';
 import { normaliseListing, renderReplace, renderTable } from '../../src/nftables/render.js';
 
 const fixtures = new URL('../fixtures/compile/', import.meta.url);
@@ -128,7 +127,10 @@ t.test('every table has both sets, the base chain and the decision chain', async
       priority: 'srcnat',
       policy: 'accept',
     });
-    t.equal(table.chains[0]?.rules[0], 'fib daddr type != local jump IP-MASQ-AGENT');
+    t.match(
+      table.chains[0]?.rules[0],
+      /^fib daddr type != local jump IP-MASQ-AGENT comment "ipmasq-agent generation 1 config sha256:[0-9a-f]{64}"$/,
+    );
   }
 });
 
@@ -171,8 +173,12 @@ t.test('to-ports draws give each range its share of the ports', async (t) => {
 t.test('the table comment carries generation and hash, and parses back strictly', async (t) => {
   const listed = (comment: string) => `table ip ipmasq {\n\tcomment "${comment}"\n}`;
   const hash = 'cd'.repeat(32);
-  t.same(tableOwner(listed(tableComment(42, hash))), { kind: 'ours', generation: 42, hash });
-  t.same(tableOwner(listed(tableComment(999_999_999_999_999, hash))), {
+  t.same(tableOwner(listed(markText({ generation: 42, hash }))), {
+    kind: 'ours',
+    generation: 42,
+    hash,
+  });
+  t.same(tableOwner(listed(markText({ generation: 999_999_999_999_999, hash }))), {
     kind: 'ours',
     generation: 999_999_999_999_999,
     hash,
@@ -189,6 +195,45 @@ t.test('the table comment carries generation and hash, and parses back strictly'
   }
   t.same(tableOwner('table ip nat {\n\tchain POSTROUTING {\n\t}\n}'), { kind: 'foreign' });
   t.same(tableOwner(listed('made by hand')), { kind: 'foreign' });
+});
+
+t.test("the latest write's mark is the jump rule's: generation, hash and writer", async (t) => {
+  const hash = 'ab'.repeat(32);
+  const [table] = compile(config({}), flags, 7, 'minx3e9s.0a1');
+  const listing = renderTable(table!);
+  t.match(listing, /\tcomment "ipmasq-agent generation 7 config sha256:[0-9a-f]{64}"\n/);
+  t.match(
+    listing,
+    /jump IP-MASQ-AGENT comment "ipmasq-agent generation 7 config sha256:[0-9a-f]{64} by:minx3e9s\.0a1"/,
+  );
+  // A table created at generation 3 and changed in place since: the rule's mark wins.
+  const changed = listing.replace(
+    /\tcomment "ipmasq-agent generation 7 config sha256:[0-9a-f]{64}"/,
+    `\tcomment "${markText({ generation: 3, hash })}"`,
+  );
+  const owner = tableOwner(changed);
+  t.same(
+    { ...owner, hash: undefined },
+    { kind: 'ours', generation: 7, hash: undefined, writer: 'minx3e9s.0a1' },
+  );
+  // A table of an older release has no rule mark: the table comment's.
+  t.same(tableOwner(`table ip ipmasq {\n\tcomment "${markText({ generation: 3, hash })}"\n}`), {
+    kind: 'ours',
+    generation: 3,
+    hash,
+  });
+  const long = markText({ generation: 999_999_999, hash, writer: 'minx3e9s.0a1' });
+  t.ok(long.length <= 128 && long.endsWith(' by:minx3e9s.0a1'), 'fits nftables up to 9 digits');
+  t.notMatch(markText({ generation: 9_999_999_999, hash, writer: 'minx3e9s.0a1' }), /by:/);
+  t.ok(isNewerWriter('minx3e9t.000', 'minx3e9s.zzz'), 'a later start is newer');
+  t.notOk(isNewerWriter('minx3e9s.zzz', 'minx3e9t.000'));
+  t.ok(isNewerWriter('minx3e9s.002', 'minx3e9s.001'), 'ties broken by the random part');
+  t.ok(isNewerWriter('minx3e9s.001', undefined), 'newer than a table of an older release');
+  t.notOk(isNewerWriter(undefined, 'minx3e9s.001'));
+  t.match(
+    newWriterId(1764640000000, () => 0.5),
+    /^minx3e9s\.i00$/,
+  );
 });
 
 t.test('a full-length prefix is written as nft prints it, a bare address', async (t) => {

@@ -5,6 +5,8 @@ import t from 'tap';
 import type { Config, LoadResult } from '../../src/config/types.js';
 import { ConfigError } from '../../src/config/types.js';
 import { NftError } from '../../src/nftables/addon.js';
+import { markText } from '../../src/nftables/ownership.js';
+import { withoutTableComment } from '../../src/nftables/render.js';
 import { Reconciler, type ReconcilerDeps } from '../../src/reconcile/reconciler.js';
 import { AgentMetrics } from '../../src/reconcile/metrics.js';
 import { FakeKernel } from '../helpers/fake-kernel.js';
@@ -27,6 +29,9 @@ function config(
   };
 }
 
+/** Each setup is a process started after the one before: its writer id is newer. */
+let writers = 0;
+
 function setup(
   kernel = new FakeKernel(),
   first: LoadResult = { ok: true, config: config(['10.0.0.0/8']), warnings: [] },
@@ -36,6 +41,7 @@ function setup(
   const logger = pino({ level: 'debug' }, { write: (line: string) => logs.push(JSON.parse(line)) });
   const metrics = new AgentMetrics();
   let current = first;
+  writers++;
   const reconciler = new Reconciler({
     configPath: '/cfg',
     loadOptions: { enableIPv6: false, nomasqAllReservedRanges: false },
@@ -51,6 +57,7 @@ function setup(
     logger,
     metrics,
     largeSetThreshold: 3,
+    writer: `${(1764640000000 + writers).toString(36)}.000`,
     ...overrides,
   });
   const metric = async (name: string, labels: Record<string, string> = {}) => {
@@ -113,9 +120,10 @@ t.test('drift is repaired, warned about and counted', async (t) => {
     kernel.tamper(ip, edit);
     t.not(kernel.tables.get('ip ipmasq'), good, `${name}: tampered`);
     await reconciler.sync();
+    // The table's own comment stays as created where the table stayed; the mark moves on.
     t.equal(
-      kernel.tables.get('ip ipmasq'),
-      good.replace('generation 1', 'generation 2'),
+      withoutTableComment(kernel.tables.get('ip ipmasq') ?? ''),
+      withoutTableComment(good).replace('generation 1', 'generation 2'),
       `${name}: repaired`,
     );
     t.equal(await metric('ipmasq_drift_repairs_total'), 1, `${name}: counted`);
@@ -404,11 +412,12 @@ t.test(
     const { reconciler, logs, metric } = setup(kernel, undefined, { now: () => now });
     await reconciler.sync();
     t.equal(kernel.applies.length, 1, 'our first write');
+    // A newer agent (a later start) writes its config: its mark on the jump rule.
     const other = (generation: number) =>
       kernel.tamper(ip, (listing) =>
         listing.replace(
-          /ipmasq-agent generation \d+ config sha256:[0-9a-f]+/,
-          `ipmasq-agent generation ${generation} config sha256:${'ee'.repeat(32)}`,
+          /jump IP-MASQ-AGENT comment "[^"]*"/,
+          `jump IP-MASQ-AGENT comment "${markText({ generation, hash: 'ee'.repeat(32), writer: 'zzzzzzzz.zzz' })}"`,
         ),
       );
     other(2);
@@ -447,6 +456,50 @@ t.test(
     t.equal(kernel.applies.length, 3);
   },
 );
+
+t.test(
+  'an older agent writing our table: the newer one writes its config again at once',
+  async (t) => {
+    const kernel = new FakeKernel();
+    const { reconciler, logs, metric } = setup(kernel);
+    await reconciler.sync();
+    kernel.tamper(ip, (listing) =>
+      listing.replace(
+        /jump IP-MASQ-AGENT comment "[^"]*"/,
+        `jump IP-MASQ-AGENT comment "${markText({ generation: 5, hash: 'ee'.repeat(32), writer: 'a0000000.000' })}"`,
+      ),
+    );
+    await reconciler.sync();
+    t.equal(kernel.applies.length, 2, 'rewritten at once');
+    t.match(
+      kernel.tables.get('ip ipmasq'),
+      /jump IP-MASQ-AGENT comment "ipmasq-agent generation 6 /,
+    );
+    t.equal(await metric('ipmasq_conflicting_writer'), 1, 'the conflict is open');
+    t.ok(logs.some((l) => l.level === 40 && /ours wins/.test(l.msg)));
+    t.equal(await metric('ipmasq_drift_repairs_total'), 0, 'not counted as drift');
+  },
+);
+
+t.test('an older write of ours put back (a restore): drift, repaired at once', async (t) => {
+  const kernel = new FakeKernel();
+  const { reconciler, setConfig, metric } = setup(kernel);
+  await reconciler.sync();
+  const saved = kernel.tables.get('ip ipmasq')!;
+  setConfig({ ok: true, config: config(['10.0.0.0/8', '192.168.0.0/16']), warnings: [] });
+  await reconciler.sync();
+  const current = kernel.tables.get('ip ipmasq')!;
+  kernel.tamper(ip, () => saved); // nft -f of a saved ruleset: our generation 1 again
+  await reconciler.sync();
+  t.equal(kernel.applies.length, 3, 'repaired at the next sync');
+  t.equal(
+    withoutTableComment(kernel.tables.get('ip ipmasq')!),
+    withoutTableComment(current).replace('generation 2', 'generation 3'),
+  );
+  t.equal(await metric('ipmasq_drift_repairs_total'), 1);
+  t.equal(await metric('ipmasq_conflicting_writer'), 0, 'not another agent');
+  t.equal(reconciler.status(true).ready, true);
+});
 
 t.test('a table of another config found at start is the last run, not another agent', async (t) => {
   const kernel = new FakeKernel();
