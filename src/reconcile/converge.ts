@@ -79,7 +79,9 @@ export class Converger {
     const { kernel, compileOptions, logger, metrics, otherAgent, writer } = this.deps;
     const key = this.contentKey(config);
     const genId = await kernel.generationId().catch(() => undefined);
-    const kernelUnmoved = genId !== undefined && genId === this.kernelGenId;
+    // The kernel holds lastTables exactly while the generation id has not moved since we knew it.
+    const kernelUnmoved =
+      genId !== undefined && genId === this.kernelGenId && this.lastTables.size > 0;
     if (kernelUnmoved && this.kernelKey === key) return 'in-place';
 
     let drift = false;
@@ -92,7 +94,8 @@ export class Converger {
       this.adoptGeneration(mark?.generation);
       // What we would write with the mark found: a table of this config from another process of
       // ours (the last run's, before a restart) is in place too.
-      const inPlace = holds(found, compile(config, compileOptions, this.generation, mark?.writer));
+      const held = compile(config, compileOptions, this.generation, mark?.writer);
+      const inPlace = holds(found, held);
       // Not what we would write, and written by a newer agent: hold back for a while rather than
       // fight (other-agent.ts). The kernel is read again at every resync meanwhile.
       if (!inPlace && mark && otherAgent.holdBack(mark)) {
@@ -101,6 +104,7 @@ export class Converger {
       }
       if (inPlace) {
         if (mark) otherAgent.inPlace(mark);
+        this.remember(held);
         this.kernelKey = key;
         // The listings are at least as new as genId: if another commit came between, the id has
         // moved past it and the next sync reads again. While a conflict is open, always read.
@@ -121,11 +125,8 @@ export class Converger {
       for (const script of scripts) await kernel.apply(script);
     });
     if (drift) metrics.incDriftRepairs();
-    this.lastTables.clear();
-    for (const table of tables) {
-      this.written.add(table.family);
-      this.lastTables.set(table.family, table);
-    }
+    this.remember(tables);
+    for (const table of tables) this.written.add(table.family);
     otherAgent.wrote({ generation, hash: config.hash, writer });
     this.generation = generation;
     this.kernelKey = key;
@@ -144,6 +145,12 @@ export class Converger {
         : undefined;
     metrics.setGeneration(generation);
     return 'wrote';
+  }
+
+  /** The kernel holds these tables (written, or found in place). */
+  private remember(tables: readonly Table[]): void {
+    this.lastTables.clear();
+    for (const table of tables) this.lastTables.set(table.family, table);
   }
 
   /** How each family's table is written, from what the kernel was found to hold (or is known to). */

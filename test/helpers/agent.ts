@@ -121,9 +121,14 @@ export async function listTable(
   }
 }
 
+/**
+ * The generation of the latest write: the jump rule's mark, which follows the table's own comment in
+ * a listing (that one stays as the table was created; README, "When it writes").
+ */
 export function generationOf(listing: string | null): number | undefined {
-  const match = listing ? /ipmasq-agent generation (\d+) /.exec(listing) : null;
-  return match?.[1] ? Number(match[1]) : undefined;
+  const marks = listing ? [...listing.matchAll(/ipmasq-agent generation (\d+) /g)] : [];
+  const last = marks.at(-1)?.[1];
+  return last ? Number(last) : undefined;
 }
 
 /**

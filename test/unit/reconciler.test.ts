@@ -501,6 +501,43 @@ t.test('an older write of ours put back (a restore): drift, repaired at once', a
   t.equal(reconciler.status(true).ready, true);
 });
 
+t.test('a change is written in place: element deltas, never the table anew', async (t) => {
+  const { kernel, reconciler, setConfig } = setup();
+  await reconciler.sync();
+  t.match(kernel.applies[0], /^table ip ipmasq \{/m, 'created whole');
+  setConfig({ ok: true, config: config(['10.0.0.0/8', '192.168.0.0/16']), warnings: [] });
+  await reconciler.sync();
+  setConfig({ ok: true, config: config(['192.168.0.0/16']), warnings: [] });
+  await reconciler.sync();
+  const [, add, remove] = kernel.applies;
+  t.notMatch(add, /table ip ipmasq$|delete table|flush set/m, 'no table written, no set flushed');
+  t.match(add, /elements = \{ 192\.168\.0\.0\/16 \}/, 'one element added');
+  t.match(remove, /^delete element ip ipmasq nonmasq \{ 10\.0\.0\.0\/8 \}$/m, 'one deleted');
+  t.notMatch(remove, /IP-MASQ-AGENT\n/, 'the decision chain untouched');
+  t.match(remove, /^add rule ip ipmasq postrouting .* comment "ipmasq-agent generation 3 /m);
+});
+
+t.test(
+  'a restart that adopts the table then changes it: exactly the new config, no leftovers',
+  async (t) => {
+    const first = setup();
+    first.setConfig({ ok: true, config: config(['10.0.0.0/8', '192.168.0.0/16']), warnings: [] });
+    await first.reconciler.sync();
+    const second = setup(first.kernel, {
+      ok: true,
+      config: config(['10.0.0.0/8', '192.168.0.0/16']),
+      warnings: [],
+    });
+    await second.reconciler.sync();
+    t.equal(first.kernel.applies.length, 1, 'adopted without a write');
+    second.setConfig({ ok: true, config: config(['172.16.0.0/12']), warnings: [] });
+    await second.reconciler.sync();
+    const listing = first.kernel.tables.get('ip ipmasq') ?? '';
+    t.match(listing, /elements = \{ 172\.16\.0\.0\/12 \}/);
+    t.notMatch(listing, /10\.0\.0\.0|192\.168/, 'the adopted elements are gone');
+  },
+);
+
 t.test('a table of another config found at start is the last run, not another agent', async (t) => {
   const kernel = new FakeKernel();
   kernel.tables.set(
