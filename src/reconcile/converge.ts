@@ -156,10 +156,14 @@ export class Converger {
   /** How each family's table is written, from what the kernel was found to hold (or is known to). */
   private plan(table: Table, found: KernelTables | undefined): Plan {
     const last = this.lastTables.get(table.family);
-    if (!found) return last ? { kind: 'exact', old: last } : { kind: 'create' };
+    const fromLast = (old: Table): Plan =>
+      old.sets.every((set, i) => set.key.expression === table.sets[i]?.key.expression)
+        ? { kind: 'exact', old }
+        : { kind: 'key' };
+    if (!found) return last ? fromLast(last) : { kind: 'create' };
     const listing = found.listings.get(table.family) ?? null;
     if (listing === null) return { kind: 'create' };
-    if (last && listingIs(listing, last)) return { kind: 'exact', old: last };
+    if (last && listingIs(listing, last)) return fromLast(last);
     if (found.owners.get(table.family)?.kind !== 'ours') return { kind: 'replace' };
     const structure = compareStructure(listing, table);
     return { kind: structure === 'same' ? 'refill' : structure === 'key' ? 'key' : 'replace' };

@@ -31,7 +31,10 @@ function family(dst: string): 'ip' | 'ip6' {
 async function installCounters(topo: Topology, dst: string): Promise<void> {
   const f = family(dst);
   const [pod, node] = f === 'ip' ? [POD_IPV4, NODE_IPV4] : [POD_IPV6, NODE_IPV6];
+  // Made anew: the counters start from zero.
   const script = [
+    `add table inet ${COUNTERS}`,
+    `delete table inet ${COUNTERS}`,
     `table inet ${COUNTERS} {`,
     '  counter pod {}',
     '  counter node {}',
