@@ -8,6 +8,8 @@ import { NftError } from '../../src/nftables/addon.js';
 import { markText } from '../../src/nftables/ownership.js';
 import { withoutTableComment } from '../../src/nftables/render.js';
 import { Reconciler, type ReconcilerDeps } from '../../src/reconcile/reconciler.js';
+import { listingIs } from '../../src/reconcile/read-back.js';
+import { compile } from '../../src/compile.js';
 import { AgentMetrics } from '../../src/reconcile/metrics.js';
 import { FakeKernel } from '../helpers/fake-kernel.js';
 
@@ -42,6 +44,7 @@ function setup(
   const metrics = new AgentMetrics();
   let current = first;
   writers++;
+  const writer = `${(1764640000000 + writers).toString(36)}.000`;
   const reconciler = new Reconciler({
     configPath: '/cfg',
     loadOptions: { enableIPv6: false, nomasqAllReservedRanges: false },
@@ -57,7 +60,7 @@ function setup(
     logger,
     metrics,
     largeSetThreshold: 3,
-    writer: `${(1764640000000 + writers).toString(36)}.000`,
+    writer,
     ...overrides,
   });
   const metric = async (name: string, labels: Record<string, string> = {}) => {
@@ -68,6 +71,7 @@ function setup(
   return {
     kernel,
     reconciler,
+    writer,
     logs,
     metric,
     setConfig: (next: LoadResult) => (current = next),
@@ -516,6 +520,36 @@ t.test('a change is written in place: element deltas, never the table anew', asy
   t.notMatch(remove, /IP-MASQ-AGENT\n/, 'the decision chain untouched');
   t.match(remove, /^add rule ip ipmasq postrouting .* comment "ipmasq-agent generation 3 /m);
 });
+
+t.test(
+  'across the auto layout switch: four transactions, then exactly the new table',
+  async (t) => {
+    const many = (n: number) =>
+      Array.from(
+        { length: n },
+        (_, i) => `${20 + ((i * 2) >> 16)}.${((i * 2) >> 8) & 255}.${(i * 2) & 255}.0/24`,
+      );
+    const auto = {
+      compileOptions: { ...explicitInterval.compileOptions, setLayout: 'auto' as const },
+    };
+    const { kernel, reconciler, setConfig, writer } = setup(
+      undefined,
+      { ok: true, config: config(many(1_990)), warnings: [] },
+      auto,
+    );
+    await reconciler.sync();
+    t.match(kernel.tables.get('ip ipmasq'), /typeof ip daddr\n/);
+    setConfig({ ok: true, config: config(many(2_010)), warnings: [] });
+    await reconciler.sync();
+    t.equal(kernel.applies.length, 5, 'one write of four transactions');
+    t.match(kernel.applies[1], /set nonmasq-next \{\n\t\ttypeof ip daddr \. meta l4proto/);
+    t.match(kernel.applies[2], /@nonmasq-next return/);
+    t.match(kernel.applies[4], /^delete set ip ipmasq nonmasq-next$/m);
+    const wanted = compile(config(many(2_010)), auto.compileOptions, 2, writer);
+    t.ok(listingIs(kernel.tables.get('ip ipmasq') ?? '', wanted[0]!), 'the concat table, in place');
+    t.equal(reconciler.status(true).generation, 2, 'one generation for the four');
+  },
+);
 
 t.test(
   'a restart that adopts the table then changes it: exactly the new config, no leftovers',
