@@ -39,10 +39,22 @@ int OnEntry(enum nf_conntrack_msg_type, struct nf_conntrack* ct, void* data) {
   if (!request.protocols.empty() && std::find(request.protocols.begin(), request.protocols.end(),
                                               protocol) == request.protocols.end())
     return NFCT_CB_CONTINUE;
-  const void* destination =
-      nfct_get_attr(ct, request.family == AF_INET ? ATTR_ORIG_IPV4_DST : ATTR_ORIG_IPV6_DST);
-  if (destination == nullptr) return NFCT_CB_CONTINUE;
-  if (InRanges(request, static_cast<const uint8_t*>(destination), context->width)) {
+  bool v4 = request.family == AF_INET;
+  auto in_ranges = [&](nf_conntrack_attr attr) {
+    const void* address = nfct_get_attr(ct, attr);
+    return address != nullptr &&
+           InRanges(request, static_cast<const uint8_t*>(address), context->width);
+  };
+  bool matched = false;
+  // The reply's source is the address the flow's packets are sent to after any DNAT.
+  if (request.directions & kForward)
+    matched = in_ranges(v4 ? ATTR_REPL_IPV4_SRC : ATTR_REPL_IPV6_SRC);
+  if (!matched && (request.directions & kReverse)) {
+    uint32_t status = nfct_get_attr_u32(ct, ATTR_STATUS);
+    matched =
+        (status & IPS_NAT_MASK) == 0 && in_ranges(v4 ? ATTR_ORIG_IPV4_SRC : ATTR_ORIG_IPV6_SRC);
+  }
+  if (matched) {
     nf_conntrack* copy = nfct_clone(ct);
     if (copy != nullptr) context->matched.push_back(copy);
   }

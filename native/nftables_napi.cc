@@ -378,18 +378,25 @@ Napi::Value Tables(const Napi::CallbackInfo& info) {
   return worker->Promise();
 }
 
-// conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer): Promise<string>
-// ranges: pairs of first and last address (4 or 16 bytes each, network order), sorted, disjoint.
+// conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer, directions: number):
+//   Promise<string>
+// ranges: pairs of first and last address (4 or 16 bytes each, network order), sorted, disjoint;
+// directions: conntrack::Directions, 1 forward, 2 reverse, 3 both.
 // Resolves with lines "seen N", "deleted PROTOCOL N" and, when something failed, "error TEXT".
 Napi::Value ConntrackFlush(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() != 3 || !info[0].IsNumber() || !info[1].IsArray() || !info[2].IsBuffer())
+  if (info.Length() != 4 || !info[0].IsNumber() || !info[1].IsArray() || !info[2].IsBuffer() ||
+      !info[3].IsNumber())
     throw Napi::TypeError::New(
-        env, "conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer)");
+        env,
+        "conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer, directions: number)");
   int family = info[0].As<Napi::Number>().Int32Value();
   if (family != 4 && family != 6) throw Napi::RangeError::New(env, "family must be 4 or 6");
+  int directions = info[3].As<Napi::Number>().Int32Value();
+  if (directions < 1 || directions > 3) throw Napi::RangeError::New(env, "directions are 1-3");
   conntrack::FlushRequest request;
   request.family = family == 4 ? AF_INET : AF_INET6;
+  request.directions = static_cast<uint8_t>(directions);
   Napi::Array protocols = info[1].As<Napi::Array>();
   for (uint32_t i = 0; i < protocols.Length(); i++) {
     Napi::Value value = protocols.Get(i);

@@ -10,7 +10,12 @@ interface NativeAddon {
   run(script: string, dryRun: boolean, json: boolean, timeoutMs: number): Promise<string>;
   generationId(): Promise<string>;
   listTables(): Promise<string>;
-  conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer): Promise<string>;
+  conntrackFlush(
+    family: 4 | 6,
+    protocols: number[],
+    ranges: Buffer,
+    directions: number,
+  ): Promise<string>;
   releaseMemory(): boolean;
   version: string;
   libnftablesVersion: string;
@@ -140,14 +145,23 @@ export interface ConntrackFlushResult {
 }
 
 /**
- * Deletes the conntrack entries of `family` whose original destination lies in one of `ranges`
- * (sorted, disjoint [first, last]) and whose protocol is one of `protocols` (every one when empty),
- * through libnetfilter_conntrack on a pool thread. Never rejects for a kernel without conntrack.
+ * Which entries a flush deletes (README, "Existing flows"): `forward`, those whose reply comes from a
+ * range — the destination the postrouting decision was made on, after any DNAT; `reverse`, those
+ * without NAT whose original source is in a range: a late reply taken for a flow the other way round.
+ */
+export type FlushDirections = 'forward' | 'reverse' | 'both';
+const directionBits: Record<FlushDirections, number> = { forward: 1, reverse: 2, both: 3 };
+
+/**
+ * Deletes the conntrack entries of `family` of these directions in one of `ranges` (sorted,
+ * disjoint [first, last]) whose protocol is one of `protocols` (every one when empty), through
+ * libnetfilter_conntrack on a pool thread. Never rejects for a kernel without conntrack.
  */
 export async function conntrackFlush(
   family: 4 | 6,
   protocols: readonly number[],
   ranges: ReadonlyArray<readonly [bigint, bigint]>,
+  directions: FlushDirections = 'both',
 ): Promise<ConntrackFlushResult> {
   const native = addon();
   const width = family === 4 ? 4 : 16;
@@ -158,7 +172,12 @@ export async function conntrackFlush(
       buffer.write(hex, (i * 2 + j) * width, width, 'hex');
     }
   });
-  const text = await native.conntrackFlush(family, [...protocols], buffer);
+  const text = await native.conntrackFlush(
+    family,
+    [...protocols],
+    buffer,
+    directionBits[directions],
+  );
   let seen = 0;
   let error: string | undefined;
   const deleted = new Map<number, number>();

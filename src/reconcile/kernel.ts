@@ -3,6 +3,7 @@
 import {
   conntrackFlush,
   type ConntrackFlushResult,
+  type FlushDirections,
   NftError,
   nftGenerationId,
   nftTableNames,
@@ -34,11 +35,12 @@ export interface Kernel {
   removeLegacyChain(chain: string): Promise<number>;
   /** Whether the kernel's set holds `element` (for an interval set, a range containing it). */
   setHas(ref: TableRef, set: string, element: string): Promise<boolean>;
-  /** Deletes conntrack entries to these destination ranges, of these protocols (all when empty). */
+  /** Deletes conntrack entries of flows to these ranges, of these protocols (all when empty). */
   flushConntrack(
     family: 4 | 6,
     protocols: readonly number[],
     ranges: readonly Range[],
+    directions?: FlushDirections,
   ): Promise<ConntrackFlushResult>;
 }
 

@@ -4,7 +4,7 @@
 import type { AnyTableRef, Kernel } from '../../src/reconcile/kernel.js';
 import type { TableRef } from '../../src/nftables/types.js';
 import type { Range } from '../../src/cidr/index.js';
-import type { ConntrackFlushResult } from '../../src/nftables/addon.js';
+import type { ConntrackFlushResult, FlushDirections } from '../../src/nftables/addon.js';
 import { parseAddress } from '../../src/cidr/index.js';
 
 export class FakeKernel implements Kernel {
@@ -62,15 +62,17 @@ export class FakeKernel implements Kernel {
     throw new Error('fake kernel: setHas is proven against the real kernel only');
   }
 
-  /** Conntrack flushes asked for, in order. */
+  /** Conntrack flushes asked for, in order (the later rounds for late replies in `rounds`). */
   flushes: Array<{ family: 4 | 6; protocols: readonly number[]; ranges: readonly Range[] }> = [];
+  rounds: Array<{ family: 4 | 6; protocols: readonly number[]; ranges: readonly Range[] }> = [];
 
   async flushConntrack(
     family: 4 | 6,
     protocols: readonly number[],
     ranges: readonly Range[],
+    directions: FlushDirections = 'both',
   ): Promise<ConntrackFlushResult> {
-    this.flushes.push({ family, protocols, ranges });
+    (directions === 'reverse' ? this.rounds : this.flushes).push({ family, protocols, ranges });
     return { seen: 0, deleted: new Map(), error: undefined };
   }
 

@@ -262,5 +262,28 @@ t.test(
     const six = await addon.conntrackFlush(6, [17], [[0xfd12n << 112n, (0xfd13n << 112n) - 1n]]);
     t.same(six.deleted, [[17, 1]], 'IPv6');
     t.same(await listed(), ['udp 10.1.0.0', 'udp 9.255.255.255']);
+
+    // After DNAT: a pod's flow to a Service IP whose reply comes from its backend. Matched by the
+    // backend's address (the one postrouting decided on), not by the Service IP.
+    const service = v4(10, 96, 0, 10);
+    const backend = v4(198, 18, 0, 1);
+    await insert(
+      ...['-p', 'udp', '-s', '10.244.1.2', '-d', '10.96.0.10'],
+      ...['-r', '198.18.0.1', '-q', '10.244.1.2', '--reply-port-src', '9999'],
+      ...['--reply-port-dst', '1000'],
+    );
+    const byService = await addon.conntrackFlush(4, [17], [[service, service]], 'forward');
+    t.same(byService.deleted, [], 'not by the Service IP');
+    const byBackend = await addon.conntrackFlush(4, [17], [[backend, backend]], 'forward');
+    t.same(byBackend.deleted, [[17, 1]], 'by its backend');
+
+    // A reply that came back after its flow's entry was deleted: an entry the other way round,
+    // without NAT, whose original source is the remote. Only `reverse` deletes it.
+    await insert('-p', 'udp', '-s', '198.18.0.1', '-d', '10.244.1.2');
+    const forward = await addon.conntrackFlush(4, [17], [[backend, backend]], 'forward');
+    t.same(forward.deleted, [], 'forward leaves it');
+    const reverse = await addon.conntrackFlush(4, [17], [[backend, backend]], 'reverse');
+    t.same(reverse.deleted, [[17, 1]], 'reverse deletes it');
+    t.same(await listed(), ['udp 10.1.0.0', 'udp 9.255.255.255']);
   },
 );

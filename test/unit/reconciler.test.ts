@@ -669,6 +669,7 @@ t.test(
     let appliesAtFlush = -1;
     const flush = kernel.flushConntrack.bind(kernel);
     kernel.flushConntrack = async (...args) => {
+      if (args[3] === 'reverse') return flush(...args);
       appliesAtFlush = kernel.applies.length;
       return { ...(await flush(...args)), deleted: new Map([[17, 3]]) };
     };
@@ -680,6 +681,11 @@ t.test(
     ]);
     t.equal(await metric('ipmasq_conntrack_flushed_total', { family: 'ipv4', protocol: 'udp' }), 3);
     t.ok(logs.some((l) => /deleted the conntrack entries/.test(l.msg)));
+    t.same(
+      kernel.rounds,
+      kernel.flushes,
+      'one round for late replies, of the same ranges; none found',
+    );
     kernel.tamper(ip, () => null);
     await reconciler.sync();
     await reconciler.flushesSettled();
@@ -725,7 +731,8 @@ t.test(
     await reconciler.sync();
     let release: () => void = () => undefined;
     const order: string[] = [];
-    kernel.flushConntrack = async (_family, _protocols, ranges) => {
+    kernel.flushConntrack = async (_family, _protocols, ranges, directions) => {
+      if (directions === 'reverse') return { seen: 0, deleted: new Map(), error: undefined };
       order.push(`start ${ranges.length}`);
       if (order.length === 1) await new Promise<void>((resolve) => (release = resolve));
       order.push('end');
