@@ -2,7 +2,9 @@
 // netlink socket cannot take requests while it is answering a dump.
 #include "conntrack.h"
 
+#include <arpa/inet.h>
 #include <libnetfilter_conntrack/libnetfilter_conntrack.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 
@@ -19,6 +21,7 @@ struct DumpContext {
   const FlushRequest* request;
   size_t width;  // address bytes: 4 or 16
   std::vector<nf_conntrack*> matched;
+  std::vector<ReplyTuple> replies;
   uint64_t seen = 0;
 };
 
@@ -40,24 +43,24 @@ int OnEntry(enum nf_conntrack_msg_type, struct nf_conntrack* ct, void* data) {
                                               protocol) == request.protocols.end())
     return NFCT_CB_CONTINUE;
   bool v4 = request.family == AF_INET;
-  auto in_ranges = [&](nf_conntrack_attr attr) {
-    const void* address = nfct_get_attr(ct, attr);
-    return address != nullptr &&
-           InRanges(request, static_cast<const uint8_t*>(address), context->width);
-  };
-  bool matched = false;
-  // The reply's source is the address the flow's packets are sent to after any DNAT.
-  if (request.directions & kForward)
-    matched = in_ranges(v4 ? ATTR_REPL_IPV4_SRC : ATTR_REPL_IPV6_SRC);
-  if (!matched && (request.directions & kReverse)) {
+  const void* source = nfct_get_attr(ct, v4 ? ATTR_REPL_IPV4_SRC : ATTR_REPL_IPV6_SRC);
+  if (source == nullptr || !InRanges(request, static_cast<const uint8_t*>(source), context->width))
+    return NFCT_CB_CONTINUE;
+  if (request.list_only) {
     uint32_t status = nfct_get_attr_u32(ct, ATTR_STATUS);
-    matched =
-        (status & IPS_NAT_MASK) == 0 && in_ranges(v4 ? ATTR_ORIG_IPV4_SRC : ATTR_ORIG_IPV6_SRC);
+    const void* destination = nfct_get_attr(ct, v4 ? ATTR_REPL_IPV4_DST : ATTR_REPL_IPV6_DST);
+    if (protocol == IPPROTO_UDP && (status & IPS_SRC_NAT) == 0 && destination != nullptr) {
+      ReplyTuple tuple;
+      memcpy(tuple.source.data(), source, context->width);
+      memcpy(tuple.destination.data(), destination, context->width);
+      tuple.source_port = ntohs(nfct_get_attr_u16(ct, ATTR_REPL_PORT_SRC));
+      tuple.destination_port = ntohs(nfct_get_attr_u16(ct, ATTR_REPL_PORT_DST));
+      context->replies.push_back(tuple);
+    }
+    return NFCT_CB_CONTINUE;
   }
-  if (matched) {
-    nf_conntrack* copy = nfct_clone(ct);
-    if (copy != nullptr) context->matched.push_back(copy);
-  }
+  nf_conntrack* copy = nfct_clone(ct);
+  if (copy != nullptr) context->matched.push_back(copy);
   return NFCT_CB_CONTINUE;
 }
 
@@ -89,17 +92,18 @@ FlushResult Flush(const FlushRequest& request) {
   Handle dump = Open();
   if (!dump) {
     if (NothingThere(errno)) return result;
-    return {false, std::string("nfct_open: ") + strerror(errno), {}, 0};
+    return {false, std::string("nfct_open: ") + strerror(errno), {}, 0, {}};
   }
-  DumpContext context{&request, request.family == AF_INET ? 4u : 16u, {}, 0};
+  DumpContext context{&request, request.family == AF_INET ? 4u : 16u, {}, {}, 0};
   nfct_callback_register(dump.get(), NFCT_T_ALL, OnEntry, &context);
   std::unique_ptr<nfct_filter_dump, void (*)(nfct_filter_dump*)> filter(nfct_filter_dump_create(),
                                                                         nfct_filter_dump_destroy);
-  if (!filter) return {false, "nfct_filter_dump_create: out of memory", {}, 0};
+  if (!filter) return {false, "nfct_filter_dump_create: out of memory", {}, 0, {}};
   nfct_filter_dump_set_attr_u8(filter.get(), NFCT_FILTER_DUMP_L3NUM, request.family);
   int dumped = nfct_query(dump.get(), NFCT_Q_DUMP_FILTER, filter.get());
   int dump_errno = errno;
   result.seen = context.seen;
+  result.replies = std::move(context.replies);
   std::map<uint8_t, uint64_t> deleted;
   std::string error;
   if (dumped < 0 && !NothingThere(dump_errno)) error = std::string("dump: ") + strerror(dump_errno);

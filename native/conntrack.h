@@ -14,17 +14,21 @@ struct Range {
   std::array<uint8_t, 16> last{};
 };
 
-// Which entries of the ranges' flows are deleted (README, "Existing flows"): `kForward`, those
-// whose reply comes from a range (the destination the postrouting decision was made on: after
-// DNAT); `kReverse`, those without NAT whose original source is in a range — a reply that reached
-// the node after its flow's entry was deleted, taken for the start of a flow the other way round.
-enum Directions : uint8_t { kForward = 1, kReverse = 2 };
-
 struct FlushRequest {
   uint8_t family = 0;              // AF_INET or AF_INET6
   std::vector<uint8_t> protocols;  // empty: every protocol
   std::vector<Range> ranges;       // sorted by first, not overlapping
-  uint8_t directions = kForward | kReverse;
+  // Only list what would be deleted: the reply tuples of the matched UDP entries without SNAT
+  // (whose replies go to the pod's own address), deleting nothing.
+  bool list_only = false;
+};
+
+// A UDP flow's reply direction: the remote's address and port, and the pod's.
+struct ReplyTuple {
+  std::array<uint8_t, 16> source{};  // network byte order; IPv4 uses the first 4 bytes
+  std::array<uint8_t, 16> destination{};
+  uint16_t source_port = 0;  // host byte order
+  uint16_t destination_port = 0;
 };
 
 struct FlushResult {
@@ -33,10 +37,12 @@ struct FlushResult {
   // Entries deleted, by protocol number; entries seen in the family's dump.
   std::vector<std::pair<uint8_t, uint64_t>> deleted;
   uint64_t seen = 0;
+  std::vector<ReplyTuple> replies;  // with list_only
 };
 
-// Dumps the family's entries (the kernel filters by family), deletes those of the directions asked
-// for whose address lies in a range and whose protocol is asked for. Without conntrack in the
+// Dumps the family's entries (the kernel filters by family), deletes those whose reply comes from
+// an address in a range — the destination the flow's packets are sent to after any DNAT, the one
+// the postrouting decision was made on — and whose protocol is asked for. Without conntrack in the
 // kernel, or with no entry, nothing is deleted and it is not an error. A kernel that stops
 // answering for 10 s ends the call with an error.
 FlushResult Flush(const FlushRequest& request);

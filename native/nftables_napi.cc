@@ -378,25 +378,23 @@ Napi::Value Tables(const Napi::CallbackInfo& info) {
   return worker->Promise();
 }
 
-// conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer, directions: number):
+// conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer, listOnly: boolean):
 //   Promise<string>
-// ranges: pairs of first and last address (4 or 16 bytes each, network order), sorted, disjoint;
-// directions: conntrack::Directions, 1 forward, 2 reverse, 3 both.
-// Resolves with lines "seen N", "deleted PROTOCOL N" and, when something failed, "error TEXT".
+// ranges: pairs of first and last address (4 or 16 bytes each, network order), sorted, disjoint.
+// Resolves with lines "seen N", "deleted PROTOCOL N", with listOnly "reply SOURCE SPORT DEST DPORT"
+// (addresses as inet_ntop prints them) and, when something failed, "error TEXT".
 Napi::Value ConntrackFlush(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() != 4 || !info[0].IsNumber() || !info[1].IsArray() || !info[2].IsBuffer() ||
-      !info[3].IsNumber())
+      !info[3].IsBoolean())
     throw Napi::TypeError::New(
         env,
-        "conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer, directions: number)");
+        "conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer, listOnly: boolean)");
   int family = info[0].As<Napi::Number>().Int32Value();
   if (family != 4 && family != 6) throw Napi::RangeError::New(env, "family must be 4 or 6");
-  int directions = info[3].As<Napi::Number>().Int32Value();
-  if (directions < 1 || directions > 3) throw Napi::RangeError::New(env, "directions are 1-3");
   conntrack::FlushRequest request;
   request.family = family == 4 ? AF_INET : AF_INET6;
-  request.directions = static_cast<uint8_t>(directions);
+  request.list_only = info[3].As<Napi::Boolean>().Value();
   Napi::Array protocols = info[1].As<Napi::Array>();
   for (uint32_t i = 0; i < protocols.Length(); i++) {
     Napi::Value value = protocols.Get(i);
@@ -419,6 +417,15 @@ Napi::Value ConntrackFlush(const Napi::CallbackInfo& info) {
     std::string text = "seen " + std::to_string(result.seen) + "\n";
     for (const auto& [protocol, count] : result.deleted)
       text += "deleted " + std::to_string(protocol) + " " + std::to_string(count) + "\n";
+    int af = request.family;
+    char source[INET6_ADDRSTRLEN], destination[INET6_ADDRSTRLEN];
+    for (const auto& reply : result.replies) {
+      if (!inet_ntop(af, reply.source.data(), source, sizeof source) ||
+          !inet_ntop(af, reply.destination.data(), destination, sizeof destination))
+        continue;
+      text += std::string("reply ") + source + " " + std::to_string(reply.source_port) + " " +
+              destination + " " + std::to_string(reply.destination_port) + "\n";
+    }
     if (!result.ok) text += "error " + result.error + "\n";
     return Outcome{true, text};
   });

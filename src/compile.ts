@@ -1,7 +1,7 @@
 // Config + flags → the agent's desired tables (pure). README, "What it does".
 import type { Config } from './config/types.js';
 import { markText, type WriteMark } from './nftables/ownership.js';
-import type { Chain, TableFamily, SetKey, Table } from './nftables/types.js';
+import type { Chain, NamedSet, TableFamily, SetKey, Table } from './nftables/types.js';
 
 export interface PortRange {
   readonly first: number;
@@ -29,6 +29,13 @@ export interface CompileOptions {
 export const BASE_CHAIN = 'postrouting';
 export const NONMASQ_SET = 'nonmasq';
 export const MASQ_SET = 'masq';
+/**
+ * Replies on their way while the conntrack flush deletes their flow's entry: dropped for a moment,
+ * or they would start an entry the other way round that keeps the flow on its old decision
+ * (README, "Existing flows"). The set's elements come and go with timeouts; the chain drops them.
+ */
+export const LATE_REPLIES_SET = 'late-replies';
+export const LATE_REPLIES_CHAIN = 'prerouting';
 
 function integer(n: number, what: string): string {
   if (!Number.isSafeInteger(n) || n < 0)
@@ -128,6 +135,7 @@ function compileFamily(
         flags: ['interval'],
         elements: v4 ? config.masquerade.ipv4 : config.masquerade.ipv6,
       },
+      lateRepliesSet(family),
     ],
     chains: [
       {
@@ -136,7 +144,28 @@ function compileFamily(
         rules: [`fib daddr type != local jump ${options.masqChain} comment "${markText(mark)}"`],
       },
       decision,
+      {
+        name: LATE_REPLIES_CHAIN,
+        base: { type: 'filter', hook: 'prerouting', priority: 'mangle', policy: 'accept' },
+        rules: [`${lateReplyKey(family)} @${LATE_REPLIES_SET} drop`],
+      },
     ],
+  };
+}
+
+/** A UDP reply's addresses and ports, from the remote to the pod, as the late-replies set keys them. */
+function lateReplyKey(family: TableFamily): string {
+  return `${family} saddr . udp sport . ${family} daddr . udp dport`;
+}
+
+/** The late-replies set of a table of this family: empty but for the moments after a flush. */
+export function lateRepliesSet(family: TableFamily): NamedSet {
+  return {
+    name: LATE_REPLIES_SET,
+    key: { expression: lateReplyKey(family), elementSuffix: '' },
+    flags: ['timeout'],
+    elements: [],
+    transient: true,
   };
 }
 
@@ -147,8 +176,8 @@ export function compile(
   generation: number,
   writer?: string,
 ): Table[] {
-  if (options.masqChain === BASE_CHAIN) {
-    throw new Error(`--masq-chain may not be ${BASE_CHAIN}: the base chain has that name`);
+  if (options.masqChain === BASE_CHAIN || options.masqChain === LATE_REPLIES_CHAIN) {
+    throw new Error(`--masq-chain may not be ${options.masqChain}: a base chain has that name`);
   }
   const families: TableFamily[] = options.enableIPv6 ? ['ip', 'ip6'] : ['ip'];
   const layout = chooseLayout(config, options);

@@ -3,7 +3,13 @@
 // Over 200 lines because it holds the usage text and one parser per value flag; it maps nothing
 // further: options.ts turns the result into each stage's options.
 import { isIPv4, isIPv6 } from 'node:net';
-import { AUTO_LAYOUT_CROSSOVER, BASE_CHAIN, setLayouts, type PortRange } from '../compile.js';
+import {
+  AUTO_LAYOUT_CROSSOVER,
+  BASE_CHAIN,
+  LATE_REPLIES_CHAIN,
+  setLayouts,
+  type PortRange,
+} from '../compile.js';
 import { nameProblem } from '../nftables/names.js';
 import { conntrackFlushModes } from '../reconcile/conntrack.js';
 import { logLevels, outputs, type AgentOptions, type Mode } from '../options.js';
@@ -67,11 +73,11 @@ function checkName(flag: string, value: string): string {
   return value;
 }
 
-/** The base chain is called postrouting: the decision chain needs a name of its own. */
+/** The base chains are called postrouting and prerouting: the decision chain needs a name of its own. */
 function checkMasqChain(value: string): string {
   checkName('masq-chain', value);
-  if (value === BASE_CHAIN) {
-    throw new FlagError(`--masq-chain: "${value}" is the name of the agent's base chain`);
+  if (value === BASE_CHAIN || value === LATE_REPLIES_CHAIN) {
+    throw new FlagError(`--masq-chain: "${value}" is the name of one of the agent's base chains`);
   }
   return value;
 }

@@ -5,6 +5,8 @@
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { formatAddress, parseAddress } from '../cidr/index.js';
+import type { ReplyTuple } from './types.js';
 
 interface NativeAddon {
   run(script: string, dryRun: boolean, json: boolean, timeoutMs: number): Promise<string>;
@@ -14,7 +16,7 @@ interface NativeAddon {
     family: 4 | 6,
     protocols: number[],
     ranges: Buffer,
-    directions: number,
+    listOnly: boolean,
   ): Promise<string>;
   releaseMemory(): boolean;
   version: string;
@@ -144,26 +146,7 @@ export interface ConntrackFlushResult {
   readonly error: string | undefined;
 }
 
-/**
- * Which entries a flush deletes (README, "Existing flows"): `forward`, those whose reply comes from a
- * range — the destination the postrouting decision was made on, after any DNAT; `reverse`, those
- * without NAT whose original source is in a range: a late reply taken for a flow the other way round.
- */
-export type FlushDirections = 'forward' | 'reverse' | 'both';
-const directionBits: Record<FlushDirections, number> = { forward: 1, reverse: 2, both: 3 };
-
-/**
- * Deletes the conntrack entries of `family` of these directions in one of `ranges` (sorted,
- * disjoint [first, last]) whose protocol is one of `protocols` (every one when empty), through
- * libnetfilter_conntrack on a pool thread. Never rejects for a kernel without conntrack.
- */
-export async function conntrackFlush(
-  family: 4 | 6,
-  protocols: readonly number[],
-  ranges: ReadonlyArray<readonly [bigint, bigint]>,
-  directions: FlushDirections = 'both',
-): Promise<ConntrackFlushResult> {
-  const native = addon();
+function rangeBuffer(family: 4 | 6, ranges: ReadonlyArray<readonly [bigint, bigint]>): Buffer {
   const width = family === 4 ? 4 : 16;
   const buffer = Buffer.alloc(ranges.length * 2 * width);
   ranges.forEach(([first, last], i) => {
@@ -172,22 +155,74 @@ export async function conntrackFlush(
       buffer.write(hex, (i * 2 + j) * width, width, 'hex');
     }
   });
-  const text = await native.conntrackFlush(
-    family,
-    [...protocols],
-    buffer,
-    directionBits[directions],
-  );
+  return buffer;
+}
+
+function parseFlushAnswer(text: string): ConntrackFlushResult & { replies: ReplyTuple[] } {
   let seen = 0;
   let error: string | undefined;
   const deleted = new Map<number, number>();
+  const replies: ReplyTuple[] = [];
   for (const line of text.split('\n')) {
-    const [word, a = '', b = ''] = line.split(' ');
+    const [word, a = '', b = '', c = '', d = ''] = line.split(' ');
     if (word === 'seen') seen = Number(a);
     else if (word === 'deleted') deleted.set(Number(a), Number(b));
     else if (word === 'error') error = line.slice('error '.length);
+    else if (word === 'reply') {
+      // Re-formatted by the agent's own parser: only addresses it formatted reach nftables.
+      const source = parseAddress(a);
+      const destination = parseAddress(c);
+      replies.push({
+        source: formatAddress(source.family, source.addr),
+        sourcePort: port(b),
+        destination: formatAddress(destination.family, destination.addr),
+        destinationPort: port(d),
+      });
+    }
   }
+  return { seen, deleted, error, replies };
+}
+
+function port(text: string): number {
+  const value = Number(text);
+  if (!Number.isInteger(value) || value < 0 || value > 65_535) throw new Error(`bad port ${text}`);
+  return value;
+}
+
+/**
+ * Deletes the conntrack entries of `family` whose reply comes from one of `ranges` (sorted,
+ * disjoint [first, last]) — the destination after any DNAT, the one postrouting decided on — and
+ * whose protocol is one of `protocols` (every one when empty), through libnetfilter_conntrack on a
+ * pool thread. Never rejects for a kernel without conntrack.
+ */
+export async function conntrackFlush(
+  family: 4 | 6,
+  protocols: readonly number[],
+  ranges: ReadonlyArray<readonly [bigint, bigint]>,
+): Promise<ConntrackFlushResult> {
+  const text = await addon().conntrackFlush(
+    family,
+    [...protocols],
+    rangeBuffer(family, ranges),
+    false,
+  );
+  const { seen, deleted, error } = parseFlushAnswer(text);
   return { seen, deleted, error };
+}
+
+/**
+ * The reply directions of the UDP entries conntrackFlush would delete whose replies go to the pod's
+ * own address (no SNAT): deletes nothing. Their late replies are dropped while the flush happens
+ * (README, "Existing flows").
+ */
+export async function conntrackReplies(
+  family: 4 | 6,
+  ranges: ReadonlyArray<readonly [bigint, bigint]>,
+): Promise<ReplyTuple[]> {
+  const text = await addon().conntrackFlush(family, [17], rangeBuffer(family, ranges), true);
+  const { replies, error } = parseFlushAnswer(text);
+  if (error !== undefined) throw new Error(error);
+  return replies;
 }
 
 /**

@@ -1,7 +1,7 @@
 // Renders typed tables into nft script text. The nested block form is also what `nft list table`
 // prints, so the same text serves as the write and as the expectation a read-back is compared with.
 import { nameProblem } from './names.js';
-import type { Chain, TableFamily, NamedSet, Table, TableRef } from './types.js';
+import type { Chain, TableFamily, NamedSet, ReplyTuple, Table, TableRef } from './types.js';
 
 /** Throws unless every name is a plain identifier and the comment cannot break out of its quotes. */
 export function validateTable(table: Table): void {
@@ -114,6 +114,7 @@ export function renderInPlace(next: Table, old?: Table): string {
   const lines: string[] = [];
   const additions: string[] = [];
   for (const set of next.sets) {
+    if (set.transient) continue;
     const before = old?.sets.find((s) => s.name === set.name);
     if (!before) {
       lines.push(`flush set ${family} ${name} ${set.name}`);
@@ -138,8 +139,8 @@ export function renderInPlace(next: Table, old?: Table): string {
       before !== undefined &&
       before.rules.length === chain.rules.length &&
       before.rules.every((rule, i) => rule === chain.rules[i]);
-    // The base chain's one rule carries the mark, so it is rewritten at every write.
-    if (same && !chain.base) continue;
+    // The jump rule carries the write's mark: that chain is rewritten at every write.
+    if (same) continue;
     lines.push(`flush chain ${family} ${name} ${chain.name}`);
     for (const rule of chain.rules) lines.push(`add rule ${family} ${name} ${chain.name} ${rule}`);
   }
@@ -161,9 +162,10 @@ export function nextSetName(name: string): string {
 export function renderKeyChange(next: Table): string[] {
   validateTable(next);
   const { family, name } = next;
-  const temporary = next.sets.map((set) => ({ ...set, name: nextSetName(set.name) }));
+  const keyed = next.sets.filter((set) => !set.transient);
+  const temporary = keyed.map((set) => ({ ...set, name: nextSetName(set.name) }));
   const toTemporary = (rule: string) =>
-    next.sets.reduce(
+    keyed.reduce(
       (moved, set) => moved.replaceAll(`@${set.name} `, `@${nextSetName(set.name)} `),
       rule,
     );
@@ -184,11 +186,12 @@ export function renderKeyChange(next: Table): string[] {
     ]);
   return [
     block(temporary),
-    [...decisionRules, ...next.sets.map((s) => `delete set ${family} ${name} ${s.name}`)].join(
+    [...decisionRules, ...keyed.map((s) => `delete set ${family} ${name} ${s.name}`)].join('\n') +
       '\n',
-    ) + '\n',
-    block(next.sets),
-    renderInPlace(next, moved) +
+    block(keyed),
+    // From the table of step 3, whose base chains are as before: their rules are rewritten too
+    // (the jump rule takes this write's mark).
+    renderInPlace(next, { ...moved, chains: moved.chains.filter((chain) => !chain.base) }) +
       temporary.map((s) => `delete set ${family} ${name} ${s.name}\n`).join(''),
   ];
 }
@@ -196,4 +199,41 @@ export function renderKeyChange(next: Table): string[] {
 /** The table's listing without its own comment line, which nftables never changes once written. */
 export function withoutTableComment(listing: string): string {
   return listing.replace(/^\tcomment "[^"\n]*"\n/m, '');
+}
+
+/**
+ * Replaces what a table's late-replies set holds with these replies, for `timeoutS` seconds each
+ * (README, "Existing flows"): one transaction, the elements inside the set block so that nft fills
+ * no cache. The addresses are the agent's own formatting of what conntrack reported.
+ */
+export function renderLateReplies(
+  family: TableFamily,
+  table: string,
+  set: NamedSet,
+  replies: readonly ReplyTuple[],
+  timeoutS: number,
+): string {
+  const elements = replies.map((r) => {
+    for (const p of [r.sourcePort, r.destinationPort, timeoutS]) {
+      if (!Number.isInteger(p) || p < 0 || p > 65_535)
+        throw new Error(`late replies: bad number ${p}`);
+    }
+    return `${r.source} . ${r.sourcePort} . ${r.destination} . ${r.destinationPort}`;
+  });
+  const stray = /[^0-9a-f.:, ]/.exec(elements.join(', '));
+  if (stray) throw new Error(`late replies: ${JSON.stringify(stray[0])}: not a formatted address`);
+  const lines = [`flush set ${family} ${table} ${set.name}`];
+  if (elements.length > 0) {
+    const timed = elements.map((e) => `${e} timeout ${timeoutS}s`).join(', ');
+    lines.push(
+      `table ${family} ${table} {`,
+      `\tset ${set.name} {`,
+      `\t\ttypeof ${set.key.expression}`,
+      `\t\tflags ${set.flags.join(',')}`,
+      `\t\telements = { ${timed} }`,
+      '\t}',
+      '}',
+    );
+  }
+  return lines.join('\n') + '\n';
 }

@@ -17,15 +17,20 @@ export interface SetKey {
 export interface NamedSet {
   readonly name: string;
   readonly key: SetKey;
-  readonly flags: readonly 'interval'[];
+  readonly flags: readonly ('interval' | 'timeout')[];
   /** Canonical prefixes formatted by src/cidr: never text taken from a config file. */
   readonly elements: readonly string[];
+  /**
+   * Elements the agent adds for a moment (with a timeout) apart from the config: never written
+   * with the table's content, changed by a write or compared with a read-back.
+   */
+  readonly transient?: true;
 }
 
 export interface BaseChainHook {
-  readonly type: 'nat';
-  readonly hook: 'postrouting';
-  readonly priority: 'srcnat';
+  readonly type: 'nat' | 'filter';
+  readonly hook: 'postrouting' | 'prerouting';
+  readonly priority: 'srcnat' | 'mangle';
   readonly policy: 'accept';
 }
 
@@ -47,4 +52,12 @@ export interface Table {
 export interface TableRef {
   readonly family: TableFamily;
   readonly name: string;
+}
+
+/** A UDP flow's reply direction as conntrack holds it: from the remote, to the pod. */
+export interface ReplyTuple {
+  readonly source: string;
+  readonly sourcePort: number;
+  readonly destination: string;
+  readonly destinationPort: number;
 }

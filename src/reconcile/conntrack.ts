@@ -1,8 +1,11 @@
-// Existing flows follow a config change (README, "When it writes"): after a write that flips the
+// Existing flows follow a config change (README, "Existing flows"): after a write that flips the
 // decision for some destinations, the conntrack entries of flows to them are deleted, so each
 // flow's next packet is decided by the new rules. Never fatal to the write.
 import type { Logger } from 'pino';
+import { lateRepliesSet } from '../compile.js';
 import type { Config } from '../config/types.js';
+import { renderLateReplies } from '../nftables/render.js';
+import type { TableFamily } from '../nftables/types.js';
 import { changedRangesOffThread } from './changed-ranges.js';
 import type { Kernel } from './kernel.js';
 import type { AgentMetrics } from './metrics.js';
@@ -26,34 +29,34 @@ export function protocolName(protocol: number): string {
   return protocolNames.get(protocol) ?? String(protocol);
 }
 
+/**
+ * How long the replies of a deleted UDP flow that still go to the pod's own address are dropped:
+ * longer than the deletion itself takes plus a slow peer's round trip. A reply that arrived in that
+ * time with its flow's entry gone would start an entry the other way round, without NAT, which the
+ * pod's next datagrams match as replies: the flow would stay on its old decision while it lasts.
+ * The next flush ends them at once (its flows are decided anew).
+ */
+export const LATE_REPLY_TIMEOUT_S = 3;
+
 export interface ConntrackDeps {
   readonly kernel: Kernel;
   readonly mode: ConntrackFlushMode;
   readonly enableIPv6: boolean;
+  /** Our table's name: its late-replies set holds the replies dropped during a flush. */
+  readonly table: string;
   readonly logger: Logger;
   readonly metrics: AgentMetrics;
-  /** Between the rounds that look for entries late replies made (default REVERSE_INTERVAL_MS). */
-  readonly reverseIntervalMs?: number;
+  /** Told of each commit of ours besides the writes (the generation ids before and after it). */
+  readonly onCommit?: (before: number | undefined, after: number | undefined) => void;
 }
-
-/**
- * After a flush, a reply still on its way (a slow peer) reaches the node with its flow's entry gone
- * and starts an entry the other way round, without NAT, that the pod's next packets then match as
- * replies: the flow would keep its old decision. Such entries are looked for again this often, up to
- * REVERSE_ROUNDS times, until a round finds none (docs/design.md, "Existing flows").
- */
-export const REVERSE_INTERVAL_MS = 250;
-export const REVERSE_ROUNDS = 8;
-
-type Changes = Awaited<ReturnType<typeof changedRangesOffThread>>;
 
 export class ConntrackFlush {
   private readonly deps: ConntrackDeps;
 
   /** Flushes run one after another, beside the syncs: a sync never waits for one. */
   private queue: Promise<void> = Promise.resolve();
-  /** The rounds after each flush, beside the queue: a later flush never waits for them. */
-  private readonly rounds = new Set<Promise<void>>();
+  /** Until when (performance.now()) late replies written by a flush may still be held, per family. */
+  private readonly heldUntil = new Map<4 | 6, number>();
 
   constructor(deps: ConntrackDeps) {
     this.deps = deps;
@@ -70,10 +73,9 @@ export class ConntrackFlush {
     this.queue = this.queue.then(() => this.flush(before, after, generation));
   }
 
-  /** Resolves when every flush asked for so far has ended, with its rounds. */
-  async settled(): Promise<void> {
-    await this.queue;
-    await Promise.all([...this.rounds]);
+  /** Resolves when every flush asked for so far has ended. */
+  settled(): Promise<void> {
+    return this.queue;
   }
 
   private async flush(before: Config, after: Config, generation: number): Promise<void> {
@@ -91,10 +93,12 @@ export class ConntrackFlush {
     if (changes.length === 0) return;
     const protocols = mode === 'udp' ? [UDP, UDPLITE] : [];
     const deleted: Record<string, Record<string, number>> = {};
+    let guarded = 0;
     for (const { family, ranges } of changes) {
       const label = family === 4 ? ('ipv4' as const) : ('ipv6' as const);
       try {
-        const result = await kernel.flushConntrack(family, protocols, ranges, 'both');
+        guarded += await this.dropLateReplies(family, ranges, generation);
+        const result = await kernel.flushConntrack(family, protocols, ranges);
         deleted[label] = {};
         for (const [protocol, count] of result.deleted) {
           deleted[label][protocolName(protocol)] = count;
@@ -110,44 +114,53 @@ export class ConntrackFlush {
       }
     }
     logger.info(
-      { generation, deleted, durationMs: Math.round(performance.now() - started) },
+      {
+        generation,
+        deleted,
+        lateRepliesDropped: guarded,
+        durationMs: Math.round(performance.now() - started),
+      },
       'deleted the conntrack entries of flows whose masquerade decision changed',
     );
-    const rounds = this.reverseRounds(changes, protocols, generation);
-    this.rounds.add(rounds);
-    void rounds.finally(() => this.rounds.delete(rounds));
   }
 
-  /** Deletes the entries late replies started the other way round, until a round finds none. */
-  private async reverseRounds(changes: Changes, protocols: number[], generation: number) {
-    const { kernel, logger, metrics } = this.deps;
-    const intervalMs = this.deps.reverseIntervalMs ?? REVERSE_INTERVAL_MS;
-    for (let round = 1; round <= REVERSE_ROUNDS; round++) {
-      await new Promise((resolve) => setTimeout(resolve, intervalMs));
-      let found = 0;
-      const deleted: Record<string, Record<string, number>> = {};
-      for (const { family, ranges } of changes) {
-        const label = family === 4 ? ('ipv4' as const) : ('ipv6' as const);
-        const result = await kernel
-          .flushConntrack(family, protocols, ranges, 'reverse')
-          .catch((err: unknown) => ({
-            seen: 0,
-            deleted: new Map<number, number>(),
-            error: String(err),
-          }));
-        for (const [protocol, count] of result.deleted) {
-          found += count;
-          (deleted[label] ??= {})[protocolName(protocol)] = count;
-          metrics.addConntrackFlushed(label, protocolName(protocol), count);
-        }
-        // The first flush reported its failure; a round that fails only ends the rounds.
-        if (result.error !== undefined) return;
-      }
-      if (found === 0) return;
-      logger.info(
-        { generation, round, deleted },
-        'deleted conntrack entries that late replies had started the other way round',
+  /**
+   * Before the entries go: the replies of their UDP flows that come back to the pod's own address
+   * are dropped for LATE_REPLY_TIMEOUT_S, through our table's late-replies set. Returns how many
+   * flows were so guarded; a failure to write them is logged and the flush goes on without.
+   */
+  private async dropLateReplies(
+    family: 4 | 6,
+    ranges: Parameters<Kernel['conntrackReplies']>[1],
+    generation: number,
+  ): Promise<number> {
+    const { kernel, logger, table } = this.deps;
+    const tableFamily: TableFamily = family === 4 ? 'ip' : 'ip6';
+    try {
+      const replies = await kernel.conntrackReplies(family, ranges);
+      // The replies held back by an earlier flush go first: their flows may be exempt again now.
+      const held = (this.heldUntil.get(family) ?? 0) > performance.now();
+      if (replies.length === 0 && !held) return 0;
+      const script = renderLateReplies(
+        tableFamily,
+        table,
+        lateRepliesSet(tableFamily),
+        replies,
+        LATE_REPLY_TIMEOUT_S,
       );
+      const before = await kernel.generationId().catch(() => undefined);
+      await kernel.apply(script);
+      if (replies.length > 0)
+        this.heldUntil.set(family, performance.now() + LATE_REPLY_TIMEOUT_S * 1000);
+      const after = await kernel.generationId().catch(() => undefined);
+      this.deps.onCommit?.(before, after);
+      return replies.length;
+    } catch (err) {
+      logger.warn(
+        { err, family: tableFamily, generation },
+        'could not hold back late replies during the conntrack flush; a flow to a slow peer may keep its old decision',
+      );
+      return 0;
     }
   }
 }

@@ -147,6 +147,16 @@ export class Converger {
     return 'wrote';
   }
 
+  /**
+   * Another commit of ours, beside the writes (the late replies of a conntrack flush), that leaves
+   * the tables' content as it was: the kernel is still known to hold them if it moved the
+   * generation id by exactly one from where we knew it.
+   */
+  noteCommit(before: number | undefined, after: number | undefined): void {
+    if (before === undefined || after === undefined) return;
+    if (this.kernelGenId === before && after === (before + 1) >>> 0) this.kernelGenId = after;
+  }
+
   /** The kernel holds these tables (written, or found in place). */
   private remember(tables: readonly Table[]): void {
     this.lastTables.clear();

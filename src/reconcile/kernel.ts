@@ -2,15 +2,15 @@
 // commands. Tests wrap it to count reads or stand in a fake (test/helpers/fake-kernel.ts).
 import {
   conntrackFlush,
+  conntrackReplies,
   type ConntrackFlushResult,
-  type FlushDirections,
   NftError,
   nftGenerationId,
   nftTableNames,
   runNft,
 } from '../nftables/addon.js';
 import type { Range } from '../cidr/index.js';
-import type { TableRef } from '../nftables/types.js';
+import type { ReplyTuple, TableRef } from '../nftables/types.js';
 
 /** A table of any family, as the kernel names it (`inet`, `bridge`, … as well as ours). */
 export interface AnyTableRef {
@@ -40,8 +40,9 @@ export interface Kernel {
     family: 4 | 6,
     protocols: readonly number[],
     ranges: readonly Range[],
-    directions?: FlushDirections,
   ): Promise<ConntrackFlushResult>;
+  /** The replies to the pod's own address of the UDP flows flushConntrack would delete. */
+  conntrackReplies(family: 4 | 6, ranges: readonly Range[]): Promise<ReplyTuple[]>;
 }
 
 const NAT_TABLE = 'ip nat';
@@ -129,4 +130,5 @@ export const nftKernel: Kernel = {
     }
   },
   flushConntrack: conntrackFlush,
+  conntrackReplies,
 };

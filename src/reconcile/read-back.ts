@@ -1,6 +1,6 @@
 // Reading our tables back from the kernel, and comparing them with what we would write. Reading
 // changes nothing: what the caller does with the generation found is its own, explicit step.
-import type { CompileOptions } from '../compile.js';
+import { LATE_REPLIES_SET, type CompileOptions } from '../compile.js';
 import { tableOwner, type TableOwner } from '../nftables/ownership.js';
 import { normaliseListing, renderTable, withoutTableComment } from '../nftables/render.js';
 import type { Table, TableFamily, TableRef } from '../nftables/types.js';
@@ -60,14 +60,35 @@ export function listingIs(listing: string, table: Table): boolean {
 }
 
 /**
- * A listing in a form that compares equal whatever order the elements are in: a concatenated set
- * lists them in the order they were added, and in-place writes add them in any order.
+ * A listing in a form that compares equal whatever order the sets, the chains and the elements are
+ * in: a concatenated set lists its elements in the order they were added, in-place writes add them
+ * in any order, and a set made anew (the layout switch) lists after the ones kept.
  */
 function listingShape(text: string): string {
-  return normaliseListing(withoutTableComment(text)).replace(
-    /elements = \{ ([^}]*) \}/g,
-    (_, items: string) => `elements = { ${items.split(', ').sort().join(', ')} }`,
-  );
+  const flat = normaliseListing(withoutTableComment(text))
+    .replace(new RegExp(`(set ${LATE_REPLIES_SET} \\{[^{}]*?) elements = \\{[^}]*\\}`), '$1')
+    .replace(
+      /elements = \{ ([^}]*) \}/g,
+      (_, items: string) => `elements = { ${items.split(', ').sort().join(', ')} }`,
+    );
+  // The table's own block, then its objects (brace depth 1 to 2) in sorted order.
+  const open = flat.indexOf('{');
+  const objects: string[] = [];
+  let depth = 0;
+  let start = -1;
+  for (let i = open + 1; i < flat.length; i++) {
+    const c = flat[i];
+    if (c === '{') depth++;
+    else if (c === '}') {
+      if (depth === 0) break;
+      depth--;
+      if (depth === 0 && start >= 0) {
+        objects.push(flat.slice(start, i + 1).trim());
+        start = -1;
+      }
+    } else if (depth === 0 && start < 0 && c !== ' ') start = i;
+  }
+  return `${flat.slice(0, open + 1)} ${objects.sort().join(' ')} }`;
 }
 
 /** The objects of a table and the sets' keys: what an in-place write relies on finding. */

@@ -93,8 +93,10 @@ export class Reconciler {
       kernel,
       mode: deps.conntrackFlush ?? 'none',
       enableIPv6: deps.compileOptions.enableIPv6,
+      table: deps.compileOptions.table,
       logger,
       metrics,
+      onCommit: (before, after) => this.converger.noteCommit(before, after),
     });
   }
 

@@ -15,6 +15,8 @@ import {
   POD_IPV6,
   REMOTE_TARGETS_IPV4 as V4,
   REMOTE_TARGETS_IPV6 as V6,
+  SLOW_ECHO_PORT,
+  startSlowEcho,
   startStream,
   type StreamAnswer,
   type Topology,
@@ -30,10 +32,10 @@ const fromPod = (a: StreamAnswer) => a.address === POD_IPV4 || a.address === POD
 
 if (requireRoot(t)) {
   /** A node with the agent running on config A and the given --conntrack-flush. */
-  async function agentOn(t: TapTest, topo: Topology, mode: string) {
+  async function agentOn(t: TapTest, topo: Topology, mode: string, first = A) {
     const dir = tempDir(t, 'conntrack');
     const node: Node = { ns: topo.node, dir, configFile: join(dir, 'ip-masq-agent'), port: 9410 };
-    writeFileSync(node.configFile, A);
+    writeFileSync(node.configFile, first);
     const agent = startAgent(t, topo.node, [
       '--config',
       node.configFile,
@@ -202,4 +204,106 @@ if (requireRoot(t)) {
       );
     }
   });
+
+  /** A Service IP in the node, DNATed to a backend on the remote, as kube-proxy does. */
+  async function service(topo: Topology, proto: 'udp' | 'tcp', serviceIP: string, backend: string) {
+    await inNetns(topo.node, 'nft', ['-f', '-'], {
+      input:
+        `table ip svc-${proto} {\n` +
+        '  chain pre { type nat hook prerouting priority dstnat; policy accept;\n' +
+        `    ip daddr ${serviceIP} ${proto} dport 9999 dnat to ${backend}\n  }\n}\n`,
+    });
+  }
+
+  t.test(
+    "a UDP stream to a Service follows its backend's decision within 1 s, both ways",
+    async (t) => {
+      const topo = await makeTopology(t, { ipv6: false });
+      // 10.96.0.10 is exempt in both configs; its backend 198.18.0.1 only in the first.
+      const withBackend = 'nonMasqueradeCIDRs: [10.0.0.0/8, 198.18.0.0/15]\nresyncInterval: 1h\n';
+      const withoutBackend = 'nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 1h\n';
+      const { write } = await agentOn(t, topo, 'udp', withBackend);
+      await service(topo, 'udp', '10.96.0.10', V4.benchmarking);
+      const stream = startStream(t, topo, 'udp', '10.96.0.10', 0.05, 30);
+      await stream.until(Date.now(), fromPod, 3_000);
+      const wrote = await write(withoutBackend);
+      const masqueraded = await stream.until(wrote, fromNode, 1_000);
+      t.ok(
+        masqueraded.at - wrote <= 1_000,
+        `masqueraded ${masqueraded.at - wrote} ms after the write`,
+      );
+      const back = await write(withBackend);
+      const exempt = await stream.until(back, fromPod, 1_000);
+      t.ok(exempt.at - back <= 1_000, `exempt again ${exempt.at - back} ms after the write`);
+    },
+  );
+
+  t.test(
+    'all: a TCP connection to a Service whose backend keeps its decision survives a change of the Service range',
+    async (t) => {
+      const topo = await makeTopology(t, { ipv6: false });
+      // The Service range 10.96.0.0/12 is exempt, then not; the backend 198.18.0.1 is in both.
+      const before = 'nonMasqueradeCIDRs: [10.0.0.0/8, 198.18.0.0/15]\nresyncInterval: 1h\n';
+      const after = 'nonMasqueradeCIDRs: [10.200.0.0/16, 198.18.0.0/15]\nresyncInterval: 1h\n';
+      const { write, agent } = await agentOn(t, topo, 'all', before);
+      await service(topo, 'tcp', '10.96.0.20', V4.benchmarking);
+      const tcp = startStream(t, topo, 'tcp', '10.96.0.20', 0.1, 30);
+      const first = await tcp.until(Date.now(), fromPod, 3_000);
+      const entry = await entries(topo, '-p', 'tcp', '-d', '10.96.0.20');
+      t.equal(entry.length, 1, 'one TCP entry');
+      const wrote = await write(after);
+      await waitFor('the flush of that write', () =>
+        agent.logs.some(
+          (l) => /deleted the conntrack entries/.test(String(l.msg)) && l.generation === 2,
+        )
+          ? true
+          : undefined,
+      );
+      await tcp.until(Date.now(), (a) => a.at > wrote + 300 || a.error !== undefined, 3_000);
+      const later = tcp.answers.filter((a) => a.at >= wrote);
+      t.ok(later.length > 0, `${later.length} answers after the write`);
+      t.ok(
+        later.every(
+          (a) => a.error === undefined && a.address === first.address && a.port === first.port,
+        ),
+        'the same connection, untranslated, no error',
+      );
+      t.same(await entries(topo, '-p', 'tcp', '-d', '10.96.0.20'), entry, 'the same entry');
+    },
+  );
+
+  t.test(
+    'a stream to a slow peer (replies 135 ms late) never stays on its old decision',
+    async (t) => {
+      const topo = await makeTopology(t, { ipv6: true });
+      await startSlowEcho(t, topo, 0.135);
+      // The pods' own range is exempt in both, as in a cluster: a reply that comes back to a pod
+      // after its flow's entry was deleted is then let through as the start of a flow the other way.
+      const pods = '10.244.0.0/16, "fd00:10:244::/48"';
+      const exempt = `nonMasqueradeCIDRs: [${pods}, 10.9.0.0/16, "fd12::/16"]\nresyncInterval: 1h\n`;
+      const masqueraded = `nonMasqueradeCIDRs: [${pods}]\nresyncInterval: 1h\n`;
+      const { write } = await agentOn(t, topo, 'udp', exempt);
+      const TRIALS = 5;
+      const stuck: string[] = [];
+      for (let trial = 1; trial <= TRIALS; trial++) {
+        // A new stream each trial: a new flow, masqueraded after the first write.
+        const streams = [V4.private10, V6.uniqueLocal].map((dst) => ({
+          dst,
+          stream: startStream(t, topo, 'udp', dst, 0.02, 30, SLOW_ECHO_PORT),
+        }));
+        const started = Date.now();
+        for (const { stream } of streams) await stream.until(started, fromPod, 3_000);
+        const wrote = await write(masqueraded);
+        for (const { dst, stream } of streams) {
+          // Within 3 s it is masqueraded, and every answer after that says so.
+          await stream.until(wrote, fromNode, 3_000).catch(() => undefined);
+          await stream.until(wrote + 4_000, () => true, 6_000);
+          const late = stream.answers.filter((a) => a.at >= wrote + 3_000 && a.at < wrote + 4_000);
+          if (late.length === 0 || !late.every(fromNode)) stuck.push(`${dst} in trial ${trial}`);
+        }
+        await write(exempt);
+      }
+      t.same(stuck, [], `masqueraded and staying so in all ${TRIALS} trials, IPv4 and IPv6`);
+    },
+  );
 }

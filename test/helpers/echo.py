@@ -17,12 +17,16 @@ stream PROTO PORT INTERVAL DURATION DST
                       one socket (a UDP socket, or one TCP connection) sending a message every
                       INTERVAL seconds for DURATION seconds; prints one JSON line per answer,
                       {"address", "port"} as the remote saw it, or {"error"} when none came.
+slow PORT DELAY LIFETIME ADDRESS...
+                      a UDP echo like serve's that answers every datagram DELAY seconds late, as a
+                      peer across a WAN does; print "ready" once bound; exit as serve does.
 rawprobe PROTO PORT TAG DST...
                       send one packet per DST from a raw socket, never answered: for sctp an SCTP
                       INIT (conntrack starts a flow on it) whose initiate tag is TAG+i; for 253 a
                       payload "TAG+i". The remote's "seen" lines say which source it arrived from.
 """
 
+import heapq
 import json
 import struct
 import select
@@ -154,6 +158,35 @@ def serve(port, lifetime, addresses):
                 pass  # an ICMP error for an earlier reply whose prober had already given up
 
 
+def slow(port, delay, lifetime, addresses):
+    sockets = [udp_socket(address, port) for address in addresses]
+    due = []  # (time, sequence, socket, peer): answers not yet sent, in time order
+    sequence = 0
+    print("ready", flush=True)
+    deadline = time.monotonic() + lifetime
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        while due and due[0][0] <= now:
+            _, _, sock, peer = heapq.heappop(due)
+            try:
+                sock.sendto(reply_text(peer), peer)
+            except OSError:
+                pass
+        wait = max(0.0, min(deadline - now, (due[0][0] - now) if due else 1.0))
+        readable, _, _ = select.select([sys.stdin, *sockets], [], [], wait)
+        for sock in readable:
+            if sock is sys.stdin:
+                if not sys.stdin.buffer.read1(4096):
+                    return
+                continue
+            try:
+                _data, peer = sock.recvfrom(256)
+            except OSError:
+                continue
+            sequence += 1
+            heapq.heappush(due, (time.monotonic() + delay, sequence, sock, peer))
+
+
 def probe_once(proto, dst, port, timeout):
     family = socket.AF_INET6 if ":" in dst else socket.AF_INET
     kind = socket.SOCK_DGRAM if proto == "udp" else socket.SOCK_STREAM
@@ -208,6 +241,8 @@ def main(argv):
         serve(int(argv[1]), float(argv[2]), argv[3:])
     elif len(argv) >= 6 and argv[0] == "probe" and argv[1] in ("udp", "tcp"):
         probe(argv[1], int(argv[2]), float(argv[3]), int(argv[4]), argv[5:])
+    elif len(argv) >= 5 and argv[0] == "slow":
+        slow(int(argv[1]), float(argv[2]), float(argv[3]), argv[4:])
     elif len(argv) == 6 and argv[0] == "stream" and argv[1] in ("udp", "tcp"):
         stream(argv[1], int(argv[2]), float(argv[3]), float(argv[4]), argv[5])
     elif len(argv) >= 5 and argv[0] == "rawprobe" and argv[1] in ("sctp", "253"):

@@ -2,9 +2,9 @@
 // the renderer writes (add/delete table, nested table blocks), keeps listings as nft would print
 // them, and moves a generation id on every commit. Real behaviour is proven by the kernel tests.
 import type { AnyTableRef, Kernel } from '../../src/reconcile/kernel.js';
-import type { TableRef } from '../../src/nftables/types.js';
+import type { ReplyTuple, TableRef } from '../../src/nftables/types.js';
 import type { Range } from '../../src/cidr/index.js';
-import type { ConntrackFlushResult, FlushDirections } from '../../src/nftables/addon.js';
+import type { ConntrackFlushResult } from '../../src/nftables/addon.js';
 import { parseAddress } from '../../src/cidr/index.js';
 
 export class FakeKernel implements Kernel {
@@ -62,18 +62,24 @@ export class FakeKernel implements Kernel {
     throw new Error('fake kernel: setHas is proven against the real kernel only');
   }
 
-  /** Conntrack flushes asked for, in order (the later rounds for late replies in `rounds`). */
+  /** Conntrack flushes asked for, in order. */
   flushes: Array<{ family: 4 | 6; protocols: readonly number[]; ranges: readonly Range[] }> = [];
-  rounds: Array<{ family: 4 | 6; protocols: readonly number[]; ranges: readonly Range[] }> = [];
+  /** What conntrackReplies answers, and the ranges it was asked about. */
+  replies: ReplyTuple[] = [];
+  repliesAsked: Array<{ family: 4 | 6; ranges: readonly Range[] }> = [];
 
   async flushConntrack(
     family: 4 | 6,
     protocols: readonly number[],
     ranges: readonly Range[],
-    directions: FlushDirections = 'both',
   ): Promise<ConntrackFlushResult> {
-    (directions === 'reverse' ? this.rounds : this.flushes).push({ family, protocols, ranges });
+    this.flushes.push({ family, protocols, ranges });
     return { seen: 0, deleted: new Map(), error: undefined };
+  }
+
+  async conntrackReplies(family: 4 | 6, ranges: readonly Range[]): Promise<ReplyTuple[]> {
+    this.repliesAsked.push({ family, ranges });
+    return this.replies;
   }
 
   async apply(script: string): Promise<void> {

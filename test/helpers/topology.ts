@@ -184,6 +184,24 @@ async function startEcho(t: TapTest, topo: Topology, lifetimeSeconds: number): P
   await waitForReady(echo, 5_000);
 }
 
+/** The port of startSlowEcho's peer. */
+export const SLOW_ECHO_PORT = 9998;
+
+/**
+ * A UDP echo on the remote, on every target address, that answers `delayS` seconds late (a peer
+ * across a WAN): streams to it always have a reply in flight. Killed at teardown.
+ */
+export async function startSlowEcho(t: TapTest, topo: Topology, delayS: number): Promise<void> {
+  const addresses = [
+    ...Object.values(REMOTE_TARGETS_IPV4),
+    ...(topo.ipv6 ? Object.values(REMOTE_TARGETS_IPV6) : []),
+  ];
+  const args = [echoScript, 'slow', String(SLOW_ECHO_PORT), String(delayS), '300', ...addresses];
+  const echo = spawn('ip', ['netns', 'exec', topo.remote, python, ...args]);
+  t.teardown(() => echo.kill('SIGKILL'));
+  await waitForReady(echo, 5_000);
+}
+
 function waitForReady(child: ChildProcess, timeoutMs: number): Promise<void> {
   return new Promise((resolvePromise, reject) => {
     let stderr = '';
@@ -290,12 +308,13 @@ export function startStream(
   dst: string,
   intervalS: number,
   durationS: number,
+  port = ECHO_PORT,
 ): Stream {
   const args = [
     echoScript,
     'stream',
     proto,
-    String(ECHO_PORT),
+    String(port),
     String(intervalS),
     String(durationS),
     dst,

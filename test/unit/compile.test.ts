@@ -110,7 +110,7 @@ for (const [name, cfg, over] of cases) {
   });
 }
 
-t.test('every table has both sets, the base chain and the decision chain', async (t) => {
+t.test('every table has its sets, the base chains and the decision chain', async (t) => {
   const tables = compile(config(), { ...flags, enableIPv6: true }, 1);
   t.same(
     tables.map((x) => x.family),
@@ -119,8 +119,15 @@ t.test('every table has both sets, the base chain and the decision chain', async
   for (const table of tables) {
     t.same(
       table.sets.map((s) => s.name),
-      ['nonmasq', 'masq'],
+      ['nonmasq', 'masq', 'late-replies'],
     );
+    t.same(table.chains[2], {
+      name: 'prerouting',
+      base: { type: 'filter', hook: 'prerouting', priority: 'mangle', policy: 'accept' },
+      rules: [
+        `${table.family} saddr . udp sport . ${table.family} daddr . udp dport @late-replies drop`,
+      ],
+    });
     t.same(table.chains[0]?.base, {
       type: 'nat',
       hook: 'postrouting',
@@ -300,7 +307,7 @@ t.test(
     t.equal(chooseLayout(config(), { ...flags, setLayout: 'concat' }), 'concat');
     const [table] = compile(above, { ...flags, setLayout: 'auto' }, 1);
     t.same(
-      table?.sets.map((set) => set.key.expression),
+      table?.sets.filter((set) => !set.transient).map((set) => set.key.expression),
       ['ip daddr . meta l4proto', 'ip daddr . meta l4proto'],
     );
     t.match(table?.chains[1]?.rules[0], /^ip daddr \. meta l4proto @masq /);

@@ -281,10 +281,12 @@ t.test('nft keywords are refused as --table and --masq-chain names (exit 2)', as
       t.equal(flag === 'table' ? parsed.table : parsed.masqChain, name, `${flag} ${name}`);
     }
   }
-  t.match(
-    failure(['--masq-chain=postrouting']),
-    /--masq-chain: "postrouting" is the name of the agent's base chain/,
-  );
+  for (const base of ['postrouting', 'prerouting']) {
+    t.match(
+      failure([`--masq-chain=${base}`]),
+      new RegExp(`--masq-chain: "${base}" is the name of one of the agent's base chains`),
+    );
+  }
 });
 
 t.test('--listen', async (t) => {

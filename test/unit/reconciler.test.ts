@@ -669,7 +669,6 @@ t.test(
     let appliesAtFlush = -1;
     const flush = kernel.flushConntrack.bind(kernel);
     kernel.flushConntrack = async (...args) => {
-      if (args[3] === 'reverse') return flush(...args);
       appliesAtFlush = kernel.applies.length;
       return { ...(await flush(...args)), deleted: new Map([[17, 3]]) };
     };
@@ -682,10 +681,11 @@ t.test(
     t.equal(await metric('ipmasq_conntrack_flushed_total', { family: 'ipv4', protocol: 'udp' }), 3);
     t.ok(logs.some((l) => /deleted the conntrack entries/.test(l.msg)));
     t.same(
-      kernel.rounds,
-      kernel.flushes,
-      'one round for late replies, of the same ranges; none found',
+      kernel.repliesAsked,
+      [{ family: 4, ranges: [[0x0a800000n, 0x0affffffn]] }],
+      'its late replies looked for first, in the same ranges: none, so nothing more written',
     );
+    t.equal(kernel.applies.length, 2);
     kernel.tamper(ip, () => null);
     await reconciler.sync();
     await reconciler.flushesSettled();
@@ -705,6 +705,49 @@ t.test(
     await none.reconciler.sync();
     await none.reconciler.flushesSettled();
     t.same(none.kernel.flushes, [], 'none: nothing');
+  },
+);
+
+t.test(
+  'conntrack: replies still going to the pod are held back before the entries go, and released by the next flush',
+  async (t) => {
+    const a: LoadResult = { ok: true, config: config(['10.0.0.0/8']), warnings: [] };
+    const b: LoadResult = { ok: true, config: config(['10.0.0.0/9']), warnings: [] };
+    const kernel = new FakeKernel();
+    const { reconciler, setConfig } = setup(kernel, a, { conntrackFlush: 'udp' });
+    await reconciler.sync();
+    const order: string[] = [];
+    const apply = kernel.apply.bind(kernel);
+    kernel.apply = async (script) => {
+      order.push(/late-replies/.test(script) ? 'hold' : 'write');
+      return apply(script);
+    };
+    const flush = kernel.flushConntrack.bind(kernel);
+    kernel.flushConntrack = async (...args) => {
+      order.push('flush');
+      return flush(...args);
+    };
+    kernel.replies = [
+      { source: '10.200.0.1', sourcePort: 53, destination: '10.244.1.2', destinationPort: 40000 },
+    ];
+    setConfig(b);
+    await reconciler.sync();
+    await reconciler.flushesSettled();
+    t.same(order, ['write', 'hold', 'flush'], 'held back before the entries are deleted');
+    t.match(
+      kernel.applies.at(-1),
+      /^flush set ip ipmasq late-replies\n[^]*elements = \{ 10\.200\.0\.1 \. 53 \. 10\.244\.1\.2 \. 40000 timeout 3s \}/,
+    );
+    t.equal(reconciler.status(true).ready, true, 'still in sync: the hold is not drift');
+    const reads = kernel.reads;
+    await reconciler.sync();
+    t.equal(kernel.reads, reads, 'the hold moved the generation id by one: no read-back');
+    kernel.replies = [];
+    setConfig(a);
+    await reconciler.sync();
+    await reconciler.flushesSettled();
+    t.same(order.slice(3), ['write', 'hold', 'flush'], 'the next flush releases them first');
+    t.equal(kernel.applies.at(-1), 'flush set ip ipmasq late-replies\n');
   },
 );
 
@@ -731,8 +774,7 @@ t.test(
     await reconciler.sync();
     let release: () => void = () => undefined;
     const order: string[] = [];
-    kernel.flushConntrack = async (_family, _protocols, ranges, directions) => {
-      if (directions === 'reverse') return { seen: 0, deleted: new Map(), error: undefined };
+    kernel.flushConntrack = async (_family, _protocols, ranges) => {
       order.push(`start ${ranges.length}`);
       if (order.length === 1) await new Promise<void>((resolve) => (release = resolve));
       order.push('end');
