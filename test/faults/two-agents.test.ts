@@ -1,7 +1,8 @@
 // Two agents in one namespace with different configs, as during a rolling update with maxSurge
 // (hardening round 2, item 8): they used to rewrite each other's table every resync (117 writes a
-// minute each). Each now sees the other's write, says so, and holds back; once one leaves, the
-// other's config stays and its conflict ends.
+// minute each). Each now sees the other's write and says so; the newer (B, started second) wins:
+// it writes its config again at once, the older holds back. Once one leaves, the other's config
+// stays and its conflict ends.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
@@ -30,34 +31,51 @@ if (requireRoot(t)) {
   await untilGeneration(node, 1, 10_000);
   const b = start(configB, portB);
 
-  t.test('they hold back from each other instead of rewriting every resync', async (t) => {
-    const readyA: number[] = [];
-    const readyB: number[] = [];
-    const conflicts = { a: 0, b: 0 };
-    const deadline = Date.now() + OBSERVE_MS;
-    while (Date.now() < deadline) {
-      readyA.push((await httpGet(node.ns, node.port, '/readyz')).status);
-      readyB.push((await httpGet(node.ns, portB, '/readyz').catch(() => ({ status: 0 }))).status);
-      conflicts.a = Math.max(
-        conflicts.a,
-        (await scrape(node.port, 'ipmasq_conflicting_writer')) ?? 0,
+  t.test(
+    'the older holds back and the newer wins, instead of both rewriting every resync',
+    async (t) => {
+      const readyA: number[] = [];
+      const readyB: number[] = [];
+      const conflicts = { a: 0, b: 0 };
+      const held: string[] = [];
+      const deadline = Date.now() + OBSERVE_MS;
+      while (Date.now() < deadline) {
+        held.push((await setElements(node, 'nonmasq')).join());
+        readyA.push((await httpGet(node.ns, node.port, '/readyz')).status);
+        readyB.push((await httpGet(node.ns, portB, '/readyz').catch(() => ({ status: 0 }))).status);
+        conflicts.a = Math.max(
+          conflicts.a,
+          (await scrape(node.port, 'ipmasq_conflicting_writer')) ?? 0,
+        );
+        conflicts.b = Math.max(
+          conflicts.b,
+          (await scrape(portB, 'ipmasq_conflicting_writer').catch(() => 0)) ?? 0,
+        );
+        await sleep(250);
+      }
+      const total = writes(a) + writes(b);
+      t.comment(`writes in ${OBSERVE_MS} ms: A ${writes(a)}, B ${writes(b)}`);
+      // Fighting, each agent rewrites at every 1 s resync: about 20 writes in 10 s.
+      t.ok(total <= 10, `${total} writes in ${OBSERVE_MS / 1000} s`);
+      t.same(conflicts, { a: 1, b: 1 }, 'each exposed ipmasq_conflicting_writer 1');
+      t.ok(readyA.includes(503) && readyB.includes(503), 'each was not ready while in conflict');
+      const warned = (agent: RunningAgent, what: RegExp) =>
+        agent.logs.filter((l) => l.level === 40 && what.test(String(l.msg))).length;
+      t.same(
+        [warned(a, /another ipmasq-agent/), warned(b, /another ipmasq-agent/)],
+        [1, 1],
+        'each warned once',
       );
-      conflicts.b = Math.max(
-        conflicts.b,
-        (await scrape(portB, 'ipmasq_conflicting_writer').catch(() => 0)) ?? 0,
+      t.equal(warned(a, /holding back .*the newer agent wins/), 1, 'A, the older, holds back');
+      t.equal(warned(b, /started before this one, so ours wins/), 1, 'B, the newer, wins');
+      const bConfig = '10.0.0.0/8,169.254.0.0/16,192.168.0.0/16';
+      const ofB = held.filter((e) => e === bConfig).length;
+      t.ok(
+        ofB > held.length * 0.8,
+        `the kernel held B's config in ${ofB} of ${held.length} samples`,
       );
-      await sleep(250);
-    }
-    const total = writes(a) + writes(b);
-    t.comment(`writes in ${OBSERVE_MS} ms: A ${writes(a)}, B ${writes(b)}`);
-    // Fighting, each agent rewrites at every 1 s resync: about 20 writes in 10 s.
-    t.ok(total <= 10, `${total} writes in ${OBSERVE_MS / 1000} s`);
-    t.same(conflicts, { a: 1, b: 1 }, 'each exposed ipmasq_conflicting_writer 1');
-    t.ok(readyA.includes(503) && readyB.includes(503), 'each was not ready while holding back');
-    const warned = (agent: RunningAgent) =>
-      agent.logs.filter((l) => l.level === 40 && /another ipmasq-agent/.test(String(l.msg))).length;
-    t.same([warned(a), warned(b)], [1, 1], 'each warned once');
-  });
+    },
+  );
 
   t.test("once A leaves, B's config stays and B is ready", async (t) => {
     a.child.kill('SIGTERM');
