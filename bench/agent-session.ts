@@ -132,7 +132,12 @@ export class AgentSession {
    * directory) and times it until /healthz shows the next generation.
    */
   async swapConfig(count: number, variant: 0 | 1, timeoutMs = 60_000): Promise<SwapResult> {
-    await writeFile(this.stagingFile, configText(count, variant));
+    return this.swapText(configText(count, variant), timeoutMs);
+  }
+
+  /** As swapConfig, with the config's text given. */
+  async swapText(text: string, timeoutMs = 60_000): Promise<SwapResult> {
+    await writeFile(this.stagingFile, text);
     const next = (await this.generation()) + 1;
     const answer = await this.command(
       `swap ${this.stagingFile} ${this.configFile} ${next} ${timeoutMs / 1000}`,

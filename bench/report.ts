@@ -125,10 +125,25 @@ function goals(r: BenchResults): Goal[] {
     r.neighbour.rows.filter((row) => row.layout === OURS),
     10,
   );
+  const oneCidr = write(bigWrite)?.agentOneCidrMs ?? NaN;
+  const inPlace = write(bigWrite);
+  const inPlaceRatio = inPlace ? inPlace.agentMs / inPlace.nftInPlaceMs : NaN;
   return [
     ratio(64, 2.5, 'small configs'),
     ratio(1_000, 2.5, 'small configs'),
     ratio(bigWrite, 1.3, 'the largest write'),
+    [
+      `one-CIDR edit of ${n(bigWrite)} CIDRs → /healthz ≤ 100 ms`,
+      'the everyday edit',
+      ms(oneCidr),
+      oneCidr <= 100,
+    ],
+    [
+      `whole change at ${n(bigWrite)} ≤ 1.2× bare \`nft -f\` of the same in-place script`,
+      'the largest write',
+      `${fmt(inPlaceRatio)}× (${ms(inPlace?.agentMs)} vs ${ms(inPlace?.nftInPlaceMs)})`,
+      inPlaceRatio <= 1.2,
+    ],
     ['config write → /healthz at 64 ≤ 250 ms', 'write latency', ms(w64), w64 <= 250],
     [`per new flow at ${n(bigFlow)} ≤ 1.2× at 64`, 'data path', `${fmt(perFlow)}×`, perFlow <= 1.2],
     [
@@ -180,7 +195,7 @@ function sections(r: BenchResults): string[] {
   ];
   return [
     '## Config write → kernel',
-    'Agent: a config renamed into the watched directory until `/healthz` shows the next generation; its sync and libnftables figures are from its log. Bare: `nft -f` of the agent\u2019s own rendered script, into an empty namespace (fresh) or over the same table (replace), run by run after each of the agent\u2019s swaps. Original: `iptables-nft-restore` of its linear chain. JavaScript side: in-process load and compile+render. Swaps are 250 ms apart (the agent starts syncs at least 100 ms apart, so closer ones would measure that wait). The agent runs with `--conntrack-flush=none` here: each swap flips every CIDR, and the flush has its own section below.',
+    'Agent: a config renamed into the watched directory until `/healthz` shows the next generation; its sync and libnftables figures are from its log; each swap replaces every CIDR, and the one-CIDR edit adds or removes one. Bare: `nft -f` of the agent\u2019s own rendered script, into an empty namespace (fresh) or over the same table (replace, what the agent wrote before its writes were in place), and of the in-place change the agent writes for the same swap (in place), run by run after each of the agent\u2019s swaps. Original: `iptables-nft-restore` of its linear chain. JavaScript side: in-process load and compile+render. Swaps are 250 ms apart (the agent starts syncs at least 100 ms apart, so closer ones would measure that wait). The agent runs with `--conntrack-flush=none` here: each swap flips every CIDR, and the flush has its own section below.',
     columns(r.writes.rows, [
       ['CIDRs', (row) => n(row.cidrs)],
       ['agent', (row) => ms(row.agentMs)],
@@ -188,6 +203,8 @@ function sections(r: BenchResults): string[] {
       ['libnftables', (row) => ms(row.agentApplyMs)],
       ['nft -f fresh', (row) => ms(row.nftFreshMs)],
       ['nft -f replace', (row) => ms(row.nftReplaceMs)],
+      ['nft -f in place', (row) => ms(row.nftInPlaceMs)],
+      ['agent, one-CIDR edit', (row) => ms(row.agentOneCidrMs)],
       ['iptables-nft-restore', (row) => ms(row.iptablesMs)],
       ['load config', (row) => ms(b(row.cidrs)?.loadConfigMs)],
       ['compile + render', (row) => ms(b(row.cidrs)?.compileRenderMs)],

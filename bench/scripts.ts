@@ -4,7 +4,13 @@
 import { parseArgs } from '../src/cli/flags.js';
 import { compile } from '../src/compile.js';
 import { parseConfigText } from '../src/config/index.js';
-import { renderReplace } from '../src/nftables/render.js';
+import {
+  needsNewSets,
+  renderInPlace,
+  renderKeyChange,
+  renderReplace,
+  renderTable,
+} from '../src/nftables/render.js';
 import { plan } from '../src/options.js';
 
 /**
@@ -20,15 +26,49 @@ export function cidrs(count: number, variant: 0 | 1 = 0): string[] {
   return list;
 }
 
-/** An agent config holding `count` CIDRs; resync rare so only our triggers cause syncs. */
-export function configText(count: number, variant: 0 | 1 = 0, resyncInterval = '3600s'): string {
+/**
+ * An agent config holding `count` CIDRs; resync rare so only our triggers cause syncs. `extra`
+ * CIDRs are added after them (the one-CIDR edit: 14.255.255.0/24 lies outside every variant).
+ */
+export function configText(
+  count: number,
+  variant: 0 | 1 = 0,
+  resyncInterval = '3600s',
+  extra: readonly string[] = [],
+): string {
   const lines = [
     `cidrLimit: ${count + 16}`,
     `resyncInterval: ${resyncInterval}`,
     'nonMasqueradeCIDRs:',
   ];
-  for (const cidr of cidrs(count, variant)) lines.push(`  - ${cidr}`);
+  for (const cidr of [...cidrs(count, variant), ...extra]) lines.push(`  - ${cidr}`);
   return `${lines.join('\n')}\n`;
+}
+
+export const ONE_CIDR_EDIT = '14.255.255.0/24';
+
+/** The tables the agent writes for this config with its default flags (the `auto` layout). */
+function agentTables(count: number, variant: 0 | 1) {
+  const parsed = parseArgs([]);
+  if (!parsed.ok) throw new Error(parsed.message);
+  const stages = plan(parsed.options);
+  const result = parseConfigText(configText(count, variant), 'bench config', stages.load);
+  if (!result.ok) throw result.error;
+  return compile(result.config, stages.compile, 1);
+}
+
+/**
+ * The table the agent creates for variant `from`, and the transactions of its change to variant
+ * `to`: in place, or on new sets where that is cheaper (src/nftables/render.ts, setChange).
+ */
+export function inPlaceScripts(count: number, from: 0 | 1, to: 0 | 1): [string, string[]] {
+  const [before] = agentTables(count, from);
+  const [after] = agentTables(count, to);
+  if (!before || !after) throw new Error('no ip table');
+  const change = needsNewSets(after, before)
+    ? renderKeyChange(after)
+    : [renderInPlace(after, before)];
+  return [renderTable(before), change];
 }
 
 /**

@@ -14,7 +14,13 @@ import {
   timedInside,
   withScope,
 } from './harness.js';
-import { linearChainScript, renderScript } from './scripts.js';
+import {
+  configText,
+  inPlaceScripts,
+  linearChainScript,
+  ONE_CIDR_EDIT,
+  renderScript,
+} from './scripts.js';
 
 export interface WriteRow {
   cidrs: number;
@@ -26,8 +32,12 @@ export interface WriteRow {
   agentApplyMs: number;
   /** `nft -f` of the --render script into a namespace without the table. */
   nftFreshMs: number;
-  /** `nft -f` of the same-size script replacing a table already there (what the agent does). */
+  /** `nft -f` of the same-size script replacing a table already there (what the agent did). */
   nftReplaceMs: number;
+  /** `nft -f` of the in-place change the agent writes for the same swap (every element replaced). */
+  nftInPlaceMs: number;
+  /** File rename → /healthz shows the new generation, for a one-CIDR edit of this config, median. */
+  agentOneCidrMs: number;
   iptablesMs: number;
 }
 
@@ -48,22 +58,37 @@ const SWAP_GAP_MS = 250;
 interface Bare {
   fresh: number[];
   replace: number[];
+  inPlace: number[];
   iptables: number[];
 }
 
 /** Bare `nft -f` (fresh, replace) and iptables-nft-restore of one size, one run each time it is called. */
 async function bareRunner(scope: Scope, count: number) {
   const dir = await tempDir(scope);
-  const files = [join(dir, 'a.nft'), join(dir, 'b.nft'), join(dir, 'linear.rules')] as const;
+  const files = [
+    join(dir, 'a.nft'),
+    join(dir, 'b.nft'),
+    join(dir, 'linear.rules'),
+    join(dir, 'agent-a.nft'),
+  ] as const;
+  const [agentFresh, agentChange] = inPlaceScripts(count, 0, 1);
+  const changeFiles = agentChange.map((_, i) => join(dir, `agent-a-to-b-${i}.nft`));
   await writeFile(files[0], renderScript(count, 0));
   await writeFile(files[1], renderScript(count, 1));
   await writeFile(files[2], linearChainScript(count));
+  await writeFile(files[3], agentFresh);
+  for (const [i, script] of agentChange.entries()) await writeFile(changeFiles[i] ?? '', script);
   const ns = await netns(scope, 'bench-bare');
-  const bare: Bare = { fresh: [], replace: [], iptables: [] };
+  const bare: Bare = { fresh: [], replace: [], inPlace: [], iptables: [] };
   const run = async () => {
     await timedIn(ns, 'nft', ['flush', 'ruleset']);
     bare.fresh.push(await timedInside(ns, 'nft', ['-f', files[0]]));
     bare.replace.push(await timedInside(ns, 'nft', ['-f', files[1]]));
+    await timedIn(ns, 'nft', ['flush', 'ruleset']);
+    await timedInside(ns, 'nft', ['-f', files[3]]);
+    let inPlace = 0;
+    for (const file of changeFiles) inPlace += await timedInside(ns, 'nft', ['-f', file]);
+    bare.inPlace.push(inPlace);
     await timedIn(ns, 'nft', ['flush', 'ruleset']);
     bare.iptables.push(await timedInside(ns, 'iptables-nft-restore', [files[2]]));
   };
@@ -101,6 +126,18 @@ export async function benchWrites(sizes: readonly number[], runs: number): Promi
         await bareRun();
       }
       if (count === Math.max(...sizes)) busyLatencies = latencies;
+      // The everyday edit: one CIDR added to, then removed from, the config the kernel holds.
+      const variant: 0 | 1 = writes % 2 === 1 ? 1 : 0;
+      const oneCidr: number[] = [];
+      for (let run = 0; run < runs; run++) {
+        await sleep(SWAP_GAP_MS);
+        const extra = run % 2 === 0 ? [ONE_CIDR_EDIT] : [];
+        oneCidr.push((await session.swapText(configText(count, variant, '3600s', extra))).ms);
+      }
+      if (runs % 2 === 1) {
+        await sleep(SWAP_GAP_MS);
+        await session.swapText(configText(count, variant));
+      }
       rows.push({
         cidrs: count,
         agentMs: median(ms),
@@ -108,10 +145,12 @@ export async function benchWrites(sizes: readonly number[], runs: number): Promi
         agentApplyMs: median(apply),
         nftFreshMs: median(bare.fresh),
         nftReplaceMs: median(bare.replace),
+        nftInPlaceMs: median(bare.inPlace),
+        agentOneCidrMs: median(oneCidr),
         iptablesMs: median(bare.iptables),
       });
       console.error(
-        `bench: write ${count}: agent ${ms.map(Math.round).join(' ')} ms, bare ${bare.fresh.map(Math.round).join(' ')} ms`,
+        `bench: write ${count}: agent ${ms.map(Math.round).join(' ')} ms, bare in place ${bare.inPlace.map(Math.round).join(' ')} ms, one CIDR ${oneCidr.map(Math.round).join(' ')} ms`,
       );
     }
     return { rows, busyLatencies, busyCidrs: Math.max(...sizes), idleLatencies };

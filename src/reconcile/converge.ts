@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import { compile, type CompileOptions } from '../compile.js';
 import type { Config } from '../config/types.js';
 import {
+  needsNewSets,
   renderDelete,
   renderInPlace,
   renderKeyChange,
@@ -166,8 +167,10 @@ export class Converger {
   /** How each family's table is written, from what the kernel was found to hold (or is known to). */
   private plan(table: Table, found: KernelTables | undefined): Plan {
     const last = this.lastTables.get(table.family);
+    // New sets where the key changes, or where the change is cheaper made that way (render.ts).
     const fromLast = (old: Table): Plan =>
-      old.sets.every((set, i) => set.key.expression === table.sets[i]?.key.expression)
+      old.sets.every((set, i) => set.key.expression === table.sets[i]?.key.expression) &&
+      !needsNewSets(table, old)
         ? { kind: 'exact', old }
         : { kind: 'key' };
     if (!found) return last ? fromLast(last) : { kind: 'create' };
@@ -176,7 +179,9 @@ export class Converger {
     if (last && listingIs(listing, last)) return fromLast(last);
     if (found.owners.get(table.family)?.kind !== 'ours') return { kind: 'replace' };
     const structure = compareStructure(listing, table);
-    return { kind: structure === 'same' ? 'refill' : structure === 'key' ? 'key' : 'replace' };
+    if (structure === 'same')
+      return needsNewSets(table, undefined) ? { kind: 'key' } : { kind: 'refill' };
+    return { kind: structure === 'key' ? 'key' : 'replace' };
   }
 
   /** The transactions of one write, in order: the last one carries the write's mark. */
