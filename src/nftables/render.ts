@@ -37,21 +37,13 @@ function elementList(set: NamedSet, elements: readonly string[], family: TableFa
   return text;
 }
 
-function setBlock(
-  set: NamedSet,
-  family: TableFamily,
-  elements = set.elements,
-  name = set.name,
-): string[] {
-  const lines = [`\tset ${name} {`, `\t\ttypeof ${set.key.expression}`];
+/** A set as a block of a table block; `elements` (all of the set's by default) inside it. */
+function setBlock(set: NamedSet, family: TableFamily, elements = set.elements): string[] {
+  const lines = [`\tset ${set.name} {`, `\t\ttypeof ${set.key.expression}`];
   if (set.flags.length > 0) lines.push(`\t\tflags ${set.flags.join(',')}`);
   if (elements.length > 0) lines.push(`\t\telements = { ${elementList(set, elements, family)} }`);
   lines.push('\t}');
   return lines;
-}
-
-function renderSet(set: NamedSet, family: TableFamily): string[] {
-  return setBlock(set, family);
 }
 
 function renderChain(chain: Chain): string[] {
@@ -70,7 +62,7 @@ export function renderTable(table: Table): string {
   validateTable(table);
   const body = [
     `\tcomment "${table.comment}"`,
-    ...table.sets.flatMap((set) => renderSet(set, table.family)),
+    ...table.sets.flatMap((set) => setBlock(set, table.family)),
     ...table.chains.flatMap(renderChain),
   ];
   return [`table ${table.family} ${table.name} {`, ...body, '}'].join('\n') + '\n';
@@ -159,10 +151,34 @@ export function setChange(
   const concat = set.key.elementSuffix !== '';
   const size = set.elements.length;
   if (!before) return concat && size > REFILL_CONCAT_MAX ? 'rebuild' : 'refill';
+  // Only what lies between the common head and tail can differ; its length bounds the deletions.
+  const { was } = middle(before.elements, set.elements);
+  if (was.length === 0) return 'delta';
+  if (concat) {
+    const allowed = Math.max(DELETE_CONCAT_MIN, size / 10);
+    if (was.length <= allowed) return 'delta';
+    // A large window is not compared element by element on the agent's thread: new sets.
+    if (was.length > COMPARED_MAX) return 'rebuild';
+    return elementDiff(before.elements, set.elements).removed.length > allowed
+      ? 'rebuild'
+      : 'delta';
+  }
+  if (size > DELETE_INTERVAL_SIZE) return 'refill';
   const removed = elementDiff(before.elements, set.elements).removed.length;
-  if (removed === 0) return 'delta';
-  if (concat) return removed > Math.max(DELETE_CONCAT_MIN, size / 10) ? 'rebuild' : 'delta';
-  return removed <= DELETE_INTERVAL_MAX && size <= DELETE_INTERVAL_SIZE ? 'delta' : 'refill';
+  return removed <= DELETE_INTERVAL_MAX ? 'delta' : 'refill';
+}
+
+/** The parts of two lists between their common head and tail. */
+function middle(before: readonly string[], after: readonly string[]) {
+  let head = 0;
+  while (head < before.length && head < after.length && before[head] === after[head]) head++;
+  let endBefore = before.length;
+  let endAfter = after.length;
+  while (endBefore > head && endAfter > head && before[endBefore - 1] === after[endAfter - 1]) {
+    endBefore--;
+    endAfter--;
+  }
+  return { was: before.slice(head, endBefore), is: after.slice(head, endAfter) };
 }
 
 /**
@@ -176,16 +192,7 @@ export function elementDiff(
   after: readonly string[],
 ): { removed: string[]; added: string[] } {
   if (lastDiff?.before === before && lastDiff.after === after) return lastDiff.result;
-  let head = 0;
-  while (head < before.length && head < after.length && before[head] === after[head]) head++;
-  let endBefore = before.length;
-  let endAfter = after.length;
-  while (endBefore > head && endAfter > head && before[endBefore - 1] === after[endAfter - 1]) {
-    endBefore--;
-    endAfter--;
-  }
-  const was = before.slice(head, endBefore);
-  const is = after.slice(head, endAfter);
+  const { was, is } = middle(before, after);
   const had = new Set(was);
   const wanted = new Set(is);
   const result = {
@@ -205,6 +212,7 @@ let lastDiff:
   | undefined;
 
 const REFILL_CONCAT_MAX = 1_000;
+const COMPARED_MAX = 10_000;
 const DELETE_CONCAT_MIN = 100;
 const DELETE_INTERVAL_MAX = 10;
 const DELETE_INTERVAL_SIZE = 5_000;
@@ -258,11 +266,17 @@ export function renderKeyChange(next: Table): string[] {
       `flush chain ${family} ${name} ${chain.name}`,
       ...chain.rules.map((rule) => `add rule ${family} ${name} ${chain.name} ${rule}`),
     ]);
+  // The elements are rendered once: the temporary sets' block differs only in the sets' names.
+  const ownNames = block(keyed);
+  const temporaryNames = keyed.reduce(
+    (text, set) => text.replace(`\tset ${set.name} {\n`, `\tset ${nextSetName(set.name)} {\n`),
+    ownNames,
+  );
   return [
-    block(temporary),
+    temporaryNames,
     [...decisionRules, ...keyed.map((s) => `delete set ${family} ${name} ${s.name}`)].join('\n') +
       '\n',
-    block(keyed),
+    ownNames,
     // From the table of step 3, whose base chains are as before: their rules are rewritten too
     // (the jump rule takes this write's mark).
     renderInPlace(next, { ...moved, chains: moved.chains.filter((chain) => !chain.base) }) +

@@ -134,6 +134,33 @@ export function processAndChildren(pid: number): number[] {
   return pids;
 }
 
+/** The bits of these signal masks of /proc/PID/status ORed (SigCgt, SigPnd, …); undefined once pid is gone. */
+function signalMask(pid: number, fields: readonly string[]): bigint | undefined {
+  let status: string;
+  try {
+    status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  } catch {
+    return undefined;
+  }
+  let mask = 0n;
+  for (const m of status.matchAll(/^(\w+):\s+([0-9a-f]+)$/gm)) {
+    if (fields.includes(m[1] ?? '')) mask |= BigInt(`0x${m[2]}`);
+  }
+  return mask;
+}
+
+const signalBits = (signals: readonly number[]) =>
+  signals.reduce((mask, n) => mask | (1n << BigInt(n - 1)), 0n);
+
+/** Polls `done` every millisecond for at most timeoutMs. */
+async function everyMs(done: () => boolean, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!done()) {
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting ${what}`);
+    await sleep(1);
+  }
+}
+
 /**
  * Resolves once pid catches every one of `signals` (its SigCgt mask in /proc: a listener is installed),
  * polling every millisecond for at most timeoutMs; rejects if the process ends first.
@@ -143,22 +170,17 @@ export async function untilCaught(
   signals: number[],
   timeoutMs = 30_000,
 ): Promise<void> {
-  const wanted = signals.reduce((mask, n) => mask | (1n << BigInt(n - 1)), 0n);
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    let status: string;
-    try {
-      status = readFileSync(`/proc/${pid}/status`, 'utf8');
-    } catch {
-      throw new Error(`process ${pid} ended before it caught signals ${signals.join(', ')}`);
-    }
-    const caught = /^SigCgt:\s+([0-9a-f]+)$/m.exec(status)?.[1];
-    if (caught && (BigInt(`0x${caught}`) & wanted) === wanted) return;
-    if (!isRunning(pid)) throw new Error(`process ${pid} ended before it caught its signals`);
-    if (Date.now() > deadline)
-      throw new Error(`timed out after ${timeoutMs} ms waiting for ${pid} to catch its signals`);
-    await sleep(1);
-  }
+  const wanted = signalBits(signals);
+  await everyMs(
+    () => {
+      const caught = signalMask(pid, ['SigCgt']);
+      if (caught === undefined || !isRunning(pid))
+        throw new Error(`process ${pid} ended before it caught signals ${signals.join(', ')}`);
+      return (caught & wanted) === wanted;
+    },
+    timeoutMs,
+    `for ${pid} to catch its signals`,
+  );
 }
 
 /** Resolves once `signal` is no longer pending for pid (delivered, or the process is gone). */
@@ -167,23 +189,12 @@ export async function untilDelivered(
   signal: number,
   timeoutMs = 30_000,
 ): Promise<void> {
-  const bit = 1n << BigInt(signal - 1);
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    let status: string;
-    try {
-      status = readFileSync(`/proc/${pid}/status`, 'utf8');
-    } catch {
-      return;
-    }
-    const pending = [...status.matchAll(/^(?:SigPnd|ShdPnd):\s+([0-9a-f]+)$/gm)].reduce(
-      (mask, m) => mask | BigInt(`0x${m[1]}`),
-      0n,
-    );
-    if ((pending & bit) === 0n) return;
-    if (Date.now() > deadline) throw new Error(`signal ${signal} still pending for ${pid}`);
-    await sleep(1);
-  }
+  const bit = signalBits([signal]);
+  await everyMs(
+    () => ((signalMask(pid, ['SigPnd', 'ShdPnd']) ?? 0n) & bit) === 0n,
+    timeoutMs,
+    `for signal ${signal} to be delivered to ${pid}`,
+  );
 }
 
 /** Whether pid runs: not gone, and not a zombie waiting for its new parent to reap it. */

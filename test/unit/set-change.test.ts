@@ -1,0 +1,55 @@
+// How each set is changed (src/nftables/render.ts, setChange, as measured in docs/design.md "Writes
+// on the wire"): deltas where few elements go, a refill of an interval set where many do, new sets
+// for a concatenated one, and the everyday edit of a large set compared only where it differs.
+import t from 'tap';
+import { elementDiff, setChange } from '../../src/nftables/render.js';
+import type { NamedSet } from '../../src/nftables/types.js';
+
+const prefixes = (n: number, from = 0) =>
+  Array.from({ length: n }, (_, i) => {
+    const b = (i + from) * 2;
+    return `${10 + (b >> 16)}.${(b >> 8) & 255}.${b & 255}.0/24`;
+  });
+const set = (elements: string[], concat: boolean): NamedSet => ({
+  name: 'nonmasq',
+  key: concat
+    ? { expression: 'ip daddr . meta l4proto', elementSuffix: ' . 0-255' }
+    : { expression: 'ip daddr', elementSuffix: '' },
+  flags: ['interval'],
+  elements,
+});
+
+t.test('concatenated sets: deltas for an edit, new sets for a whole change', async (t) => {
+  const big = prefixes(100_000);
+  const edited = [...big.slice(0, 50_000), '14.255.255.0/24', ...big.slice(50_000)];
+  t.equal(setChange(set(edited, true), set(big, true)), 'delta', 'one added in the middle');
+  t.equal(setChange(set(big, true), set(edited, true)), 'delta', 'one removed');
+  t.equal(setChange(set(prefixes(100_000, 1), true), set(big, true)), 'rebuild', 'all replaced');
+  t.equal(setChange(set(big, true), undefined), 'rebuild', 'content not known, large');
+  t.equal(setChange(set(prefixes(500), true), undefined), 'refill', 'content not known, small');
+  const some = [...prefixes(4_000, 40_000), ...prefixes(6_000, 4_000)];
+  t.equal(setChange(set(some, true), set(prefixes(10_000), true)), 'rebuild', '4 000 of 10 000');
+});
+
+t.test(
+  'interval sets: deltas for a few deletions in a small set, a refill otherwise',
+  async (t) => {
+    const small = prefixes(1_000);
+    t.equal(setChange(set(small.slice(1), false), set(small, false)), 'delta', 'one removed');
+    t.equal(setChange(set(small.slice(20), false), set(small, false)), 'refill', '20 removed');
+    const big = prefixes(10_000);
+    t.equal(setChange(set(big.slice(1), false), set(big, false)), 'refill', 'one of 10 000');
+    t.equal(
+      setChange(set([...big, '14.255.255.0/24'], false), set(big, false)),
+      'delta',
+      'added only',
+    );
+  },
+);
+
+t.test('elementDiff: exactly the elements only one side has, in any order', async (t) => {
+  t.same(elementDiff(['a', 'b', 'c', 'd'], ['a', 'x', 'c', 'd']), { removed: ['b'], added: ['x'] });
+  t.same(elementDiff(['a', 'b'], ['b', 'a']), { removed: [], added: [] }, 'order alone');
+  t.same(elementDiff([], ['a']), { removed: [], added: ['a'] });
+  t.same(elementDiff(['a', 'b', 'c'], ['c']), { removed: ['a', 'b'], added: [] });
+});
