@@ -4,13 +4,8 @@
 import { parseArgs } from '../src/cli/flags.js';
 import { compile } from '../src/compile.js';
 import { parseConfigText } from '../src/config/index.js';
-import {
-  needsNewSets,
-  renderInPlace,
-  renderKeyChange,
-  renderReplace,
-  renderTable,
-} from '../src/nftables/render.js';
+import { needsNewSets, renderInPlace, renderKeyChange } from '../src/nftables/change.js';
+import { renderReplace, renderTable } from '../src/nftables/render.js';
 import { plan } from '../src/options.js';
 
 /**
@@ -59,7 +54,7 @@ function agentTables(count: number, variant: 0 | 1) {
 
 /**
  * The table the agent creates for variant `from`, and the transactions of its change to variant
- * `to`: in place, or on new sets where that is cheaper (src/nftables/render.ts, setChange).
+ * `to`: in place, or on new sets where that is cheaper (src/nftables/change.ts, setChange).
  */
 export function inPlaceScripts(count: number, from: 0 | 1, to: 0 | 1): [string, string[]] {
   const [before] = agentTables(count, from);

@@ -6,14 +6,8 @@
 import type { Logger } from 'pino';
 import { compile, type CompileOptions } from '../compile.js';
 import type { Config } from '../config/types.js';
-import {
-  needsNewSets,
-  renderDelete,
-  renderInPlace,
-  renderKeyChange,
-  renderReplace,
-  renderTable,
-} from '../nftables/render.js';
+import { needsNewSets, renderInPlace, renderKeyChange } from '../nftables/change.js';
+import { renderDelete, renderReplace, renderTable } from '../nftables/render.js';
 import type { Table, TableFamily } from '../nftables/types.js';
 import type { Kernel } from './kernel.js';
 import type { AgentMetrics } from './metrics.js';
@@ -167,7 +161,7 @@ export class Converger {
   /** How each family's table is written, from what the kernel was found to hold (or is known to). */
   private plan(table: Table, found: KernelTables | undefined): Plan {
     const last = this.lastTables.get(table.family);
-    // New sets where the key changes, or where the change is cheaper made that way (render.ts).
+    // New sets where the key changes, or where the change is cheaper made that way (nftables/change.ts).
     const fromLast = (old: Table): Plan =>
       old.sets.every((set, i) => set.key.expression === table.sets[i]?.key.expression) &&
       !needsNewSets(table, old)

@@ -2,7 +2,7 @@
 // on the wire"): deltas where few elements go, a refill of an interval set where many do, new sets
 // for a concatenated one, and the everyday edit of a large set compared only where it differs.
 import t from 'tap';
-import { elementDiff, setChange } from '../../src/nftables/render.js';
+import { elementDiff, setChange } from '../../src/nftables/change.js';
 import type { NamedSet } from '../../src/nftables/types.js';
 
 const prefixes = (n: number, from = 0) =>

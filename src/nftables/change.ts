@@ -1,0 +1,194 @@
+// Changes of a table of ours in place (README, "When it writes"; docs/design.md, "Writes on the
+// wire"): which shape each set's change takes, as measured, and the transactions for each shape.
+import { elementList, setBlock, validateTable } from './render.js';
+import type { NamedSet, Table } from './types.js';
+
+/**
+ * The change from `old` (what the kernel holds, exactly) to `next` as one transaction that keeps the
+ * table, its chains and its sets in place: element deletions and additions, the decision chain's
+ * rules only where they differ, and the jump rule with the new write's mark. With `old` unknown (a
+ * table of ours whose content is not known, of the same structure), every set is flushed and refilled
+ * and every chain's rules rewritten: measured to open no window either (docs/design.md, "Writes on
+ * the wire"). Additions are written inside a set block, which keeps nft's cache fill away.
+ */
+export function renderInPlace(next: Table, old?: Table): string {
+  validateTable(next);
+  const { family, name } = next;
+  const lines: string[] = [];
+  const additions: string[] = [];
+  for (const set of next.sets) {
+    if (set.transient) continue;
+    const before = old?.sets.find((s) => s.name === set.name);
+    if (!before || setChange(set, before) === 'refill') {
+      lines.push(`flush set ${family} ${name} ${set.name}`);
+      if (set.elements.length > 0) additions.push(...setBlock(set, family));
+      continue;
+    }
+    const { removed, added } = elementDiff(before.elements, set.elements);
+    if (removed.length > 0) {
+      lines.push(
+        `delete element ${family} ${name} ${set.name} { ${elementList(set, removed, family)} }`,
+      );
+    }
+    if (added.length > 0) additions.push(...setBlock(set, family, added));
+  }
+  if (additions.length > 0) lines.push(`table ${family} ${name} {`, ...additions, '}');
+  for (const chain of next.chains) {
+    const before = old?.chains.find((c) => c.name === chain.name);
+    const same =
+      before !== undefined &&
+      before.rules.length === chain.rules.length &&
+      before.rules.every((rule, i) => rule === chain.rules[i]);
+    // The jump rule carries the write's mark: that chain is rewritten at every write.
+    if (same) continue;
+    lines.push(`flush chain ${family} ${name} ${chain.name}`);
+    for (const rule of chain.rules) lines.push(`add rule ${family} ${name} ${chain.name} ${rule}`);
+  }
+  return lines.join('\n') + '\n';
+}
+
+/**
+ * How a set is best changed from `before`, by the costs docs/design.md ("Writes on the wire")
+ * measured: an interval set takes deletions badly and a flush and refill well, a concatenated set
+ * the other way round, so a large change of one is made on new sets (`rebuild`, the steps of
+ * renderKeyChange). Additions alone are cheap in both.
+ */
+export function setChange(
+  set: NamedSet,
+  before: NamedSet | undefined,
+): 'delta' | 'refill' | 'rebuild' {
+  const concat = set.key.elementSuffix !== '';
+  const size = set.elements.length;
+  if (!before) return concat && size > REFILL_CONCAT_MAX ? 'rebuild' : 'refill';
+  // Only what lies between the common head and tail can differ; its length bounds the deletions.
+  const { was } = middle(before.elements, set.elements);
+  if (was.length === 0) return 'delta';
+  if (concat) {
+    const allowed = Math.max(DELETE_CONCAT_MIN, size / 10);
+    if (was.length <= allowed) return 'delta';
+    // A large window is not compared element by element on the agent's thread: new sets.
+    if (was.length > COMPARED_MAX) return 'rebuild';
+    return elementDiff(before.elements, set.elements).removed.length > allowed
+      ? 'rebuild'
+      : 'delta';
+  }
+  if (size > DELETE_INTERVAL_SIZE) return 'refill';
+  const removed = elementDiff(before.elements, set.elements).removed.length;
+  return removed <= DELETE_INTERVAL_MAX ? 'delta' : 'refill';
+}
+
+/** The parts of two lists between their common head and tail. */
+function middle(before: readonly string[], after: readonly string[]) {
+  let head = 0;
+  while (head < before.length && head < after.length && before[head] === after[head]) head++;
+  let endBefore = before.length;
+  let endAfter = after.length;
+  while (endBefore > head && endAfter > head && before[endBefore - 1] === after[endAfter - 1]) {
+    endBefore--;
+    endAfter--;
+  }
+  return { was: before.slice(head, endBefore), is: after.slice(head, endAfter) };
+}
+
+/**
+ * The elements only `before` has and only `after` has. Both lists come sorted from the merge, and
+ * an everyday edit changes a few in the middle: the common head and tail are skipped by comparing
+ * in order, and only what lies between is compared as sets. The last answer is kept, since the
+ * writer asks for the same pair twice (setChange, then renderInPlace).
+ */
+export function elementDiff(
+  before: readonly string[],
+  after: readonly string[],
+): { removed: string[]; added: string[] } {
+  if (lastDiff?.before === before && lastDiff.after === after) return lastDiff.result;
+  const { was, is } = middle(before, after);
+  const had = new Set(was);
+  const wanted = new Set(is);
+  const result = {
+    removed: was.filter((e) => !wanted.has(e)),
+    added: is.filter((e) => !had.has(e)),
+  };
+  lastDiff = { before, after, result };
+  return result;
+}
+
+let lastDiff:
+  | {
+      before: readonly string[];
+      after: readonly string[];
+      result: { removed: string[]; added: string[] };
+    }
+  | undefined;
+
+const REFILL_CONCAT_MAX = 1_000;
+const COMPARED_MAX = 10_000;
+const DELETE_CONCAT_MIN = 100;
+const DELETE_INTERVAL_MAX = 10;
+const DELETE_INTERVAL_SIZE = 5_000;
+
+/** Whether changing `old` into `next` needs new sets (renderKeyChange) rather than renderInPlace. */
+export function needsNewSets(next: Table, old: Table | undefined): boolean {
+  return next.sets.some(
+    (set) =>
+      !set.transient &&
+      setChange(
+        set,
+        old?.sets.find((s) => s.name === set.name),
+      ) === 'rebuild',
+  );
+}
+
+/** The temporary name of a set during a change of its key (the layout switch). */
+export function nextSetName(name: string): string {
+  return `${name}-next`;
+}
+
+/**
+ * A change of the sets' key (the `auto` layout switch) as four transactions, each measured to open no
+ * window (docs/design.md, "Writes on the wire"): rules may not reference a set created in their own
+ * transaction without a few new flows slipping past it. 1: the new sets under temporary names,
+ * filled; 2: the rules moved to them, the old sets deleted; 3: the new sets under their own names,
+ * filled; 4: the rules moved back, the write's mark, the temporary sets deleted. Between steps the decision is the old config's (1) or the new one's (2-4).
+ */
+export function renderKeyChange(next: Table): string[] {
+  validateTable(next);
+  const { family, name } = next;
+  const keyed = next.sets.filter((set) => !set.transient);
+  const temporary = keyed.map((set) => ({ ...set, name: nextSetName(set.name) }));
+  const toTemporary = (rule: string) =>
+    keyed.reduce(
+      (moved, set) => moved.replaceAll(`@${set.name} `, `@${nextSetName(set.name)} `),
+      rule,
+    );
+  const moved: Table = {
+    ...next,
+    chains: next.chains.map((chain) =>
+      chain.base ? chain : { ...chain, rules: chain.rules.map(toTemporary) },
+    ),
+  };
+  const block = (sets: readonly NamedSet[]) =>
+    [`table ${family} ${name} {`, ...sets.flatMap((set) => setBlock(set, family)), '}'].join('\n') +
+    '\n';
+  const decisionRules = moved.chains
+    .filter((chain) => !chain.base)
+    .flatMap((chain) => [
+      `flush chain ${family} ${name} ${chain.name}`,
+      ...chain.rules.map((rule) => `add rule ${family} ${name} ${chain.name} ${rule}`),
+    ]);
+  // The elements are rendered once: the temporary sets' block differs only in the sets' names.
+  const ownNames = block(keyed);
+  const temporaryNames = keyed.reduce(
+    (text, set) => text.replace(`\tset ${set.name} {\n`, `\tset ${nextSetName(set.name)} {\n`),
+    ownNames,
+  );
+  return [
+    temporaryNames,
+    [...decisionRules, ...keyed.map((s) => `delete set ${family} ${name} ${s.name}`)].join('\n') +
+      '\n',
+    ownNames,
+    // From the table of step 3, whose base chains are as before: their rules are rewritten too
+    // (the jump rule takes this write's mark).
+    renderInPlace(next, { ...moved, chains: moved.chains.filter((chain) => !chain.base) }) +
+      temporary.map((s) => `delete set ${family} ${name} ${s.name}\n`).join(''),
+  ];
+}
