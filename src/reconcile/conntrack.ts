@@ -150,8 +150,8 @@ export class ConntrackFlush {
       );
       const before = await kernel.generationId().catch(() => undefined);
       await kernel.apply(script);
-      if (replies.length > 0)
-        this.heldUntil.set(family, performance.now() + LATE_REPLY_TIMEOUT_S * 1000);
+      const until = replies.length > 0 ? performance.now() + LATE_REPLY_TIMEOUT_S * 1000 : 0;
+      this.heldUntil.set(family, until);
       const after = await kernel.generationId().catch(() => undefined);
       this.deps.onCommit?.(before, after);
       return replies.length;
