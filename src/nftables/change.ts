@@ -93,32 +93,20 @@ function middle(before: readonly string[], after: readonly string[]) {
 /**
  * The elements only `before` has and only `after` has. Both lists come sorted from the merge, and
  * an everyday edit changes a few in the middle: the common head and tail are skipped by comparing
- * in order, and only what lies between is compared as sets. The last answer is kept, since the
- * writer asks for the same pair twice (setChange, then renderInPlace).
+ * in order, and only what lies between is compared as sets.
  */
 export function elementDiff(
   before: readonly string[],
   after: readonly string[],
 ): { removed: string[]; added: string[] } {
-  if (lastDiff?.before === before && lastDiff.after === after) return lastDiff.result;
   const { was, is } = middle(before, after);
   const had = new Set(was);
   const wanted = new Set(is);
-  const result = {
+  return {
     removed: was.filter((e) => !wanted.has(e)),
     added: is.filter((e) => !had.has(e)),
   };
-  lastDiff = { before, after, result };
-  return result;
 }
-
-let lastDiff:
-  | {
-      before: readonly string[];
-      after: readonly string[];
-      result: { removed: string[]; added: string[] };
-    }
-  | undefined;
 
 const REFILL_CONCAT_MAX = 1_000;
 const COMPARED_MAX = 10_000;

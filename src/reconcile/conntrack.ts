@@ -3,6 +3,7 @@
 // flow's next packet is decided by the new rules. Never fatal to the write.
 import type { Logger } from 'pino';
 import { lateRepliesSet } from '../compile.js';
+import type { Range } from '../cidr/index.js';
 import type { Config } from '../config/types.js';
 import { renderLateReplies } from '../nftables/render.js';
 import type { TableFamily } from '../nftables/types.js';
@@ -131,7 +132,7 @@ export class ConntrackFlush {
    */
   private async dropLateReplies(
     family: 4 | 6,
-    ranges: Parameters<Kernel['conntrackReplies']>[1],
+    ranges: readonly Range[],
     generation: number,
   ): Promise<number> {
     const { kernel, logger, table } = this.deps;
