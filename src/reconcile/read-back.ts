@@ -91,15 +91,20 @@ function listingShape(text: string): string {
   return `${flat.slice(0, open + 1)} ${objects.sort().join(' ')} }`;
 }
 
-/** The objects of a table and the sets' keys: what an in-place write relies on finding. */
+/**
+ * The objects of a table and the sets' keys, in any order (a set made anew lists after the ones
+ * kept): what an in-place write relies on finding.
+ */
 function structure(listing: string): string {
-  const lines: string[] = [];
+  const objects: string[][] = [];
   for (const line of listing.split('\n')) {
-    if (/^\t(set|chain) [A-Za-z0-9_-]+ \{$/.test(line) || /^\t\t(typeof|flags|type) /.test(line)) {
-      lines.push(line.trim());
-    }
+    if (/^\t(set|chain) [A-Za-z0-9_-]+ \{$/.test(line)) objects.push([line.trim()]);
+    else if (/^\t\t(typeof|flags|type) /.test(line)) objects.at(-1)?.push(line.trim());
   }
-  return lines.join('\n');
+  return objects
+    .map((lines) => lines.join('\n'))
+    .sort()
+    .join('\n');
 }
 
 /**
@@ -108,7 +113,9 @@ function structure(listing: string): string {
  */
 export function compareStructure(listing: string, table: Table): 'same' | 'key' | 'other' {
   const found = structure(listing);
-  const wanted = structure(renderTable(table));
+  // Rendered without elements: only the objects' declarations are compared.
+  const skeleton = { ...table, sets: table.sets.map((set) => ({ ...set, elements: [] })) };
+  const wanted = structure(renderTable(skeleton));
   if (found === wanted) return 'same';
   const withoutKeys = (text: string) => text.replace(/^typeof .*$/gm, '');
   return withoutKeys(found) === withoutKeys(wanted) ? 'key' : 'other';

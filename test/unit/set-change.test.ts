@@ -3,7 +3,10 @@
 // for a concatenated one, and the everyday edit of a large set compared only where it differs.
 import t from 'tap';
 import { elementDiff, setChange } from '../../src/nftables/change.js';
+import { compile } from '../../src/compile.js';
+import { renderTable } from '../../src/nftables/render.js';
 import type { NamedSet } from '../../src/nftables/types.js';
+import { compareStructure } from '../../src/reconcile/read-back.js';
 
 const prefixes = (n: number, from = 0) =>
   Array.from({ length: n }, (_, i) => {
@@ -52,4 +55,36 @@ t.test('elementDiff: exactly the elements only one side has, in any order', asyn
   t.same(elementDiff(['a', 'b'], ['b', 'a']), { removed: [], added: [] }, 'order alone');
   t.same(elementDiff([], ['a']), { removed: [], added: ['a'] });
   t.same(elementDiff(['a', 'b', 'c'], ['c']), { removed: ['a', 'b'], added: [] });
+});
+
+t.test('compareStructure: the objects in any order, the key apart', async (t) => {
+  const options = {
+    table: 'ipmasq',
+    masqChain: 'IP-MASQ-AGENT',
+    randomFully: true,
+    toPorts: [],
+    enableIPv6: false,
+  };
+  const config = {
+    nonMasquerade: { ipv4: prefixes(3), ipv6: [] },
+    masquerade: { ipv4: [], ipv6: [] },
+    masqLinkLocal: false,
+    masqLinkLocalIPv6: false,
+    cidrLimit: 64,
+    resyncIntervalMs: 60_000,
+    hash: 'ab'.repeat(32),
+    sources: [],
+  };
+  const [interval] = compile(config, { ...options, setLayout: 'interval' }, 1);
+  const [concat] = compile(config, { ...options, setLayout: 'concat' }, 1);
+  // As the kernel lists a table after the layout switch: the kept set first, the sets made anew after.
+  const [late, ...keyed] = [interval!.sets[2]!, interval!.sets[0]!, interval!.sets[1]!];
+  const reordered = renderTable({ ...interval!, sets: [late!, ...keyed] });
+  t.equal(compareStructure(reordered, interval!), 'same', 'sets in another order');
+  t.equal(compareStructure(reordered, concat!), 'key', 'another key');
+  t.equal(
+    compareStructure(renderTable({ ...interval!, sets: keyed }), interval!),
+    'other',
+    'a set missing',
+  );
 });
