@@ -94,7 +94,7 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
 
   // A ConfigMap swap or a rename-write is a burst of events well under a millisecond apart: 10 ms
   // of quiet coalesces it into one read (docs/bench.md measures the latency this leaves).
-  const watcher = watchConfig(options.config, () => runner.trigger('config changed'), {
+  const watcher = watchConfig(plan(options).configPath, () => runner.trigger('config changed'), {
     debounceMs: CONFIG_QUIET_MS,
   });
   stop = () => {

@@ -17,6 +17,8 @@ export type Output = (typeof outputs)[number];
 
 export interface AgentOptions {
   readonly config: string;
+  /** --config was given: the operator's commands then refuse a path with nothing at it. */
+  readonly configGiven: boolean;
   readonly masqChain: string;
   readonly nomasqAllReservedRanges: boolean;
   readonly enableIPv6: boolean;
@@ -38,6 +40,10 @@ export interface AgentOptions {
   readonly proposed: string;
   /** --check: config files, directories and manifests to validate. */
   readonly check: readonly string[];
+  /** --check: the ConfigMaps (NAME or NAMESPACE/NAME) a manifest carries the config in. */
+  readonly configMaps: readonly string[];
+  /** --configmap was given: a manifest without one of them is then an error. */
+  readonly configMapsGiven: boolean;
   readonly output: Output;
 }
 

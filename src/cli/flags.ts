@@ -1,7 +1,7 @@
 // Command-line flags (README, "Flags"), parsed by hand because existing manifests use Go's flag syntax:
 // `-flag=value` and `-flag value` with one dash, `--flag` for booleans, and klog flags we must tolerate.
-// Over 200 lines because it holds the usage text and one parser per value flag; it maps nothing
-// further: options.ts turns the result into each stage's options.
+// One declarative table (FLAGS) gives the usage text, the defaults and the parsing; options.ts turns
+// the result into each stage's options.
 import { isIPv4, isIPv6 } from 'node:net';
 import {
   AUTO_LAYOUT_CROSSOVER,
@@ -20,52 +20,10 @@ export type ParseResult =
   | { ok: true; options: AgentOptions; warnings: string[] }
   | { ok: false; exitCode: 2; message: string };
 
-export const usage = `Usage: ipmasq-agent [flags]
-
-Flags may be written --flag value, --flag=value, -flag value or -flag=value.
-Booleans may be given bare (--flag) or as --flag=true / --flag=false.
-
-  --config PATH                 config file, or a directory whose ip-masq* files are merged
-                                (default /etc/config/ip-masq-agent)
-  --masq-chain NAME             chain holding the masquerade decision (default IP-MASQ-AGENT)
-  --nomasq-all-reserved-ranges  also exempt the reserved IPv4 ranges by default (default false)
-  --enable-ipv6                 also manage the ip6 table and accept IPv6 CIDRs (default false)
-  --random-fully                masquerade with fully-random port selection (default true)
-  --to-ports RANGES             source ports for tcp/udp/sctp, e.g. 1024-29999,32768-65535
-  --table NAME                  name of the agent's nftables tables (default ipmasq)
-  --listen HOST:PORT            health and metrics server (default 0.0.0.0:9410; IPv6 as [::]:9410)
-  --remove-legacy-chain         delete the original agent's leftover iptables chain (default false)
-  --log-level LEVEL             ${logLevels.join(', ')} (default info)
-  --set-layout LAYOUT           auto (default): interval up to ${AUTO_LAYOUT_CROSSOVER} CIDRs, concat above;
-                                interval: sets of addresses; concat: sets of address . protocol
-                                ranges, which other nftables tools' element commands do not download
-  --conntrack-flush WHICH       after a config change, delete the conntrack entries of flows whose
-                                decision changed: udp (default; UDP and UDP-Lite), all (also resets
-                                TCP and SCTP connections), none
-
-Modes (at most one; without one the agent runs until SIGTERM):
-  --once                        apply the config once, exit 0 on success, 1 on failure
-  --render                      print the nftables script for the current config, exit
-  --explain ADDR [ADDR...]      why traffic to each address is masqueraded or not, and which entries
-                                decide; with --live, from the tables in the kernel (root)
-  --diff PROPOSED               the destinations whose decision a proposed config file or directory
-                                changes; exit 0 when none, 1 when some, 2 on invalid input
-  --check PATH [PATH...]        validate config files, directories and Kubernetes manifests
-                                (ConfigMaps with a config or ip-masq* key); exit 0 when all valid
-  --output FORMAT               text (default) or json, for --explain, --diff and --check
-  --cleanup                     delete the agent's ip/ip6 tables, exit
-  --version                     print the version, exit
-
-klog flags (-v, --logtostderr, --alsologtostderr, --stderrthreshold, --log_dir, --log_file,
---vmodule) are accepted and ignored.
-`;
-
 /** A reason the command line cannot be used; turned into the exit-2 result at the top. */
 class FlagError extends Error {}
 /** -h / --help: Go's flag package prints usage for it; our result type has only exit code 2. */
 class HelpRequested extends FlagError {}
-
-type Draft = { -readonly [K in keyof AgentOptions]: AgentOptions[K] } & { modes: Mode[] };
 
 function checkName(flag: string, value: string): string {
   const problem = nameProblem(value);
@@ -163,67 +121,312 @@ const boolSpellings = new Map<string, boolean>([
   ...['0', 'f', 'F', 'FALSE', 'false', 'False'].map((s) => [s, false] as const),
 ]);
 
-// Maps, not object literals, so that names like `constructor` are never mistaken for flags.
-const valueFlags = new Map<string, (value: string, draft: Draft) => void>([
-  [
-    'config',
-    (value, draft) => {
-      if (value === '') throw new FlagError('--config: the path is empty');
-      draft.config = value;
-    },
-  ],
-  ['masq-chain', (value, draft) => (draft.masqChain = checkMasqChain(value))],
-  ['table', (value, draft) => (draft.table = checkName('table', value))],
-  ['to-ports', (value, draft) => (draft.toPorts = parsePortRanges(value))],
-  ['listen', (value, draft) => (draft.listen = parseListen(value))],
-  ['set-layout', (value, draft) => (draft.setLayout = oneOf('set-layout', setLayouts, value))],
-  ['log-level', (value, draft) => (draft.logLevel = oneOf('log-level', logLevels, value))],
-  [
-    'explain',
-    (value, draft) => {
-      modeFlag('explain')(true, draft);
-      draft.explain = [...draft.explain, value];
-    },
-  ],
-  [
-    'check',
-    (value, draft) => {
-      modeFlag('check')(true, draft);
-      draft.check = [...draft.check, value];
-    },
-  ],
-  [
-    'diff',
-    (value, draft) => {
-      modeFlag('diff')(true, draft);
-      draft.proposed = value;
-    },
-  ],
-  ['output', (value, draft) => (draft.output = oneOf('output', outputs, value))],
-  [
-    'conntrack-flush',
-    (value, draft) => (draft.conntrackFlush = oneOf('conntrack-flush', conntrackFlushModes, value)),
-  ],
-]);
+type Options = { -readonly [K in keyof AgentOptions]: AgentOptions[K] };
+type Draft = Options & { modes: Mode[] };
 
-function modeFlag(mode: Mode) {
-  return (on: boolean, draft: Draft) => {
-    if (on && !draft.modes.includes(mode)) draft.modes.push(mode);
-    if (!on) draft.modes = draft.modes.filter((m) => m !== mode);
+/** One command-line flag: its usage entry, the option it sets with its default, and its parser. */
+interface Flag {
+  readonly name: string;
+  /** `value` takes an argument; `bool` is given bare or as `=BOOL`. */
+  readonly kind: 'value' | 'bool';
+  readonly section: 'flags' | 'modes';
+  /** The argument's placeholder in the usage, e.g. PATH. */
+  readonly arg?: string;
+  readonly help: string;
+  /** Appended to the help as "(default …)". */
+  readonly shownDefault?: string;
+  /** The option the flag sets and its value when the flag is not given. */
+  readonly option?: { readonly key: keyof Options; readonly initial: Options[keyof Options] };
+  /** --explain and --check take any number of values after their first. */
+  readonly more?: boolean;
+  readonly apply: (value: string | boolean, draft: Draft) => void;
+}
+
+/** A flag whose value is parsed into option `key`. */
+function value<K extends keyof Options>(
+  name: string,
+  key: K,
+  initial: Options[K],
+  parse: (text: string, draft: Draft) => Options[K],
+  usage: { arg: string; help: string; shownDefault?: string; section?: Flag['section'] },
+): Flag {
+  return {
+    name,
+    kind: 'value',
+    section: usage.section ?? 'flags',
+    arg: usage.arg,
+    help: usage.help,
+    ...(usage.shownDefault === undefined ? {} : { shownDefault: usage.shownDefault }),
+    option: { key, initial },
+    apply: (text, draft) => {
+      (draft as Options)[key] = parse(String(text), draft);
+    },
   };
 }
 
-const boolFlags = new Map<string, (on: boolean, draft: Draft) => void>([
-  ['nomasq-all-reserved-ranges', (on, draft) => (draft.nomasqAllReservedRanges = on)],
-  ['enable-ipv6', (on, draft) => (draft.enableIPv6 = on)],
-  ['random-fully', (on, draft) => (draft.randomFully = on)],
-  ['remove-legacy-chain', (on, draft) => (draft.removeLegacyChain = on)],
-  ['live', (on, draft) => (draft.live = on)],
-  ['once', modeFlag('once')],
-  ['render', modeFlag('render')],
-  ['cleanup', modeFlag('cleanup')],
-  ['version', modeFlag('version')],
-]);
+/** A boolean flag setting option `key`. */
+function bool<
+  K extends { [P in keyof Options]: Options[P] extends boolean ? P : never }[keyof Options],
+>(name: string, key: K, initial: boolean, help: string): Flag {
+  return {
+    name,
+    kind: 'bool',
+    section: 'flags',
+    help,
+    shownDefault: String(initial),
+    option: { key, initial },
+    apply: (on, draft) => {
+      (draft as Record<K, boolean>)[key] = on === true;
+    },
+  };
+}
+
+function setMode(mode: Mode, on: boolean, draft: Draft): void {
+  if (on && !draft.modes.includes(mode)) draft.modes.push(mode);
+  if (!on) draft.modes = draft.modes.filter((m) => m !== mode);
+}
+
+/** A mode given as a boolean (--once). */
+function mode(name: Mode, help: string): Flag {
+  return {
+    name,
+    kind: 'bool',
+    section: 'modes',
+    help,
+    apply: (on, d) => setMode(name, on === true, d),
+  };
+}
+
+/** A mode whose values are collected into option `key` (--explain ADDR…, --check PATH…). */
+function listMode(
+  name: 'explain' | 'check',
+  key: 'explain' | 'check',
+  arg: string,
+  help: string,
+): Flag {
+  return {
+    name,
+    kind: 'value',
+    section: 'modes',
+    arg,
+    help,
+    more: true,
+    option: { key, initial: Object.freeze([]) },
+    apply: (text, draft) => {
+      setMode(name, true, draft);
+      draft[key] = [...draft[key], String(text)];
+    },
+  };
+}
+
+const DEFAULT_CONFIG = '/etc/config/ip-masq-agent';
+/** deploy/kubernetes/configmap.yaml's ConfigMap, which --check looks for in a manifest. */
+export const DEFAULT_CONFIGMAP = 'kube-system/ip-masq-agent';
+
+/** NAMESPACE/NAME or NAME (any namespace), as Kubernetes spells object names. */
+function parseConfigMapName(text: string, draft: Draft): readonly string[] {
+  const problem =
+    /^(?:[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\/)?[a-z0-9]([-.a-z0-9]{0,251}[a-z0-9])?$/.test(text)
+      ? undefined
+      : 'not a ConfigMap name (NAME or NAMESPACE/NAME)';
+  if (problem) throw new FlagError(`--configmap: ${JSON.stringify(text)} is ${problem}`);
+  // The first --configmap replaces the default; further ones add to it.
+  const earlier = draft.configMapsGiven ? draft.configMaps : [];
+  draft.configMapsGiven = true;
+  return Object.freeze([...earlier, text]);
+}
+
+export const FLAGS: readonly Flag[] = [
+  value(
+    'config',
+    'config',
+    DEFAULT_CONFIG,
+    (text, draft) => {
+      if (text === '') throw new FlagError('--config: the path is empty');
+      draft.configGiven = true;
+      return text;
+    },
+    {
+      arg: 'PATH',
+      help: 'config file, or a directory whose ip-masq* files are merged',
+      shownDefault: DEFAULT_CONFIG,
+    },
+  ),
+  value('masq-chain', 'masqChain', 'IP-MASQ-AGENT', checkMasqChain, {
+    arg: 'NAME',
+    help: 'chain holding the masquerade decision',
+    shownDefault: 'IP-MASQ-AGENT',
+  }),
+  bool(
+    'nomasq-all-reserved-ranges',
+    'nomasqAllReservedRanges',
+    false,
+    'also exempt the reserved IPv4 ranges by default',
+  ),
+  bool('enable-ipv6', 'enableIPv6', false, 'also manage the ip6 table and accept IPv6 CIDRs'),
+  bool('random-fully', 'randomFully', true, 'masquerade with fully-random port selection'),
+  value('to-ports', 'toPorts', Object.freeze([]), parsePortRanges, {
+    arg: 'RANGES',
+    help: 'source ports for tcp/udp/sctp, e.g. 1024-29999,32768-65535',
+  }),
+  value('table', 'table', 'ipmasq', (text) => checkName('table', text), {
+    arg: 'NAME',
+    help: "name of the agent's nftables tables",
+    shownDefault: 'ipmasq',
+  }),
+  value('listen', 'listen', Object.freeze({ host: '0.0.0.0', port: 9410 }), parseListen, {
+    arg: 'HOST:PORT',
+    help: 'health and metrics server (IPv6 as [::]:9410)',
+    shownDefault: '0.0.0.0:9410',
+  }),
+  bool(
+    'remove-legacy-chain',
+    'removeLegacyChain',
+    false,
+    "delete the original agent's leftover iptables chain",
+  ),
+  value('log-level', 'logLevel', 'info', (text) => oneOf('log-level', logLevels, text), {
+    arg: 'LEVEL',
+    help: logLevels.join(', '),
+    shownDefault: 'info',
+  }),
+  value('set-layout', 'setLayout', 'auto', (text) => oneOf('set-layout', setLayouts, text), {
+    arg: 'LAYOUT',
+    help:
+      `auto: interval up to ${AUTO_LAYOUT_CROSSOVER} CIDRs, concat above; interval: sets of ` +
+      "addresses; concat: sets of address . protocol ranges, which other nftables tools' element " +
+      'commands do not download',
+    shownDefault: 'auto',
+  }),
+  value(
+    'conntrack-flush',
+    'conntrackFlush',
+    'udp',
+    (text) => oneOf('conntrack-flush', conntrackFlushModes, text),
+    {
+      arg: 'WHICH',
+      help:
+        'after a config change, delete the conntrack entries of flows whose decision changed: udp ' +
+        '(UDP and UDP-Lite), all (also resets TCP and SCTP connections), none',
+      shownDefault: 'udp',
+    },
+  ),
+
+  mode('once', 'apply the config once, exit 0 on success, 1 on failure'),
+  mode('render', 'print the nftables script for the current config, exit'),
+  listMode(
+    'explain',
+    'explain',
+    'ADDR [ADDR...]',
+    'why traffic to each address is masqueraded or not, and which entries decide; with --live, ' +
+      'from the tables in the kernel (root)',
+  ),
+  {
+    name: 'live',
+    kind: 'bool',
+    section: 'modes',
+    help: 'with --explain: answer from the tables in the kernel',
+    option: { key: 'live', initial: false },
+    apply: (on, draft) => (draft.live = on === true),
+  },
+  value(
+    'diff',
+    'proposed',
+    '',
+    (text, draft) => {
+      setMode('diff', true, draft);
+      return text;
+    },
+    {
+      arg: 'PROPOSED',
+      section: 'modes',
+      help:
+        'the destinations whose decision a proposed config file or directory changes; exit 0 when ' +
+        'none, 1 when some, 2 on invalid input',
+    },
+  ),
+  listMode(
+    'check',
+    'check',
+    'PATH [PATH...]',
+    "validate config files, directories and Kubernetes manifests (the agent's ConfigMap, as the " +
+      'DaemonSet mounts it); exit 0 when all valid',
+  ),
+  value('configmap', 'configMaps', Object.freeze([DEFAULT_CONFIGMAP]), parseConfigMapName, {
+    arg: 'NS/NAME',
+    section: 'modes',
+    help: 'with --check: the ConfigMap(s) a manifest carries the config in; may be repeated',
+    shownDefault: DEFAULT_CONFIGMAP,
+  }),
+  value('output', 'output', 'text', (text) => oneOf('output', outputs, text), {
+    arg: 'FORMAT',
+    section: 'modes',
+    help: 'text or json, for --explain, --diff and --check',
+    shownDefault: 'text',
+  }),
+  mode('cleanup', "delete the agent's ip/ip6 tables, exit"),
+  mode('version', 'print the version, exit'),
+];
+
+const byName = new Map(FLAGS.map((flag) => [flag.name, flag]));
+
+/** Greedy word wrap of `text` into lines of at most `width` characters. */
+function wrap(text: string, width: number): string[] {
+  const lines: string[] = [];
+  let line = '';
+  for (const word of text.split(' ')) {
+    if (line !== '' && line.length + 1 + word.length > width) {
+      lines.push(line);
+      line = word;
+    } else line = line === '' ? word : `${line} ${word}`;
+  }
+  if (line !== '') lines.push(line);
+  return lines;
+}
+
+const HELP_COLUMN = 32;
+const WIDTH = 102;
+
+function usageEntries(section: Flag['section']): string {
+  return FLAGS.filter((flag) => flag.section === section)
+    .map((flag) => {
+      const head = `  --${flag.name}${flag.arg ? ` ${flag.arg}` : ''}`;
+      const help =
+        flag.shownDefault === undefined ? flag.help : `${flag.help} (default ${flag.shownDefault})`;
+      const [first = '', ...rest] = wrap(help, WIDTH - HELP_COLUMN);
+      const lines =
+        head.length < HELP_COLUMN
+          ? [head.padEnd(HELP_COLUMN) + first]
+          : [head, ' '.repeat(HELP_COLUMN) + first];
+      return [...lines, ...rest.map((line) => ' '.repeat(HELP_COLUMN) + line)].join('\n');
+    })
+    .join('\n');
+}
+
+export const usage = `Usage: ipmasq-agent [flags]
+
+Flags may be written --flag value, --flag=value, -flag value or -flag=value.
+Booleans may be given bare (--flag) or as --flag=true / --flag=false.
+
+${usageEntries('flags')}
+
+Modes (at most one; without one the agent runs until SIGTERM):
+${usageEntries('modes')}
+
+klog flags (-v, --logtostderr, --alsologtostderr, --stderrthreshold, --log_dir, --log_file,
+--vmodule) are accepted and ignored.
+`;
+
+function initialDraft(): Draft {
+  const draft: Record<string, unknown> = {
+    mode: 'run',
+    configGiven: false,
+    configMapsGiven: false,
+    modes: [],
+  };
+  for (const flag of FLAGS) if (flag.option) draft[flag.option.key] = flag.option.initial;
+  return draft as Draft;
+}
 
 const klogValueFlags = new Set(['v', 'stderrthreshold', 'log_dir', 'log_file', 'vmodule']);
 const klogBoolFlags = new Set(['logtostderr', 'alsologtostderr']);
@@ -233,27 +436,7 @@ function looksLikeFlag(arg: string): boolean {
 }
 
 export function parseArgs(argv: readonly string[]): ParseResult {
-  const draft: Draft = {
-    config: '/etc/config/ip-masq-agent',
-    masqChain: 'IP-MASQ-AGENT',
-    nomasqAllReservedRanges: false,
-    enableIPv6: false,
-    randomFully: true,
-    toPorts: Object.freeze([]),
-    table: 'ipmasq',
-    listen: Object.freeze({ host: '0.0.0.0', port: 9410 }),
-    mode: 'run',
-    removeLegacyChain: false,
-    logLevel: 'info',
-    setLayout: 'auto',
-    conntrackFlush: 'udp',
-    explain: Object.freeze([]),
-    live: false,
-    proposed: '',
-    check: Object.freeze([]),
-    output: 'text',
-    modes: [],
-  };
+  const draft = initialDraft();
   const ignoredKlogFlags: string[] = [];
   try {
     for (let i = 0; i < argv.length; i++) {
@@ -265,12 +448,9 @@ export function parseArgs(argv: readonly string[]): ParseResult {
         break;
       }
       // --explain and --check take any number of addresses or paths after their first.
-      if (!looksLikeFlag(arg) && draft.modes.at(-1) === 'explain') {
-        draft.explain = [...draft.explain, arg];
-        continue;
-      }
-      if (!looksLikeFlag(arg) && draft.modes.at(-1) === 'check') {
-        draft.check = [...draft.check, arg];
+      const collecting = byName.get(draft.modes.at(-1) ?? '');
+      if (!looksLikeFlag(arg) && collecting?.more) {
+        collecting.apply(arg, draft);
         continue;
       }
       if (!looksLikeFlag(arg)) {
@@ -290,9 +470,8 @@ export function parseArgs(argv: readonly string[]): ParseResult {
       }
       if (name === 'h' || name === 'help') throw new HelpRequested();
 
-      const applyValue = valueFlags.get(name);
-      const applyBool = boolFlags.get(name);
-      if (applyValue) {
+      const flag = byName.get(name);
+      if (flag?.kind === 'value') {
         let value = inlineValue;
         if (value === undefined) {
           const next = argv[i + 1];
@@ -302,8 +481,8 @@ export function parseArgs(argv: readonly string[]): ParseResult {
           value = next;
           i++;
         }
-        applyValue(value, draft);
-      } else if (applyBool) {
+        flag.apply(value, draft);
+      } else if (flag) {
         let on = true;
         if (inlineValue !== undefined) {
           const parsed = boolSpellings.get(inlineValue);
@@ -314,7 +493,7 @@ export function parseArgs(argv: readonly string[]): ParseResult {
           }
           on = parsed;
         }
-        applyBool(on, draft);
+        flag.apply(on, draft);
       } else if (klogValueFlags.has(name) || klogBoolFlags.has(name)) {
         // klog value flags may come as `-v 2`; a following flag means the value was left out.
         const next = argv[i + 1];
@@ -329,6 +508,9 @@ export function parseArgs(argv: readonly string[]): ParseResult {
     }
     if (draft.live && !draft.modes.includes('explain')) {
       throw new FlagError('--live goes with --explain');
+    }
+    if (draft.configMapsGiven && !draft.modes.includes('check')) {
+      throw new FlagError('--configmap goes with --check');
     }
     if (draft.modes.length > 1) {
       throw new FlagError(

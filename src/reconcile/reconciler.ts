@@ -26,10 +26,10 @@ export interface ReconcilerDeps {
   readonly kernel: Kernel;
   readonly logger: Logger;
   readonly metrics: AgentMetrics;
-  /** What happens to existing flows whose decision a config change flips (default none). */
-  readonly conntrackFlush?: ConntrackFlushMode;
+  /** What happens to existing flows whose decision a config change flips (the default is plan()'s). */
+  readonly conntrackFlush: ConntrackFlushMode;
   /** The original agent's chain: warned about before the first sync, removed if asked. */
-  readonly legacy?: LegacyOptions;
+  readonly legacy: LegacyOptions;
   /** Effective set size above which other nftables users are measurably slowed. */
   readonly largeSetThreshold?: number;
   /** The clock for holding back from another agent (tests pass their own). */
@@ -81,8 +81,7 @@ export class Reconciler {
       otherAgent: this.otherAgent,
       writer,
     });
-    const legacy = deps.legacy ?? { chains: [], remove: false };
-    this.legacy = new LegacyChain({ kernel, options: legacy, logger, metrics });
+    this.legacy = new LegacyChain({ kernel, options: deps.legacy, logger, metrics });
     this.sizes = new SetSizes({
       compileOptions: deps.compileOptions,
       logger,
@@ -91,7 +90,7 @@ export class Reconciler {
     });
     this.conntrack = new ConntrackFlush({
       kernel,
-      mode: deps.conntrackFlush ?? 'none',
+      mode: deps.conntrackFlush,
       enableIPv6: deps.compileOptions.enableIPv6,
       table: deps.compileOptions.table,
       logger,

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { parseArgs, usage, type AgentOptions } from '../../src/cli/flags.js';
+import { FLAGS, parseArgs, usage, type AgentOptions } from '../../src/cli/flags.js';
 
 function options(argv: string[]): AgentOptions {
   const result = parseArgs(argv);
@@ -21,6 +21,7 @@ t.test('defaults', async (t) => {
     warnings: [],
     options: {
       config: '/etc/config/ip-masq-agent',
+      configGiven: false,
       masqChain: 'IP-MASQ-AGENT',
       nomasqAllReservedRanges: false,
       enableIPv6: false,
@@ -37,6 +38,8 @@ t.test('defaults', async (t) => {
       live: false,
       proposed: '',
       check: [],
+      configMaps: ['kube-system/ip-masq-agent'],
+      configMapsGiven: false,
       output: 'text',
     },
   });
@@ -408,4 +411,36 @@ t.test('parsed options are frozen', async (t) => {
   t.ok(Object.isFrozen(parsed));
   t.ok(Object.isFrozen(parsed.toPorts));
   t.ok(Object.isFrozen(parsed.listen));
+});
+
+t.test('one table gives the usage, the defaults and the parsing', async (t) => {
+  const defaults = options([]) as unknown as Record<string, unknown>;
+  const flat = usage.replace(/\s+/g, ' ');
+  for (const flag of FLAGS) {
+    t.match(usage, new RegExp(`^  --${flag.name}\\b`, 'm'), `--${flag.name} is in the usage`);
+    if (flag.option)
+      t.same(defaults[flag.option.key], flag.option.initial, `--${flag.name} default`);
+    if (flag.shownDefault !== undefined) {
+      t.ok(flat.includes(`(default ${flag.shownDefault})`), `--${flag.name} shows its default`);
+    }
+  }
+  for (const line of usage.split('\n')) t.ok(line.length <= 102, `usage line fits: ${line}`);
+});
+
+t.test('--configmap and --config given', async (t) => {
+  t.equal(options(['--config', '/c']).configGiven, true);
+  t.equal(options([]).configGiven, false);
+  t.same(options(['--check', 'a.yaml']).configMaps, ['kube-system/ip-masq-agent']);
+  t.match(options(['--check', 'a.yaml', '--configmap', 'net/masq', '--configmap=other']), {
+    configMaps: ['net/masq', 'other'],
+    configMapsGiven: true,
+    check: ['a.yaml'],
+  });
+  t.match(failure(['--configmap', 'x']), /--configmap goes with --check/);
+  for (const bad of ['Bad/Name', 'a/b/c', '/x', 'x/', '']) {
+    t.match(
+      failure(['--check', 'a', `--configmap=${bad}`]),
+      /--configmap: .* is not a ConfigMap name/,
+    );
+  }
 });

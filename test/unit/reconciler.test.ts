@@ -60,6 +60,8 @@ function setup(
     logger,
     metrics,
     largeSetThreshold: 3,
+    conntrackFlush: 'none',
+    legacy: { chains: [], remove: false },
     writer,
     ...overrides,
   });
