@@ -2,11 +2,13 @@
 // the order the rules make it (compile.ts), with the config entries responsible. Pure; needs a
 // Config loaded with provenance.
 import {
+  escapeUnprintable,
   type Family,
   formatPrefix,
   inRanges,
   parseAddress,
   prefixRange,
+  quote,
   type Range,
 } from './cidr/index.js';
 import type { CompileOptions } from './compile.js';
@@ -56,7 +58,7 @@ const familyName = (family: Family): AddressFamily => (family === 4 ? 'ipv4' : '
 export function describeOrigin(origin: Origin): string {
   const prefix = formatPrefix(origin.prefix);
   if (origin.kind === 'entry') {
-    return `${origin.file} ${origin.key}[${origin.index}] ${JSON.stringify(origin.written)}`;
+    return `${escapeUnprintable(origin.file)} ${origin.key}[${origin.index}] ${quote(origin.written)}`;
   }
   if (origin.kind === 'default') {
     const list = origin.list === 'reserved' ? ' (--nomasq-all-reserved-ranges)' : '';

@@ -1,11 +1,12 @@
 // The operator's commands (README, "Explain, diff, check"): --explain (offline, or --live from the
 // kernel), --diff and --check. Each loads configs with provenance through the same loader the
 // agent uses, and prints text or one JSON document.
-import { CidrError, formatAddress, parseAddress } from '../cidr/index.js';
+import { CidrError, escapeUnprintable, formatAddress, parseAddress } from '../cidr/index.js';
 import type { CompileOptions } from '../compile.js';
 import { tableOwner } from '../nftables/ownership.js';
 import { checkPath } from '../config/check.js';
 import { loadConfig } from '../config/index.js';
+import { findConfigSource } from '../config/source.js';
 import type { Config, LoadOptions } from '../config/types.js';
 import { diffConfigs, diffText } from '../diff.js';
 import { explain, explanationText, LOCAL_NOTE, type Explanation } from '../explain.js';
@@ -16,6 +17,21 @@ const out = (text: string) => process.stdout.write(text.endsWith('\n') ? text : 
 const err = (text: string) => process.stderr.write(`${text}\n`);
 const json = (value: unknown) =>
   out(JSON.stringify(value, (_key, v: unknown) => (typeof v === 'bigint' ? String(v) : v), 2));
+
+/**
+ * Whether there is anything at `path`: the agent runs on its defaults without a config, but an
+ * operator who names a path that is not there has made a typo, and is told so (exit 2). Without
+ * --config the default path may well be absent (a laptop): then the defaults are used, and said.
+ */
+async function present(path: string, given: boolean, flag: string): Promise<boolean> {
+  if ((await findConfigSource(path)).kind !== 'missing') return true;
+  if (given) {
+    err(`${flag}: no file or directory at ${escapeUnprintable(path)}`);
+    return false;
+  }
+  err(`note: no file at ${escapeUnprintable(path)}: the agent would use its defaults`);
+  return true;
+}
 
 async function load(path: string, options: LoadOptions): Promise<Config | undefined> {
   const result = await loadConfig(path, { ...options, provenance: true });
@@ -48,6 +64,7 @@ export async function explainCommand(
     return 2;
   }
   const stages = plan(options);
+  if (!(await present(stages.configPath, options.configGiven, '--config'))) return 2;
   const config = await load(stages.configPath, stages.load);
   if (!config) return 1;
   const explanations = options.explain.map((address) => explain(config, stages.compile, address));
@@ -140,6 +157,8 @@ async function liveAnswers(
 
 export async function diffCommand(options: AgentOptions): Promise<number> {
   const stages = plan(options);
+  if (!(await present(stages.configPath, options.configGiven, '--config'))) return 2;
+  if (!(await present(options.proposed, true, '--diff'))) return 2;
   const current = await load(stages.configPath, stages.load);
   const proposed = await load(options.proposed, stages.load);
   if (!current || !proposed) return 2;
@@ -152,13 +171,23 @@ export async function diffCommand(options: AgentOptions): Promise<number> {
 export async function checkCommand(options: AgentOptions): Promise<number> {
   const stages = plan(options);
   const outcomes = [];
-  for (const path of options.check) outcomes.push(await checkPath(path, stages.load));
+  const check = { configMaps: options.configMaps, named: options.configMapsGiven };
+  for (const path of options.check) {
+    outcomes.push(
+      await checkPath(path, stages.load, check).catch((e: unknown) => ({
+        path,
+        checked: [],
+        errors: [`${escapeUnprintable(path)}: cannot be checked: ${escapeUnprintable(String(e))}`],
+        warnings: [],
+      })),
+    );
+  }
   if (options.output === 'json') json({ outcomes });
   else {
     for (const o of outcomes) {
       for (const warning of o.warnings) out(`warning: ${warning}`);
       for (const error of o.errors) out(`invalid config: ${error}`);
-      if (o.errors.length === 0) out(`ok: ${o.path} (${o.checked.join(', ')})`);
+      if (o.errors.length === 0) out(`ok: ${escapeUnprintable(o.path)} (${o.checked.join(', ')})`);
     }
   }
   return outcomes.every((o) => o.errors.length === 0) ? 0 : 1;

@@ -1,15 +1,19 @@
 // --check (README, "Explain, diff, check"): validates config files, config directories and
 // Kubernetes manifests before they reach a node. A manifest is a YAML stream (what `kubectl apply -f`
-// or `kustomize build` sends) whose ConfigMaps carry the agent's config under data key `config`
-// (the DaemonSet's) or `ip-masq*` keys (directory mode); each is checked as the agent would load it.
+// or `kustomize build` sends); the agent's ConfigMaps in it are chosen by name (--configmap) and
+// judged as the agent would see them mounted (mount.ts): through a workload of the same manifest that
+// mounts them, or else through the shipped DaemonSet's mount of key `config`.
 import { stat } from 'node:fs/promises';
 import { parseAllDocuments } from 'yaml';
+import { escapeUnprintable } from '../cidr/index.js';
 import { buildConfig } from './build.js';
 import { parseFragment, type ConfigFragment } from './fragment.js';
 import { parseConfigText } from './index.js';
 import { loadConfig, readBounded } from './load.js';
+import { mountsOf, objects, type Manifest, type Mounted } from './mount.js';
 import { errnoText } from './source.js';
 import { ConfigError, type LoadOptions, type LoadResult } from './types.js';
+import { manifestProblem } from './yaml.js';
 
 export interface CheckOutcome {
   readonly path: string;
@@ -19,62 +23,72 @@ export interface CheckOutcome {
   readonly warnings: readonly string[];
 }
 
-const isConfigKey = (key: string) => key === 'config' || key.startsWith('ip-masq');
-
-/** Objects of a manifest, List items unwrapped. */
-function objects(value: unknown): Array<Record<string, unknown>> {
-  if (!value || typeof value !== 'object' || Array.isArray(value)) return [];
-  const object = value as Record<string, unknown>;
-  if (object.kind === 'List' && Array.isArray(object.items)) return object.items.flatMap(objects);
-  return [object];
+export interface CheckOptions {
+  /** NAME or NAMESPACE/NAME of the ConfigMaps that carry the agent's config. */
+  readonly configMaps: readonly string[];
+  /** The names were given (--configmap): a manifest without any of them is an error. */
+  readonly named: boolean;
 }
 
-function looksLikeManifest(documents: readonly unknown[]): boolean {
-  return documents.some((d) => objects(d).some((o) => 'apiVersion' in o && 'kind' in o));
-}
-
-function checkConfigMap(
-  path: string,
-  object: Record<string, unknown>,
-  options: LoadOptions,
-): { name: string; errors: string[]; warnings: string[] } | undefined {
-  const metadata = (object.metadata ?? {}) as Record<string, unknown>;
-  const name = `ConfigMap ${String(metadata.namespace ?? 'default')}/${String(metadata.name ?? '(no name)')}`;
-  const data = object.data;
-  const keys = data && typeof data === 'object' ? Object.keys(data).filter(isConfigKey).sort() : [];
-  if (keys.length === 0) return undefined;
-  const errors: string[] = [];
-  const warnings: string[] = [];
+/** A mounted ConfigMap's files, each parsed as the agent parses a file, then merged. */
+function checkMounted(path: string, mounted: Mounted, options: LoadOptions) {
+  const errors = mounted.errors.map((e) => new ConfigError(path, e).message);
+  const warnings = mounted.warnings.map((w) => `${escapeUnprintable(path)}: ${w}`);
   const fragments: ConfigFragment[] = [];
-  for (const key of keys) {
-    const file = `${path}: ${name} key ${key}`;
-    const value = (data as Record<string, unknown>)[key];
-    if (typeof value !== 'string') {
-      errors.push(new ConfigError(file, 'expected the config text as a string').message);
+  for (const file of mounted.files) {
+    const where = `${path}: ${mounted.name} key ${escapeUnprintable(file.key)}`;
+    if (typeof file.text !== 'string') {
+      errors.push(new ConfigError(where, 'expected the config text as a string').message);
       continue;
     }
-    const parsed = parseFragment(value, file, options);
+    const parsed = parseFragment(file.text, where, options);
     warnings.push(...parsed.warnings);
     if (parsed.ok) fragments.push(parsed.fragment);
     else errors.push(parsed.error.message);
   }
   if (errors.length === 0) {
-    const built = buildConfig(fragments, options, `${path}: ${name}`);
+    const built = buildConfig(fragments, options, `${path}: ${mounted.name}`);
     if (!built.ok) errors.push(built.error.message);
   }
-  return { name, errors, warnings };
+  return { errors, warnings };
 }
 
-export async function checkPath(path: string, options: LoadOptions): Promise<CheckOutcome> {
-  const info = await stat(path).catch((err: unknown) => err as NodeJS.ErrnoException);
-  if (info instanceof Error) {
-    return {
-      path,
-      checked: [],
-      errors: [new ConfigError(path, errnoText(info)).message],
-      warnings: [],
-    };
+function failed(path: string, message: string): CheckOutcome {
+  return { path, checked: [], errors: [new ConfigError(path, message).message], warnings: [] };
+}
+
+function checkManifest(
+  path: string,
+  manifest: Manifest,
+  options: LoadOptions,
+  check: CheckOptions,
+): CheckOutcome {
+  const checked: string[] = [];
+  const errors: string[] = [];
+  const warnings: string[] = [];
+  for (const mounted of mountsOf(manifest, check.configMaps)) {
+    checked.push(mounted.shown);
+    const outcome = checkMounted(path, mounted, options);
+    errors.push(...outcome.errors);
+    warnings.push(...outcome.warnings);
   }
+  const wanted = check.configMaps.join(', ');
+  if (checked.length === 0 && check.named) {
+    errors.push(new ConfigError(path, `no ConfigMap ${wanted} in it`).message);
+  }
+  if (checked.length === 0 && !check.named) {
+    checked.push(`no ConfigMap ${wanted} in it: nothing to check (name others with --configmap)`);
+  }
+  return { path, checked, errors, warnings };
+}
+
+export async function checkPath(
+  path: string,
+  options: LoadOptions,
+  check: CheckOptions,
+): Promise<CheckOutcome> {
+  const info = await stat(path).catch((err: unknown) => err as NodeJS.ErrnoException);
+  if (info instanceof Error) return failed(path, errnoText(info));
   const outcome = (checked: string, result: LoadResult): CheckOutcome => ({
     path,
     checked: [checked],
@@ -86,37 +100,31 @@ export async function checkPath(path: string, options: LoadOptions): Promise<Che
   try {
     text = await readBounded(path);
   } catch (err) {
-    const message = err instanceof Error && !('code' in err) ? err.message : errnoText(err);
-    return { path, checked: [], errors: [new ConfigError(path, message).message], warnings: [] };
+    return failed(path, err instanceof Error && !('code' in err) ? err.message : errnoText(err));
   }
   // Only what names an apiVersion can be a manifest: a plain config (100 000 CIDRs, say) is not put
   // through the full YAML parser, only through the agent's own, from the text already read.
-  const documents = /\bapiVersion\b/.test(text)
-    ? parseAllDocuments(text, { uniqueKeys: false })
-    : [];
+  if (!/\bapiVersion\b/.test(text))
+    return outcome('a config file', parseConfigText(text, path, options));
+  // Bounded before parsing, as every config is (yaml.ts): a manifest is parsed by the full parser.
+  const problem = manifestProblem(text);
+  if (problem) return failed(path, `invalid YAML: ${problem}`);
+  const documents = parseAllDocuments(text, { uniqueKeys: false });
   const list = Array.isArray(documents) ? documents : [documents];
-  const values = list.some((d) => d.errors.length > 0) ? [] : list.map((d) => d.toJS() as unknown);
-  if (!looksLikeManifest(values)) {
+  const values: unknown[] = [];
+  for (const [index, document] of list.entries()) {
+    try {
+      if (document.errors.length > 0) break;
+      values.push(document.toJS({ maxAliasCount: 100 }));
+    } catch (err) {
+      // Aliases beyond the limit throw from toJS: a verdict on this path, not the end of the run.
+      const reason = err instanceof Error ? err.message : String(err);
+      return failed(path, `invalid YAML: document ${index + 1}: ${escapeUnprintable(reason)}`);
+    }
+  }
+  const manifest = values.flatMap(objects);
+  if (values.length < list.length || !manifest.some((o) => 'apiVersion' in o && 'kind' in o)) {
     return outcome('a config file', parseConfigText(text, path, options));
   }
-  const checked: string[] = [];
-  const errors: string[] = [];
-  const warnings: string[] = [];
-  for (const object of values.flatMap(objects)) {
-    if (object.kind !== 'ConfigMap') continue;
-    const outcome = checkConfigMap(path, object, options);
-    if (!outcome) continue;
-    checked.push(outcome.name);
-    errors.push(...outcome.errors);
-    warnings.push(...outcome.warnings);
-  }
-  if (checked.length === 0) {
-    errors.push(
-      new ConfigError(
-        path,
-        'no ConfigMap in it carries the agent\'s config (a data key "config" or "ip-masq*")',
-      ).message,
-    );
-  }
-  return { path, checked, errors, warnings };
+  return checkManifest(path, manifest, options, check);
 }

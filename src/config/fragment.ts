@@ -1,5 +1,5 @@
 // One config file's text -> the keys it sets, validated. Merging and defaults live in build.ts.
-import { CidrError, type Prefix, parseCidr, quote } from '../cidr/index.js';
+import { CidrError, escapeUnprintable, type Prefix, parseCidr, quote } from '../cidr/index.js';
 import { parseGoDuration } from './duration.js';
 import { ConfigError, type LoadOptions } from './types.js';
 import { parseConfigDocument, type ParseBudget } from './yaml.js';
@@ -120,11 +120,15 @@ function parseResyncInterval(value: unknown, warnings: string[], file: string): 
   if (typeof ms === 'string') throw new Invalid(`resyncInterval: ${quote(value)} ${ms}`);
   if (ms <= 0) throw new Invalid(`resyncInterval: ${quote(value)} must be greater than 0`);
   if (ms < MIN_RESYNC_MS) {
-    warnings.push(`${file}: resyncInterval: ${quote(value)} is below 1s; using 1s`);
+    warnings.push(
+      `${escapeUnprintable(file)}: resyncInterval: ${quote(value)} is below 1s; using 1s`,
+    );
     return MIN_RESYNC_MS;
   }
   if (ms > MAX_RESYNC_MS) {
-    warnings.push(`${file}: resyncInterval: ${quote(value)} is above 596h; using 596h`);
+    warnings.push(
+      `${escapeUnprintable(file)}: resyncInterval: ${quote(value)} is above 596h; using 596h`,
+    );
     return MAX_RESYNC_MS;
   }
   return Math.round(ms);
@@ -168,7 +172,7 @@ function readKeys(
   if (unknownKeys.length > 0) {
     const shown = unknownKeys.slice(0, 10).map(keyText);
     if (unknownKeys.length > 10) shown.push(`and ${unknownKeys.length - 10} more`);
-    warnings.push(`${fragment.file}: unknown keys ignored: ${shown.join(', ')}`);
+    warnings.push(`${escapeUnprintable(fragment.file)}: unknown keys ignored: ${shown.join(', ')}`);
   }
 }
 

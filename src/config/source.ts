@@ -4,6 +4,7 @@
 import { statSync, type Stats } from 'node:fs';
 import { readdir, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
+import { escapeUnprintable } from '../cidr/index.js';
 
 const FILE_PREFIX = 'ip-masq';
 
@@ -57,16 +58,20 @@ async function directorySource(path: string): Promise<ConfigSource> {
     try {
       info = await stat(file); // follows the ConfigMap's ..data symlinks
     } catch (err) {
-      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') {
-        return { kind: 'error', path, stamp: `error:${errnoText(err)}`, message: errnoText(err) };
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code !== 'ENOENT' && code !== 'ELOOP') {
+        const message = `${escapeUnprintable(name)}: ${errnoText(err)}`;
+        return { kind: 'error', path, stamp: `error:${message}`, message };
       }
-      warnings.push(`${file}: skipped: a dangling symlink`);
-      stamps.push(`${name}=dangling`);
+      // A symlink to nothing, or round in a loop: no file there, as when it is absent.
+      const what = code === 'ELOOP' ? 'a symlink loop' : 'a dangling symlink';
+      warnings.push(`${escapeUnprintable(file)}: skipped: ${what}`);
+      stamps.push(`${name}=${code}`);
       continue;
     }
     stamps.push(`${name}=${stampOf(info)}`);
     if (!info.isFile()) {
-      warnings.push(`${file}: skipped: not a regular file`);
+      warnings.push(`${escapeUnprintable(file)}: skipped: not a regular file`);
       continue;
     }
     files.push(file);

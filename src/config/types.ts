@@ -1,5 +1,5 @@
 // The shape every other module sees of a loaded config. Produced only by src/config.
-import type { Prefix } from '../cidr/index.js';
+import { escapeUnprintable, type Prefix } from '../cidr/index.js';
 
 export type AddressFamily = 'ipv4' | 'ipv6';
 
@@ -61,7 +61,7 @@ export type LoadResult =
 export class ConfigError extends Error {
   readonly file: string;
   constructor(file: string, message: string) {
-    super(`${file}: ${message}`);
+    super(`${escapeUnprintable(file)}: ${message}`);
     this.name = 'ConfigError';
     this.file = file;
   }

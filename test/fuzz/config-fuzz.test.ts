@@ -213,25 +213,3 @@ t.test('extremes, one each', async (t) => {
   t.equal(checkResult(result, big, options), 'invalid');
   t.match(!result.ok && result.error.message, /above the 16777216-byte \(16 MiB\) limit/);
 });
-
-// Found by this fuzz: the yaml package spends time per stray flow indicator (one error each) and
-// checks key and anchor uniqueness in quadratic time, all on the JS thread. Not fixed: see
-// docs/hardening.md. A todo keeps the measurement visible without failing the suite.
-t.test(
-  'pathological YAML parses within 1 s',
-  { todo: 'yaml package: quadratic / per-error cost' },
-  async (t) => {
-    const options: LoadOptions = { enableIPv6: false, nomasqAllReservedRanges: false };
-    const texts: Record<string, string> = {
-      '64 KiB of "}"': '}'.repeat(65_536),
-      '20 000 distinct keys': Array.from({ length: 20_000 }, (_, i) => `k${i}: 1`).join('\n'),
-      '20 000 anchors': Array.from({ length: 20_000 }, (_, i) => `k${i}: &a${i} 1`).join('\n'),
-    };
-    for (const [name, text] of Object.entries(texts)) {
-      const started = Date.now();
-      parseConfigText(text, FILE, options);
-      const elapsed = Date.now() - started;
-      t.ok(elapsed < 1_000, `${name}: ${elapsed} ms`);
-    }
-  },
-);

@@ -176,22 +176,49 @@ t.test('--check: manifests, multi-document streams, plain files and directories'
     'plain.yaml': 'nonMasqueradeCIDRs: [10.0.0.0/33]\n',
   };
   for (const [name, text] of Object.entries(files)) writeFileSync(join(dir, name), text);
-  const check = (name: string) => checkPath(join(dir, name), load(false));
+  const check = (name: string) =>
+    checkPath(join(dir, name), load(false), {
+      configMaps: ['kube-system/ip-masq-agent'],
+      named: false,
+    });
   t.match(
     await check('good.yaml'),
-    { checked: ['ConfigMap kube-system/ip-masq-agent'], errors: [] },
+    {
+      checked: [
+        'ConfigMap kube-system/ip-masq-agent key config (as the shipped DaemonSet mounts it)',
+      ],
+      errors: [],
+    },
     'others ignored',
   );
   const three = await check('three.yaml');
-  t.same(three.checked, [
-    'ConfigMap kube-system/ip-masq-agent',
-    'ConfigMap kube-system/second',
-    'ConfigMap kube-system/third',
-  ]);
-  t.same(three.errors, [
+  t.same(
+    three.checked,
+    ['ConfigMap kube-system/ip-masq-agent key config (as the shipped DaemonSet mounts it)'],
+    "only the agent's ConfigMap is judged",
+  );
+  t.same(three.errors, []);
+  const named = await checkPath(join(dir, 'three.yaml'), load(false), {
+    configMaps: ['kube-system/second', 'third'],
+    named: true,
+  });
+  t.same(named.errors, [
     `${join(dir, 'three.yaml')}: ConfigMap kube-system/second key config: nonMasqueradeCIDRs[1]: "10.0.0.1/8" is not aligned to its prefix (did you mean 10.0.0.0/8?)`,
+    `${join(dir, 'three.yaml')}: ConfigMap kube-system/third: it has no key config, which the shipped DaemonSet mounts as /etc/config/ip-masq-agent`,
   ]);
-  t.match((await check('none.yaml')).errors, [/no ConfigMap in it carries the agent's config/]);
+  t.match(await check('none.yaml'), {
+    errors: [],
+    checked: [/no ConfigMap kube-system\/ip-masq-agent in it: nothing to check/],
+  });
+  t.match(
+    (
+      await checkPath(join(dir, 'none.yaml'), load(false), {
+        configMaps: ['kube-system/ip-masq-agent'],
+        named: true,
+      })
+    ).errors,
+    [/none.yaml: no ConfigMap kube-system\/ip-masq-agent in it$/],
+  );
   t.match(await check('plain.yaml'), {
     checked: ['a config file'],
     errors: [/nonMasqueradeCIDRs\[0\]: .*33/],
