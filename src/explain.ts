@@ -5,6 +5,7 @@ import {
   escapeUnprintable,
   type Family,
   formatPrefix,
+  hostMask,
   inRanges,
   parseAddress,
   prefixRange,
@@ -84,12 +85,44 @@ function covers(
   return inRanges(ranges, addr);
 }
 
+/**
+ * Each config's origins by family, prefix length and network: the origins covering an address are
+ * then one lookup per length in use, not a scan of every origin (a --diff of 100 000 ranges
+ * explains 200 000 addresses).
+ */
+interface OriginIndex {
+  /** Prefix lengths in use, each with its origins by network, each list in file and entry order. */
+  readonly byLength: Map<number, Map<bigint, Array<{ order: number; origin: Origin }>>>;
+}
+const originCache = new WeakMap<Config, Map<Family, OriginIndex>>();
+
+function originIndex(config: Config, family: Family): OriginIndex {
+  let byFamily = originCache.get(config);
+  if (!byFamily) originCache.set(config, (byFamily = new Map()));
+  let index = byFamily.get(family);
+  if (index) return index;
+  index = { byLength: new Map() };
+  for (const [order, origin] of (config.provenance?.origins ?? []).entries()) {
+    if (origin.prefix.family !== family) continue;
+    let networks = index.byLength.get(origin.prefix.len);
+    if (!networks) index.byLength.set(origin.prefix.len, (networks = new Map()));
+    const network = prefixRange(origin.prefix)[0];
+    let list = networks.get(network);
+    if (!list) networks.set(network, (list = []));
+    list.push({ order, origin });
+  }
+  byFamily.set(family, index);
+  return index;
+}
+
 function matching(config: Config, family: Family, addr: bigint): Origin[] {
-  return (config.provenance?.origins ?? []).filter((origin) => {
-    if (origin.prefix.family !== family) return false;
-    const [first, last] = prefixRange(origin.prefix);
-    return first <= addr && addr <= last;
-  });
+  const found: Array<{ order: number; origin: Origin }> = [];
+  for (const [len, networks] of originIndex(config, family).byLength) {
+    const network = addr & ~hostMask(family, len);
+    const list = networks.get(network);
+    if (list) found.push(...list);
+  }
+  return found.sort((a, b) => a.order - b.order).map((entry) => entry.origin);
 }
 
 export function portPolicy(options: CompileOptions): PortPolicy {

@@ -7,7 +7,7 @@ export {
   escapeUnprintable,
   quote,
 } from './address.js';
-export { type Prefix, formatPrefix, ipv4Number, parseCidr, prefixRange } from './prefix.js';
+export { type Prefix, formatPrefix, hostMask, ipv4Number, parseCidr, prefixRange } from './prefix.js';
 export { familyLines, familyLists, type FamilyLines } from './lines.js';
 export { mergePrefixes, mergeToLines, rangeToPrefixes } from './merge.js';
 export {

@@ -35,7 +35,7 @@ export function ipv4Number(p: Prefix): number {
   return p instanceof IPv4Prefix ? p.v4 : Number(p.addr);
 }
 
-function hostMask(family: Family, len: number): bigint {
+export function hostMask(family: Family, len: number): bigint {
   return (1n << BigInt(ADDRESS_BITS[family] - len)) - 1n;
 }
 
