@@ -2,7 +2,9 @@
 // kernel), --diff and --check. Each loads configs with provenance through the same loader the
 // agent uses, and prints text or one JSON document.
 import { CidrError, escapeUnprintable, formatAddress, parseAddress } from '../cidr/index.js';
-import type { CompileOptions } from '../compile.js';
+import { chooseLayout, compile, MASQ_SET, NONMASQ_SET, type CompileOptions } from '../compile.js';
+import type { Table } from '../nftables/types.js';
+import { objectDrift } from '../reconcile/read-back.js';
 import { tableOwner } from '../nftables/ownership.js';
 import { checkPath } from '../config/check.js';
 import { loadConfig } from '../config/index.js';
@@ -71,7 +73,14 @@ export async function explainCommand(
   let live: Awaited<ReturnType<typeof liveAnswers>> | undefined;
   if (options.live && kernel) {
     try {
-      live = await liveAnswers(await kernel(), stages.compile, explanations, stages.legacy.chains);
+      live = await liveAnswers(
+        await kernel(),
+        compile(config, stages.compile, 1),
+        chooseLayout(config, stages.compile),
+        stages.compile,
+        explanations,
+        stages.legacy.chains,
+      );
     } catch (e) {
       err(
         `--live: cannot read the kernel's tables (run as root in the node's network namespace): ` +
@@ -109,6 +118,8 @@ interface LiveAnswer {
 
 async function liveAnswers(
   kernel: Kernel,
+  tables: readonly Table[],
+  layout: 'interval' | 'concat',
   options: CompileOptions,
   explanations: readonly Explanation[],
   legacyNames: readonly string[],
@@ -120,24 +131,54 @@ async function liveAnswers(
     const ref = { family, name: options.table } as const;
     if (!listings.has(family)) listings.set(family, await kernel.listTable(ref));
     const listing = listings.get(family) ?? null;
+    const none = (text: string, drift: boolean): LiveAnswer => ({
+      masqueraded: null,
+      generation: null,
+      drift,
+      text,
+    });
     if (listing === null) {
-      answers.push({
-        masqueraded: null,
-        generation: null,
-        drift: e.reason !== 'not managed',
-        text: `no table ${family} ${options.table} in this namespace: the agent masquerades nothing here`,
-      });
+      answers.push(
+        none(
+          `no table ${family} ${options.table} in this namespace: the agent masquerades nothing here`,
+          e.reason !== 'not managed',
+        ),
+      );
       continue;
     }
     const owner = tableOwner(listing);
+    if (owner.kind === 'foreign') {
+      answers.push(
+        none(
+          `table ${family} ${options.table} is not ours (no ipmasq-agent comment): not ours, left ` +
+            'alone; the agent neither decides with it nor repairs it (choose another --table)',
+          false,
+        ),
+      );
+      continue;
+    }
     const generation = owner.kind === 'ours' ? owner.generation : null;
+    const table = tables.find((t) => t.family === family);
+    // Rules or declarations otherwise than the agent writes them: a set lookup no longer says what
+    // a packet sees (a deleted `return` rule masquerades what the set still holds).
+    const differ = table ? objectDrift(listing, table) : [];
+    if (differ.length > 0) {
+      answers.push(
+        none(
+          `generation ${generation ?? '?'} in the kernel: DRIFT: ${differ.join(', ')} differ${differ.length === 1 ? 's' : ''} ` +
+            'from what the agent writes for this config, so the sets do not tell what a packet sees ' +
+            '(the agent repairs it at the next sync)',
+          true,
+        ),
+      );
+      continue;
+    }
     // The element as the agent formats it; the concatenated layout pairs it with a protocol.
     const parsed = parseAddress(e.address);
     const element =
-      formatAddress(parsed.family, parsed.addr) +
-      (/typeof \S+ daddr \. meta l4proto/.test(listing) ? ' . udp' : '');
-    const inMasq = await kernel.setHas(ref, 'masq', element);
-    const inNonMasq = await kernel.setHas(ref, 'nonmasq', element);
+      formatAddress(parsed.family, parsed.addr) + (layout === 'concat' ? ' . udp' : '');
+    const inMasq = await kernel.setHas(ref, MASQ_SET, element);
+    const inNonMasq = await kernel.setHas(ref, NONMASQ_SET, element);
     const masqueraded = inMasq || !inNonMasq;
     const drift = e.reason === 'not managed' ? false : masqueraded !== e.masqueraded;
     const set = inMasq ? 'in the masq set' : inNonMasq ? 'in the nonmasq set' : 'in neither set';
@@ -146,7 +187,7 @@ async function liveAnswers(
       generation,
       drift,
       text:
-        `generation ${generation ?? '?'} in the kernel ${masqueraded ? 'masquerades' : 'does not masquerade'} it (${set})` +
+        `generation ${generation} in the kernel ${masqueraded ? 'masquerades' : 'does not masquerade'} it (${set})` +
         (drift
           ? '; DRIFT: the config says otherwise (the kernel is repaired at the next sync)'
           : ''),

@@ -71,7 +71,12 @@ function listingShape(text: string): string {
       /elements = \{ ([^}]*) \}/g,
       (_, items: string) => `elements = { ${items.split(', ').sort().join(', ')} }`,
     );
-  // The table's own block, then its objects (brace depth 1 to 2) in sorted order.
+  const open = flat.indexOf('{');
+  return `${flat.slice(0, open + 1)} ${objectsOf(flat).sort().join(' ')} }`;
+}
+
+/** A flattened table's objects (brace depth 1 to 2), each `set NAME { … }` or `chain NAME { … }`. */
+function objectsOf(flat: string): string[] {
   const open = flat.indexOf('{');
   const objects: string[] = [];
   let depth = 0;
@@ -88,7 +93,33 @@ function listingShape(text: string): string {
       }
     } else if (depth === 0 && start < 0 && c !== ' ') start = i;
   }
-  return `${flat.slice(0, open + 1)} ${objects.sort().join(' ')} }`;
+  return objects;
+}
+
+/** Each object of a listing by `set NAME` / `chain NAME`, without elements and comments. */
+function declarations(listing: string): Map<string, string> {
+  const flat = normaliseListing(withoutTableComment(listing))
+    .replace(/ elements = \{[^}]*\}/g, '')
+    .replace(/ comment "[^"]*"/g, '');
+  const byName = new Map<string, string>();
+  for (const object of objectsOf(flat)) {
+    const name = /^(set|chain) \S+/.exec(object)?.[0];
+    if (name) byName.set(name, object);
+  }
+  return byName;
+}
+
+/**
+ * The sets and chains of a table of ours whose declarations or rules differ from what the agent
+ * writes for `table` (elements and comments aside), and those missing or extra: what makes a set
+ * lookup no answer to what a packet sees (--explain --live).
+ */
+export function objectDrift(listing: string, table: Table): string[] {
+  const found = declarations(listing);
+  const skeleton = { ...table, sets: table.sets.map((set) => ({ ...set, elements: [] })) };
+  const wanted = declarations(renderTable(skeleton));
+  const names = new Set([...wanted.keys(), ...found.keys()]);
+  return [...names].filter((name) => found.get(name) !== wanted.get(name)).sort();
 }
 
 /**

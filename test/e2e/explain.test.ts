@@ -114,4 +114,79 @@ if (requireRoot(t)) {
     );
     t.notMatch(denied.stderr, /\n\s+at /, 'no stack trace');
   });
+
+  t.test(
+    '--live judges the rules too, with either layout, and leaves a foreign table alone',
+    async (t) => {
+      const file = join(dir, 'rules');
+      writeFileSync(file, 'nonMasqueradeCIDRs: [10.77.0.0/24]\n');
+      const live = async (extra: string[]) => {
+        const result = await runAgentOnce(topo.node, [
+          '--config',
+          file,
+          ...extra,
+          '--output',
+          'json',
+          '--live',
+          '--explain',
+          '10.77.0.9',
+          '198.18.0.9',
+        ]);
+        t.equal(result.code, 0, result.stderr);
+        return (JSON.parse(result.stdout) as { live: { answers: Array<Record<string, unknown>> } })
+          .live.answers;
+      };
+      for (const layout of ['interval', 'concat']) {
+        const flags = ['--set-layout', layout];
+        t.equal((await runAgentOnce(topo.node, ['--config', file, ...flags, '--once'])).code, 0);
+        t.match(
+          await live(flags),
+          [
+            { masqueraded: false, drift: false, text: /in the nonmasq set/ },
+            { masqueraded: true, drift: false, text: /in neither set/ },
+          ],
+          `${layout}: the sets answer`,
+        );
+        // Someone deletes the exemption rule: the set still holds 10.77.0.0/24, a packet is masqueraded.
+        const listing = (
+          await inNetns(topo.node, 'nft', ['-a', 'list', 'chain', 'ip', 'ipmasq', 'IP-MASQ-AGENT'])
+        ).stdout;
+        const handle = /@nonmasq return # handle (\d+)/.exec(listing)?.[1];
+        t.ok(handle, `${layout}: the return rule is there`);
+        await inNetns(topo.node, 'nft', [
+          'delete',
+          'rule',
+          'ip',
+          'ipmasq',
+          'IP-MASQ-AGENT',
+          'handle',
+          handle ?? '0',
+        ]);
+        const sources = await probeRawSources(topo, ['10.77.0.9'], '253');
+        t.equal(sources[0], NODE_IPV4, `${layout}: a real packet is masqueraded now`);
+        t.match(
+          await live(flags),
+          [
+            {
+              masqueraded: null,
+              drift: true,
+              text: /DRIFT: chain IP-MASQ-AGENT differs from what the agent writes/,
+            },
+            { masqueraded: null, drift: true },
+          ],
+          `${layout}: the deleted rule is drift, not "in the nonmasq set"`,
+        );
+        await inNetns(topo.node, 'conntrack', ['-F']).catch(() => undefined);
+      }
+      // A same-named table that is not ours: no decision from it, and no promise of a repair.
+      await runAgentOnce(topo.node, ['--config', file, '--cleanup']);
+      await inNetns(topo.node, 'nft', [
+        'add table ip ipmasq; add set ip ipmasq nonmasq { type ipv4_addr; }',
+      ]);
+      const foreign = await live([]);
+      t.match(foreign[0], { masqueraded: null, drift: false, text: /not ours, left alone/ });
+      t.notMatch(String(foreign[0]?.text), /repaired/);
+      await inNetns(topo.node, 'nft', ['delete table ip ipmasq']);
+    },
+  );
 }
