@@ -7,6 +7,12 @@ import { dirname, join } from 'node:path';
 import { escapeUnprintable } from '../cidr/index.js';
 
 const FILE_PREFIX = 'ip-masq';
+/**
+ * More ip-masq* files than this in a config directory are refused before any is opened (a
+ * ConfigMap holds 1 MiB in all): reading and stat'ing thousands at every resync cost a fifth of a
+ * core (docs/hardening.md, round 3).
+ */
+export const MAX_DIRECTORY_FILES = 1000;
 
 export type ConfigSource =
   /** Nothing at the path: the defaults apply. */
@@ -44,10 +50,16 @@ function stampOf(info: Stats): string {
 async function directorySource(path: string): Promise<ConfigSource> {
   let names: string[];
   try {
-    names = (await readdir(path)).filter((name) => name.startsWith(FILE_PREFIX)).sort();
+    names = (await readdir(path)).filter((name) => name.startsWith(FILE_PREFIX));
   } catch (err) {
     return { kind: 'error', path, stamp: `error:${errnoText(err)}`, message: errnoText(err) };
   }
+  if (names.length > MAX_DIRECTORY_FILES) {
+    // One message however many there are: a directory filling up is one error, logged once.
+    const message = `holds more than ${MAX_DIRECTORY_FILES} ip-masq* files (the limit): merge them`;
+    return { kind: 'error', path, stamp: `error:${message}`, message };
+  }
+  names.sort();
   const files: string[] = [];
   const warnings: string[] = [];
   const stamps: string[] = [];

@@ -20,7 +20,8 @@ export class ConfigReader {
   /** Why the last read was invalid; null when it was valid. */
   error: string | null = null;
   private lastLoggedError: string | undefined;
-  private lastLoggedWarnings = '';
+  /** The warnings of the last read: only new ones are logged. */
+  private lastWarnings: ReadonlySet<string> = new Set();
 
   constructor(deps: ConfigReaderDeps) {
     this.deps = deps;
@@ -30,11 +31,7 @@ export class ConfigReader {
   async read(): Promise<boolean> {
     const { configPath, logger, metrics } = this.deps;
     const result = await this.deps.load(configPath, this.deps.loadOptions);
-    const warnings = result.warnings.join('\n');
-    if (warnings !== this.lastLoggedWarnings) {
-      for (const warning of result.warnings) logger.warn({ config: configPath }, warning);
-      this.lastLoggedWarnings = warnings;
-    }
+    this.logWarnings(result.warnings);
     metrics.setConfigValid(result.ok);
     if (!result.ok) {
       const message = result.error.message;
@@ -53,4 +50,26 @@ export class ConfigReader {
     metrics.setResyncInterval(result.config.resyncIntervalMs);
     return true;
   }
+
+  /**
+   * Each warning once while it lasts: a directory filling up file by file is read again and again,
+   * each time with the warnings of every file so far. A burst of new ones is cut to a few lines.
+   */
+  private logWarnings(warnings: readonly string[]): void {
+    const { configPath, logger } = this.deps;
+    const fresh = warnings.filter((w) => !this.lastWarnings.has(w));
+    for (const warning of fresh.slice(0, WARNINGS_PER_READ)) {
+      logger.warn({ config: configPath }, warning);
+    }
+    if (fresh.length > WARNINGS_PER_READ) {
+      logger.warn(
+        { config: configPath },
+        `and ${fresh.length - WARNINGS_PER_READ} more config warnings (--check PATH lists them all)`,
+      );
+    }
+    this.lastWarnings = new Set(warnings);
+  }
 }
+
+/** New warnings logged from one read; the rest are counted in one line. */
+const WARNINGS_PER_READ = 10;

@@ -1,0 +1,88 @@
+// A config directory of 10 000 ip-masq* files (docs/hardening.md, round 3, item 8): refused with
+// one error however it fills up, each warning logged once, and cheap to look at while it stays:
+// the files beyond the limit are never opened or stat'ed at a resync.
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import t from 'tap';
+import { httpGet, startAgent, waitFor } from '../helpers/agent.js';
+import { requireRoot } from '../helpers/netns.js';
+import { generation, makeNode, untilGeneration, untilUp } from '../helpers/node.js';
+
+/** User and system CPU time of a process, in clock ticks (100 per second on Linux). */
+function cpuTicks(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return Number(fields[11]) + Number(fields[12]);
+}
+
+if (requireRoot(t)) {
+  t.test(
+    '10 000 files: one error, each warning once, an idle resync that costs little',
+    async (t) => {
+      const node = await makeNode(t, 'bigdir');
+      const dir = join(node.dir, 'config.d');
+      mkdirSync(dir);
+      writeFileSync(
+        join(dir, 'ip-masq-agent'),
+        'nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 1s\n',
+      );
+      const agent = startAgent(t, node.ns, ['--config', dir, '--listen', `127.0.0.1:${node.port}`]);
+      await untilGeneration(node, 1, 10_000);
+      await untilUp(node);
+      // Each file carries an unknown key: a warning of its own. The first 100 come five at a time,
+      // each batch read by the agent (its last warning logged) before the next: a directory filling up.
+      const file = (i: number) => join(dir, `ip-masq-${String(i).padStart(5, '0')}`);
+      for (let i = 0; i < 100; i++) {
+        writeFileSync(file(i), `x${i}: 1\n`);
+        if (i % 5 !== 4) continue;
+        await waitFor(`the warning of file ${i}`, async () =>
+          agent.logs.some((l) => String(l.msg).includes(`${file(i)}: unknown keys ignored: x${i}`))
+            ? true
+            : undefined,
+        );
+      }
+      for (let i = 100; i < 10_000; i++) writeFileSync(file(i), `x${i}: 1\n`);
+      const healthz = await waitFor(
+        'the directory refused',
+        async () => {
+          const r = await httpGet(node.ns, node.port, '/healthz');
+          const body = JSON.parse(r.body) as { configError: string | null };
+          return body.configError?.includes('more than 1000') ? body : undefined;
+        },
+        30_000,
+      );
+      t.match(healthz.configError, /config\.d: holds more than 1000 ip-masq\* files \(the limit\)/);
+      // Idle while the directory stays as it is: a few resyncs, the CPU they cost.
+      const pid = agent.child.pid!;
+      const before = cpuTicks(pid);
+      const started = Date.now();
+      await new Promise((r) => setTimeout(r, 5_000)); // five resyncs of 1 s
+      const share = (cpuTicks(pid) - before) / ((Date.now() - started) / 10);
+      t.ok(
+        share < 0.1,
+        `the idle agent used ${(share * 100).toFixed(1)} % of a core (was 20–24 %)`,
+      );
+      const errors = agent.logs.filter(
+        (l) => l.level === 50 && /more than 1000/.test(String(l.msg)),
+      );
+      t.equal(errors.length, 1, 'the limit is one error, logged once');
+      const warnings = agent.logs.filter((l) => l.level === 40);
+      t.equal(
+        warnings.length,
+        100,
+        'the 100 files read warned once each (all again at every read: 1 050)',
+      );
+      const distinct = new Set(warnings.map((l) => String(l.msg)));
+      t.equal(distinct.size, warnings.length, 'no warning logged twice');
+      t.equal(await generation(node), 1, 'nothing written: the last good config stays');
+      // Back under the limit: read again and applied.
+      for (const name of readdirSync(dir)) if (name !== 'ip-masq-agent') rmSync(join(dir, name));
+      writeFileSync(
+        join(dir, 'ip-masq-agent'),
+        'nonMasqueradeCIDRs: [10.1.0.0/16]\nresyncInterval: 1s\n',
+      );
+      await untilGeneration(node, 2, 10_000);
+      t.pass('valid again once the directory is small');
+    },
+  );
+}
