@@ -7,6 +7,7 @@ import { format, resolveConfig } from 'prettier';
 import { AUTO_LAYOUT_CROSSOVER } from '../src/compile.js';
 import { packageRoot } from '../test/helpers/netns.js';
 import type { BreakdownRow } from './breakdown.js';
+import type { ChurnResult } from './churn.js';
 import type { ConntrackSummary } from './conntrack.js';
 import { renderChart, type Series } from './chart.js';
 import { concatName, LINEAR, OURS, type DataPathResults } from './dataplane.js';
@@ -31,6 +32,8 @@ export interface BenchResults {
   conntrack: ConntrackSummary[];
   /** RSS the config worker thread adds at 64 CIDRs. */
   workerRssMiB: number | undefined;
+  /** One agent through a sequence of writes (bench/churn.ts); absent in results from before it. */
+  churn?: ChurnResult;
 }
 
 const CONCAT = concatName(CONCAT_LAYOUTS[0]?.name ?? 'addr . l4proto');
@@ -156,6 +159,7 @@ function goals(r: BenchResults): Goal[] {
     cpu(bigIdle, 10),
     rss(64, 64),
     rss(bigIdle, 160),
+    ...churnGoals(r.churn),
     [
       `/healthz p99 ≤ 50 ms while ${n(r.writes.busyCidrs)} CIDRs apply`,
       'responsiveness',
@@ -175,6 +179,48 @@ function goals(r: BenchResults): Goal[] {
       cross === undefined ? 'never, at the sizes measured' : `from about ${n(cross)} CIDRs`,
       cross === undefined || cross >= AUTO_LAYOUT_CROSSOVER,
     ],
+  ];
+}
+
+/** Hardening round 3, items 7 and 9: memory and event-loop stalls along a sequence of writes. */
+function churnGoals(churn: ChurnResult | undefined): Goal[] {
+  if (!churn) return [];
+  const settled = churn.settleRssMiB.at(-1) ?? NaN;
+  const stall = Math.max(...churn.steps.map((step) => step.stallMs));
+  return [
+    [
+      'RSS ≤ 160 MiB at 100 000 after any sequence of writes',
+      'memory after churn',
+      `${fmt(churn.maxRssMiB)} MiB at most`,
+      churn.maxRssMiB <= 160,
+    ],
+    [
+      'back within 5 MiB of idle within a minute of a small config',
+      'memory after churn',
+      `${fmt(settled)} MiB vs ${fmt(churn.idleRssMiB)} idle`,
+      settled - churn.idleRssMiB <= 5,
+    ],
+    [
+      'event loop stalled ≤ 50 ms during any write or flush',
+      'event-loop stalls',
+      ms(stall),
+      stall <= 50,
+    ],
+  ];
+}
+
+function churnSection(churn: ChurnResult | undefined): string[] {
+  if (!churn) return [];
+  return [
+    '## Memory and stalls after churn',
+    `One agent with its defaults (\`--set-layout auto\`, \`--conntrack-flush udp\`) from 64 CIDRs through the writes below, measured as it goes: RSS 2 s after each write, the longest event-loop stall from the swap until then (prom-client's \`nodejs_eventloop_lag_max_seconds\`, reset at each scrape), V8's heap. Idle RSS before the first write: ${fmt(churn.idleRssMiB)} MiB; every 10 s after the last: ${churn.settleRssMiB.map((v) => fmt(v)).join(', ')} MiB.`,
+    columns(churn.steps, [
+      ['write to', (step) => `${n(step.cidrs)} (variant ${step.variant})`],
+      ['write', (step) => ms(step.writeMs)],
+      ['longest stall', (step) => ms(step.stallMs)],
+      ['RSS', (step) => `${fmt(step.rssMiB)} MiB`],
+      ['V8 heap (used)', (step) => `${fmt(step.heapTotalMiB)} (${fmt(step.heapUsedMiB)}) MiB`],
+    ]),
   ];
 }
 
@@ -215,6 +261,7 @@ function sections(r: BenchResults): string[] {
       ['layout', ...flowSizes.map(n)],
       flowLayouts.map((layout) => [layout, ...flowSizes.map((c) => flowCell(layout, c))]),
     ),
+    ...churnSection(r.churn),
     '## Idle resync and memory',
     'SIGHUP K times on a settled config: CPU from `/proc/PID/stat`, writes and reads from the agent\u2019s counters; the idle column is the CPU of an equal window without SIGHUP. RSS 3 s after generation 1, of every process the agent runs (the libnftables child exists only during a call).',
     columns(r.idle, [

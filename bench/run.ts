@@ -7,6 +7,7 @@ import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { packageRoot } from '../test/helpers/netns.js';
 import { benchBreakdown } from './breakdown.js';
+import { benchChurn } from './churn.js';
 import { benchConntrack } from './conntrack.js';
 import { benchDataPath } from './dataplane.js';
 import { describeMachine } from './harness.js';
@@ -83,6 +84,19 @@ async function main(argv: readonly string[]): Promise<void> {
     benchConntrack(plan.conntrackUnrelated, 1_000, plan.runs),
   );
   const workerRss = await section('config worker RSS', () => workerRssMiB());
+  const churn = await section('memory and stalls after churn', () =>
+    quick
+      ? benchChurn(
+          [
+            [10_000, 0],
+            [64, 0],
+            [10_000, 1],
+            [64, 1],
+          ],
+          2,
+        )
+      : benchChurn(),
+  );
   const results: BenchResults = {
     quick,
     machine,
@@ -100,6 +114,7 @@ async function main(argv: readonly string[]): Promise<void> {
     runs: plan.runs,
     conntrack,
     workerRssMiB: workerRss,
+    churn,
   };
   if (quick && !argv.includes('--write')) {
     process.stdout.write(renderMarkdown(results));

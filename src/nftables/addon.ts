@@ -146,15 +146,36 @@ export interface ConntrackFlushResult {
   readonly error: string | undefined;
 }
 
+/** Packed buffers by range list: a flush passes the same list to the addon twice. */
+const packedRanges = new WeakMap<object, Buffer>();
+const WORD = 0xffffffffn;
+
+/**
+ * The ranges as the addon takes them: each address big-endian, 4 or 16 bytes, first then last.
+ * Written a 32-bit word at a time: 100 000 ranges in a few ms (through hex text it was ~100 ms on
+ * the agent's thread).
+ */
 function rangeBuffer(family: 4 | 6, ranges: ReadonlyArray<readonly [bigint, bigint]>): Buffer {
+  const cached = packedRanges.get(ranges);
+  if (cached) return cached;
   const width = family === 4 ? 4 : 16;
   const buffer = Buffer.alloc(ranges.length * 2 * width);
-  ranges.forEach(([first, last], i) => {
-    for (const [j, address] of [first, last].entries()) {
-      const hex = address.toString(16).padStart(width * 2, '0');
-      buffer.write(hex, (i * 2 + j) * width, width, 'hex');
+  let offset = 0;
+  const put = (address: bigint) => {
+    if (family === 4) {
+      buffer.writeUInt32BE(Number(address), offset);
+    } else {
+      for (let shift = 96n; shift >= 0n; shift -= 32n) {
+        buffer.writeUInt32BE(Number((address >> shift) & WORD), offset + Number((96n - shift) / 8n));
+      }
     }
-  });
+    offset += width;
+  };
+  for (const [first, last] of ranges) {
+    put(first);
+    put(last);
+  }
+  packedRanges.set(ranges, buffer);
   return buffer;
 }
 

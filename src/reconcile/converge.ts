@@ -39,6 +39,12 @@ type Plan =
   | { readonly kind: 'exact'; readonly old: Table }
   | { readonly kind: 'refill' | 'key' | 'create' | 'replace' };
 
+/**
+ * Lets the event loop run between the steps of a large write (each tens of ms at 100 000 CIDRs), so
+ * that /healthz and /metrics are answered during it, not after (docs/hardening.md, round 3).
+ */
+const breathe = () => new Promise<void>((resolve) => setImmediate(resolve));
+
 export class Converger {
   private readonly deps: ConvergeDeps;
   /** Generation of our last write, or of the table adopted at start; 0 before either. */
@@ -89,7 +95,9 @@ export class Converger {
       this.adoptGeneration(mark?.generation);
       // What we would write with the mark found: a table of this config from another process of
       // ours (the last run's, before a restart) is in place too.
+      await breathe();
       const held = compile(config, compileOptions, this.generation, mark?.writer);
+      await breathe();
       const inPlace = holds(found, held);
       // Not what we would write, and written by a newer agent: hold back for a while rather than
       // fight (other-agent.ts). The kernel is read again at every resync meanwhile.
@@ -112,10 +120,11 @@ export class Converger {
       drift = this.kernelKey === key && (mark === undefined || mark.writer === writer);
     }
     const generation = this.generation + 1;
+    await breathe();
     const tables = compile(config, compileOptions, generation, writer);
     if (drift)
       logger.warn({ generation }, 'our tables in the kernel drifted from the config; repairing');
-    const scripts = this.scripts(tables, found);
+    const scripts = await this.scripts(tables, found);
     await timed('applyMs', async () => {
       for (const script of scripts) await kernel.apply(script);
     });
@@ -179,11 +188,16 @@ export class Converger {
   }
 
   /** The transactions of one write, in order: the last one carries the write's mark. */
-  private scripts(tables: readonly Table[], found: KernelTables | undefined): string[] {
+  private async scripts(
+    tables: readonly Table[],
+    found: KernelTables | undefined,
+  ): Promise<string[]> {
     const before: string[][] = [];
     let last = '';
     for (const table of tables) {
+      await breathe();
       const plan = this.plan(table, found);
+      await breathe();
       switch (plan.kind) {
         case 'exact':
           last += renderInPlace(table, plan.old);
