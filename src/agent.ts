@@ -5,7 +5,7 @@ import { AUTO_LAYOUT_CROSSOVER } from './compile.js';
 import { configLoader } from './config/loader.js';
 import { libnftablesVersion, releaseMemory } from './nftables/addon.js';
 import { plan, type AgentOptions } from './options.js';
-import { nftKernel, type Kernel } from './reconcile/kernel.js';
+import { nftKernel, type Kernel } from './nftables/kernel.js';
 import { AgentMetrics } from './reconcile/metrics.js';
 import { Reconciler } from './reconcile/reconciler.js';
 import { SyncRunner } from './reconcile/runner.js';

@@ -8,8 +8,8 @@ import { loadConfig } from './config/index.js';
 import { needOptimizer } from './memory.js';
 import { renderReplace } from './nftables/render.js';
 import { plan, type AgentOptions } from './options.js';
-import { cleanup } from './reconcile/cleanup.js';
-import { nftKernel } from './reconcile/kernel.js';
+import { cleanup } from './cli/cleanup.js';
+import { nftKernel } from './nftables/kernel.js';
 import { version } from './version.js';
 
 /** --render: needs no privileges and never loads the addon. */

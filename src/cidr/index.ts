@@ -7,13 +7,19 @@ export {
   escapeUnprintable,
   quote,
 } from './address.js';
-export { type Prefix, formatPrefix, hostMask, ipv4Number, parseCidr, prefixRange } from './prefix.js';
+export {
+  type Prefix,
+  formatPrefix,
+  hostMask,
+  ipv4Number,
+  parseCidr,
+  prefixRange,
+} from './prefix.js';
 export { familyLines, familyLists, type FamilyLines } from './lines.js';
 export { mergePrefixes, mergeToLines, rangeToPrefixes } from './merge.js';
 export {
   inRanges,
   normalise,
-  prefixesToRanges,
   rangesToPrefixes,
   subtract,
   symmetricDifference,

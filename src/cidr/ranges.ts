@@ -3,7 +3,7 @@
 // numbers for IPv4 (exact below 2^53, and an order of magnitude faster for 100 000 ranges).
 import type { Family } from './address.js';
 import { rangeToPrefixes } from './merge.js';
-import { type Prefix, prefixRange } from './prefix.js';
+import type { Prefix } from './prefix.js';
 
 export type Bound = bigint | number;
 export type Range<T extends Bound = bigint> = readonly [first: T, last: T];
@@ -33,10 +33,6 @@ export function normalise<T extends Bound>(ranges: readonly Range<T>[]): Range<T
     } else out.push([first, last]);
   }
   return out;
-}
-
-export function prefixesToRanges(prefixes: readonly Prefix[]): Range[] {
-  return normalise(prefixes.map(prefixRange));
 }
 
 /** The addresses in `a` and not in `b` (both in normal form); the result is in normal form. */

@@ -4,7 +4,7 @@
 import { CidrError, escapeUnprintable, formatAddress, parseAddress } from '../cidr/index.js';
 import { chooseLayout, compile, MASQ_SET, NONMASQ_SET, type CompileOptions } from '../compile.js';
 import type { Table } from '../nftables/types.js';
-import { objectDrift } from '../reconcile/read-back.js';
+import { objectDrift } from '../nftables/listing.js';
 import { tableOwner } from '../nftables/ownership.js';
 import { checkPath } from '../config/check.js';
 import { loadConfig } from '../config/index.js';
@@ -13,7 +13,7 @@ import type { Config, LoadOptions } from '../config/types.js';
 import { diffConfigs, diffText } from '../diff.js';
 import { explain, explanationText, LOCAL_NOTE, type Explanation } from '../explain.js';
 import { plan, type AgentOptions } from '../options.js';
-import type { Kernel } from '../reconcile/kernel.js';
+import type { Kernel } from '../nftables/kernel.js';
 
 const out = (text: string) => process.stdout.write(text.endsWith('\n') ? text : `${text}\n`);
 const err = (text: string) => process.stderr.write(`${text}\n`);

@@ -6,7 +6,9 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { formatAddress, parseAddress } from '../cidr/index.js';
-import type { ReplyTuple } from './types.js';
+import { nftFailureKinds, type NftFailureKind, type ReplyTuple } from './types.js';
+
+export type { NftFailureKind } from './types.js';
 
 interface NativeAddon {
   run(script: string, dryRun: boolean, json: boolean, timeoutMs: number): Promise<string>;
@@ -44,8 +46,6 @@ export function nftTimeoutMs(env: NodeJS.ProcessEnv = process.env): number {
  * process died (a signal, e.g. SIGSEGV on objects it cannot parse); `timeout`, it was killed after
  * the time limit; `spawn`, no process could be started for it (fork or pipe failed).
  */
-export type NftFailureKind = 'error' | 'crash' | 'timeout' | 'spawn';
-const failureKinds: readonly string[] = ['error', 'crash', 'timeout', 'spawn'];
 
 /** An error from libnftables, carrying its own message text. */
 export class NftError extends Error {
@@ -59,9 +59,6 @@ export class NftError extends Error {
   }
   isNotFound(): boolean {
     return /No such file or directory|does not exist/.test(this.nftMessage);
-  }
-  isAlreadyExists(): boolean {
-    return /File exists/.test(this.nftMessage);
   }
 }
 
@@ -111,11 +108,8 @@ export async function runNft(script: string, options: RunOptions = {}): Promise<
       .run(script, options.dryRun ?? false, options.json ?? false, timeoutMs)
       .catch((err: unknown) => {
         const code = (err as { code?: unknown } | null)?.code;
-        const kind = typeof code === 'string' && failureKinds.includes(code) ? code : 'error';
-        throw new NftError(
-          err instanceof Error ? err.message : String(err),
-          kind as NftFailureKind,
-        );
+        const kind = nftFailureKinds.find((k) => k === code) ?? 'error';
+        throw new NftError(err instanceof Error ? err.message : String(err), kind);
       }),
   );
 }
@@ -166,7 +160,10 @@ function rangeBuffer(family: 4 | 6, ranges: ReadonlyArray<readonly [bigint, bigi
       buffer.writeUInt32BE(Number(address), offset);
     } else {
       for (let shift = 96n; shift >= 0n; shift -= 32n) {
-        buffer.writeUInt32BE(Number((address >> shift) & WORD), offset + Number((96n - shift) / 8n));
+        buffer.writeUInt32BE(
+          Number((address >> shift) & WORD),
+          offset + Number((96n - shift) / 8n),
+        );
       }
     }
     offset += width;

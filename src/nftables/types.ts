@@ -61,3 +61,7 @@ export interface ReplyTuple {
   readonly destination: string;
   readonly destinationPort: number;
 }
+
+/** How a libnftables call can fail (nftables/addon.ts), each counted by kind (reconcile/metrics.ts). */
+export const nftFailureKinds = ['error', 'crash', 'timeout', 'spawn'] as const;
+export type NftFailureKind = (typeof nftFailureKinds)[number];

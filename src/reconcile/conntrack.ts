@@ -8,7 +8,7 @@ import type { Config } from '../config/types.js';
 import { renderLateReplies } from '../nftables/render.js';
 import type { TableFamily } from '../nftables/types.js';
 import { changedRangesOffThread } from './changed-ranges.js';
-import type { Kernel } from './kernel.js';
+import type { Kernel } from '../nftables/kernel.js';
 import type { AgentMetrics } from './metrics.js';
 
 export const conntrackFlushModes = ['udp', 'all', 'none'] as const;

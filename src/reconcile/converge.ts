@@ -9,10 +9,11 @@ import type { Config } from '../config/types.js';
 import { needsNewSets, renderInPlace, renderKeyChange } from '../nftables/change.js';
 import { renderDelete, renderReplace, renderTable } from '../nftables/render.js';
 import type { Table, TableFamily } from '../nftables/types.js';
-import type { Kernel } from './kernel.js';
+import type { Kernel } from '../nftables/kernel.js';
 import type { AgentMetrics } from './metrics.js';
 import { OtherAgentWatch } from './other-agent.js';
-import { compareStructure, holds, listingIs, readTables, type KernelTables } from './read-back.js';
+import { compareStructure, listingIs } from '../nftables/listing.js';
+import { holds, readTables, type KernelTables } from './read-back.js';
 
 export interface ConvergeDeps {
   readonly kernel: Kernel;

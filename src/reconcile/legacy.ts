@@ -2,7 +2,7 @@
 // warned about before the first sync, removed with --remove-legacy-chain only once our own table is
 // in the kernel, so no flow goes out unmasqueraded meanwhile. Never fatal.
 import type { Logger } from 'pino';
-import type { Kernel } from './kernel.js';
+import type { Kernel } from '../nftables/kernel.js';
 import type { AgentMetrics } from './metrics.js';
 
 /** Where to look for the original agent's chain, and whether to remove it. */

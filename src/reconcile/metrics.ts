@@ -2,6 +2,7 @@
 // anything else sharing the process, never collide in prom-client's global one.
 // Over 200 lines only because each series is declared, documented and set in its own few lines.
 import type { AddressFamily } from '../config/types.js';
+import { nftFailureKinds, type NftFailureKind } from '../nftables/types.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 
 export type SyncResult = 'applied' | 'unchanged' | 'error';
@@ -10,8 +11,6 @@ export interface BuildInfo {
   readonly version: string;
   readonly libnftables: string;
 }
-
-const nftFailureKinds = ['error', 'crash', 'timeout', 'spawn'] as const;
 
 const misnamedDefaults = [
   'nodejs_active_handles_total',
@@ -243,7 +242,7 @@ export class AgentMetrics {
     this.legacyChainPresent.set(present ? 1 : 0);
   }
 
-  incNftFailure(kind: (typeof nftFailureKinds)[number]): void {
+  incNftFailure(kind: NftFailureKind): void {
     this.version++;
     this.nftFailures.inc({ kind });
   }

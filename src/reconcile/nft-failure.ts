@@ -3,7 +3,7 @@
 // versions"): the tables are named over plain netlink and each foreign one is listed on its own,
 // each in its own libnftables process, to say which one it is.
 import { libnftablesVersion, NftError } from '../nftables/addon.js';
-import type { AnyTableRef, Kernel } from './kernel.js';
+import type { AnyTableRef, Kernel } from '../nftables/kernel.js';
 
 export interface KernelFailure {
   /** For lastError and the log: stable for the same cause, so it is logged once. */

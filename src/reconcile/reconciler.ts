@@ -9,7 +9,7 @@ import { newWriterId } from '../nftables/ownership.js';
 import { ConfigReader } from './config-reader.js';
 import { ConntrackFlush, type ConntrackFlushMode } from './conntrack.js';
 import { Converger, type Converged, type Timed } from './converge.js';
-import type { Kernel } from './kernel.js';
+import type { Kernel } from '../nftables/kernel.js';
 import { LegacyChain, type LegacyOptions } from './legacy.js';
 import type { AgentMetrics } from './metrics.js';
 import { describeKernelFailure, type KernelFailure } from './nft-failure.js';

@@ -1,7 +1,7 @@
 // A transactional stand-in for the kernel, for fast reconciler tests: it understands the scripts
 // the renderer writes (add/delete table, nested table blocks), keeps listings as nft would print
 // them, and moves a generation id on every commit. Real behaviour is proven by the kernel tests.
-import type { AnyTableRef, Kernel } from '../../src/reconcile/kernel.js';
+import type { AnyTableRef, Kernel } from '../../src/nftables/kernel.js';
 import type { ReplyTuple, TableRef } from '../../src/nftables/types.js';
 import type { Range } from '../../src/cidr/index.js';
 import type { ConntrackFlushResult } from '../../src/nftables/addon.js';

@@ -10,7 +10,7 @@ import { parseConfigText } from '../../src/config/index.js';
 import type { Config } from '../../src/config/types.js';
 import { renderInPlace, renderKeyChange } from '../../src/nftables/change.js';
 import { renderTable } from '../../src/nftables/render.js';
-import { listingIs } from '../../src/reconcile/read-back.js';
+import { listingIs } from '../../src/nftables/listing.js';
 import { inNetns, requireRoot } from '../helpers/netns.js';
 import { startAddon } from './fixtures/addon-client.js';
 

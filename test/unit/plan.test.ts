@@ -3,7 +3,7 @@ import { pino } from 'pino';
 import t from 'tap';
 import { parseArgs } from '../../src/cli/flags.js';
 import { plan } from '../../src/options.js';
-import { cleanup } from '../../src/reconcile/cleanup.js';
+import { cleanup } from '../../src/cli/cleanup.js';
 import { FakeKernel } from '../helpers/fake-kernel.js';
 
 function options(argv: string[]) {

@@ -8,7 +8,7 @@ import { NftError } from '../../src/nftables/addon.js';
 import { markText } from '../../src/nftables/ownership.js';
 import { withoutTableComment } from '../../src/nftables/render.js';
 import { Reconciler, type ReconcilerDeps } from '../../src/reconcile/reconciler.js';
-import { listingIs } from '../../src/reconcile/read-back.js';
+import { listingIs } from '../../src/nftables/listing.js';
 import { compile } from '../../src/compile.js';
 import { AgentMetrics } from '../../src/reconcile/metrics.js';
 import { FakeKernel } from '../helpers/fake-kernel.js';

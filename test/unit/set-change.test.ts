@@ -6,7 +6,7 @@ import { elementDiff, setChange } from '../../src/nftables/change.js';
 import { compile } from '../../src/compile.js';
 import { renderTable } from '../../src/nftables/render.js';
 import type { NamedSet } from '../../src/nftables/types.js';
-import { compareStructure } from '../../src/reconcile/read-back.js';
+import { compareStructure } from '../../src/nftables/listing.js';
 
 const prefixes = (n: number, from = 0) =>
   Array.from({ length: n }, (_, i) => {

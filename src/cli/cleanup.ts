@@ -4,8 +4,8 @@
 import type { Logger } from 'pino';
 import { tableOwner } from '../nftables/ownership.js';
 import { renderDelete } from '../nftables/render.js';
-import type { Kernel } from './kernel.js';
-import { LegacyChain, type LegacyOptions } from './legacy.js';
+import type { Kernel } from '../nftables/kernel.js';
+import { LegacyChain, type LegacyOptions } from '../reconcile/legacy.js';
 
 export interface CleanupDeps {
   readonly table: string;

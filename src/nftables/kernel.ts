@@ -8,9 +8,9 @@ import {
   nftGenerationId,
   nftTableNames,
   runNft,
-} from '../nftables/addon.js';
+} from './addon.js';
 import type { Range } from '../cidr/index.js';
-import type { ReplyTuple, TableRef } from '../nftables/types.js';
+import type { ReplyTuple, TableRef } from './types.js';
 
 /** A table of any family, as the kernel names it (`inet`, `bridge`, … as well as ours). */
 export interface AnyTableRef {
