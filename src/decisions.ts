@@ -5,6 +5,7 @@
 import {
   type Bound,
   type Family,
+  ipv4Number,
   normalise,
   parseCidr,
   prefixRange,
@@ -19,32 +20,11 @@ export type Decisive = Pick<Config, 'nonMasquerade' | 'masquerade'>;
 
 const families: Record<AddressFamily, Family> = { ipv4: 4, ipv6: 6 };
 
-/**
- * An IPv4 CIDR as written by src/cidr (`a.b.c.d/len`, canonical) as a number range; anything else
- * goes through the full parser. 100 000 of them take a few ms this way, ~60 ms through parseCidr.
- */
+/** An IPv4 CIDR as a number range: no bigint for the largest lists a config has. */
 function v4Range(cidr: string): Range<number> {
-  let first = 0;
-  let octet = 0;
-  let dots = 0;
-  let i = 0;
-  for (; i < cidr.length; i++) {
-    const c = cidr.charCodeAt(i);
-    if (c === 46 /* . */ || c === 47 /* / */) {
-      if (octet > 255) break;
-      first = first * 256 + octet;
-      octet = 0;
-      if (c === 47) break;
-      dots++;
-    } else if (c >= 48 && c <= 57 && octet <= 255) octet = octet * 10 + c - 48;
-    else break;
-  }
-  const len = Number(cidr.slice(i + 1));
-  if (dots !== 3 || cidr.charCodeAt(i) !== 47 || !(len >= 0 && len <= 32) || octet > 255) {
-    const [a, b] = prefixRange(parseCidr(cidr));
-    return [Number(a), Number(b)];
-  }
-  return [first, first + 2 ** (32 - len) - 1];
+  const prefix = parseCidr(cidr);
+  const first = ipv4Number(prefix);
+  return [first, first + 2 ** (32 - prefix.len) - 1];
 }
 
 function ranges<T extends Bound>(

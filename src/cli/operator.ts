@@ -14,6 +14,7 @@ import { diffConfigs, diffText } from '../diff.js';
 import { explain, explanationText, LOCAL_NOTE, type Explanation } from '../explain.js';
 import { plan, type AgentOptions } from '../options.js';
 import type { Kernel } from '../nftables/kernel.js';
+import { errorText } from '../errors.js';
 
 const out = (text: string) => process.stdout.write(text.endsWith('\n') ? text : `${text}\n`);
 const err = (text: string) => process.stderr.write(`${text}\n`);
@@ -84,7 +85,7 @@ export async function explainCommand(
     } catch (e) {
       err(
         `--live: cannot read the kernel's tables (run as root in the node's network namespace): ` +
-          (e instanceof Error ? e.message : String(e)),
+          errorText(e),
       );
       return 1;
     }

@@ -14,6 +14,7 @@ import { mountsOf, objects, type Manifest, type Mounted } from './mount.js';
 import { errnoText } from './source.js';
 import { ConfigError, type LoadOptions, type LoadResult } from './types.js';
 import { manifestProblem } from './yaml.js';
+import { errorText } from '../errors.js';
 
 export interface CheckOutcome {
   readonly path: string;
@@ -118,7 +119,7 @@ export async function checkPath(
       values.push(document.toJS({ maxAliasCount: 100 }));
     } catch (err) {
       // Aliases beyond the limit throw from toJS: a verdict on this path, not the end of the run.
-      const reason = err instanceof Error ? err.message : String(err);
+      const reason = errorText(err);
       return failed(path, `invalid YAML: document ${index + 1}: ${escapeUnprintable(reason)}`);
     }
   }

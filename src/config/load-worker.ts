@@ -2,11 +2,17 @@
 // thread so /healthz and /metrics keep answering while a large config is read. Provenance (the
 // operator's commands, which load in their own thread) is not carried: its prefixes are classes.
 import { isMainThread, parentPort, Worker } from 'node:worker_threads';
-import { needOptimizer } from '../memory.js';
+import { startWorker } from '../worker.js';
 import { familyLines, familyLists, type FamilyLines } from '../cidr/index.js';
 import { loadSource } from './load.js';
 import type { ConfigSource } from './source.js';
-import { ConfigError, type Config, type LoadOptions, type LoadResult } from './types.js';
+import {
+  ConfigError,
+  type Config,
+  type ConfigErrorKind,
+  type LoadOptions,
+  type LoadResult,
+} from './types.js';
 
 interface Request {
   readonly source: ConfigSource;
@@ -23,7 +29,11 @@ type Reply =
       sets: PackedSets;
       warnings: string[];
     }
-  | { ok: false; error: { file: string; message: string }; warnings: string[] };
+  | {
+      ok: false;
+      error: { file: string; message: string; kind: ConfigErrorKind };
+      warnings: string[];
+    };
 
 function packed(config: Config): {
   config: Omit<Config, 'nonMasquerade' | 'masquerade'>;
@@ -54,7 +64,7 @@ function revive(reply: Reply): LoadResult {
     });
     return { ok: true, config, warnings: reply.warnings };
   }
-  const error = new ConfigError(reply.error.file, '');
+  const error = new ConfigError(reply.error.file, '', reply.error.kind);
   error.message = reply.error.message;
   return { ok: false, error, warnings: reply.warnings };
 }
@@ -77,10 +87,7 @@ let current: LoaderThread | undefined;
 let nextId = 0;
 
 function startThread(): LoaderThread {
-  needOptimizer(); // a config this big parses ~3x faster optimized (src/memory.ts)
-  // Node flags that only make sense for the main script (--input-type with -e) would fail the worker.
-  const execArgv = process.execArgv.filter((arg) => !arg.startsWith('--input-type'));
-  const thread = new Worker(new URL(import.meta.url), { execArgv });
+  const thread = startWorker(new URL(import.meta.url));
   const loader: LoaderThread = { thread, pending: new Map() };
   const fail = (err: unknown) => {
     if (current === loader) current = undefined;
@@ -160,7 +167,11 @@ if (!isMainThread && parentPort) {
       ? { ok: true, ...packed(result.config), warnings: [...result.warnings] }
       : {
           ok: false,
-          error: { file: result.error.file, message: result.error.message },
+          error: {
+            file: result.error.file,
+            message: result.error.message,
+            kind: result.error.kind,
+          },
           warnings: [...result.warnings],
         };
     port.postMessage({ id, reply });

@@ -61,7 +61,8 @@ async function readFragment(
   try {
     text = await readBounded(file);
   } catch (err) {
-    return new ConfigError(file, err instanceof ReadFailure ? err.message : errnoText(err));
+    if (err instanceof ReadFailure) return new ConfigError(file, err.message);
+    return new ConfigError(file, errnoText(err), 'unreadable');
   }
   const result = parseFragment(text, file, options, budget);
   warnings.push(...result.warnings);
@@ -82,7 +83,11 @@ export async function loadSource(
   if (source.kind === 'error') {
     return Object.freeze({
       ok: false,
-      error: new ConfigError(source.path, source.message),
+      error: new ConfigError(
+        source.path,
+        source.message,
+        source.unreadable ? 'unreadable' : 'invalid',
+      ),
       warnings: Object.freeze([]),
     });
   }

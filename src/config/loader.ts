@@ -49,7 +49,7 @@ export async function loadAdaptive(
  * a file that was read and found invalid stays invalid while its stamp is unchanged.
  */
 function worthCaching(result: LoadResult): boolean {
-  return result.ok || !/: cannot be read: /.test(result.error.message);
+  return result.ok || result.error.kind !== 'unreadable';
 }
 
 /**

@@ -23,6 +23,8 @@ export type ConfigSource =
       readonly path: string;
       readonly stamp: string;
       readonly message: string;
+      /** A failure to read (errno), not a verdict on the path: tried again at the next read. */
+      readonly unreadable: boolean;
     }
   | {
       readonly kind: 'file' | 'directory';
@@ -43,6 +45,10 @@ export function errnoText(err: unknown): string {
   return `cannot be read: ${code ?? (err as Error).message}`;
 }
 
+function unreadable(path: string, message: string): ConfigSource {
+  return { kind: 'error', path, stamp: `error:${message}`, message, unreadable: true };
+}
+
 function stampOf(info: Stats): string {
   return `${info.dev}:${info.ino}:${info.size}:${info.mtimeMs}:${info.ctimeMs}:${info.mode}`;
 }
@@ -52,12 +58,12 @@ async function directorySource(path: string): Promise<ConfigSource> {
   try {
     names = (await readdir(path)).filter((name) => name.startsWith(FILE_PREFIX));
   } catch (err) {
-    return { kind: 'error', path, stamp: `error:${errnoText(err)}`, message: errnoText(err) };
+    return unreadable(path, errnoText(err));
   }
   if (names.length > MAX_DIRECTORY_FILES) {
     // One message however many there are: a directory filling up is one error, logged once.
     const message = `holds more than ${MAX_DIRECTORY_FILES} ip-masq* files (the limit): merge them`;
-    return { kind: 'error', path, stamp: `error:${message}`, message };
+    return { kind: 'error', path, stamp: `error:${message}`, message, unreadable: false };
   }
   names.sort();
   const files: string[] = [];
@@ -72,8 +78,7 @@ async function directorySource(path: string): Promise<ConfigSource> {
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       if (code !== 'ENOENT' && code !== 'ELOOP') {
-        const message = `${escapeUnprintable(name)}: ${errnoText(err)}`;
-        return { kind: 'error', path, stamp: `error:${message}`, message };
+        return unreadable(path, `${escapeUnprintable(name)}: ${errnoText(err)}`);
       }
       // A symlink to nothing, or round in a loop: no file there, as when it is absent.
       const what = code === 'ELOOP' ? 'a symlink loop' : 'a dangling symlink';
@@ -101,7 +106,7 @@ export async function findConfigSource(path: string): Promise<ConfigSource> {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') {
       return { kind: 'missing', path, stamp: 'missing' };
     }
-    return { kind: 'error', path, stamp: `error:${errnoText(err)}`, message: errnoText(err) };
+    return unreadable(path, errnoText(err));
   }
   if (info.isDirectory()) return directorySource(path);
   if (info.isFile()) {
@@ -109,7 +114,8 @@ export async function findConfigSource(path: string): Promise<ConfigSource> {
     return { kind: 'file', path, stamp, files: [path], bytes: info.size, warnings: [] };
   }
   const message = 'is neither a regular file nor a directory';
-  return { kind: 'error', path, stamp: `error:${message}|${stampOf(info)}`, message };
+  const stamp = `error:${message}|${stampOf(info)}`;
+  return { kind: 'error', path, stamp, message, unreadable: false };
 }
 
 /**

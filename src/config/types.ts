@@ -57,12 +57,20 @@ export type LoadResult =
   | { readonly ok: true; readonly config: Config; readonly warnings: readonly string[] }
   | { readonly ok: false; readonly error: ConfigError; readonly warnings: readonly string[] };
 
+/**
+ * Why a config cannot be applied: `invalid` is a verdict on what was read (it stays while the files
+ * are unchanged), `unreadable` a failure to read (EACCES, EMFILE, …), worth trying again.
+ */
+export type ConfigErrorKind = 'invalid' | 'unreadable';
+
 /** A config that must not be applied. The message names the file, key, index and value. */
 export class ConfigError extends Error {
   readonly file: string;
-  constructor(file: string, message: string) {
+  readonly kind: ConfigErrorKind;
+  constructor(file: string, message: string, kind: ConfigErrorKind = 'invalid') {
     super(`${escapeUnprintable(file)}: ${message}`);
     this.name = 'ConfigError';
     this.file = file;
+    this.kind = kind;
   }
 }

@@ -7,6 +7,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { formatAddress, parseAddress } from '../cidr/index.js';
 import { nftFailureKinds, type NftFailureKind, type ReplyTuple } from './types.js';
+import { errorText } from '../errors.js';
 
 export type { NftFailureKind } from './types.js';
 
@@ -109,7 +110,7 @@ export async function runNft(script: string, options: RunOptions = {}): Promise<
       .catch((err: unknown) => {
         const code = (err as { code?: unknown } | null)?.code;
         const kind = nftFailureKinds.find((k) => k === code) ?? 'error';
-        throw new NftError(err instanceof Error ? err.message : String(err), kind);
+        throw new NftError(errorText(err), kind);
       }),
   );
 }

@@ -1,8 +1,8 @@
 // The ranges a config change flips, computed off the JavaScript thread for large configs: for
 // 100 000 CIDRs, parsing and sweeping both configs takes ~200 ms of CPU, which would hold /healthz
 // up. A worker is started for that one computation and ends with it; small configs stay in-thread.
-import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
-import { needOptimizer } from '../memory.js';
+import { isMainThread, parentPort, workerData } from 'node:worker_threads';
+import { startWorker } from '../worker.js';
 import { familyLines, familyLists, type FamilyLines } from '../cidr/index.js';
 import type { AddressFamily } from '../config/types.js';
 import { changedRanges, type Decisive } from '../decisions.js';
@@ -53,10 +53,7 @@ export function changedRangesOffThread(
     which,
   };
   return new Promise((resolve, reject) => {
-    // Node flags that only make sense for the main script (--input-type with -e) would fail it.
-    const execArgv = process.execArgv.filter((arg) => !arg.startsWith('--input-type'));
-    needOptimizer(); // src/memory.ts
-    const worker = new Worker(new URL(import.meta.url), { workerData: job, execArgv });
+    const worker = startWorker(new URL(import.meta.url), job);
     worker.once('message', (changes: Changes) => resolve(changes));
     worker.once('error', reject);
     worker.once('exit', (code) =>

@@ -4,6 +4,7 @@
 // each in its own libnftables process, to say which one it is.
 import { libnftablesVersion, NftError } from '../nftables/addon.js';
 import type { AnyTableRef, Kernel } from '../nftables/kernel.js';
+import { errorText } from '../errors.js';
 
 export interface KernelFailure {
   /** For lastError and the log: stable for the same cause, so it is logged once. */
@@ -14,18 +15,15 @@ export interface KernelFailure {
   readonly unreadable: readonly AnyTableRef[];
 }
 
-function text(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}
-
 export async function describeKernelFailure(
   err: unknown,
   kernel: Kernel,
   ownTable: string,
 ): Promise<KernelFailure> {
-  if (!(err instanceof NftError)) return { message: text(err), kind: undefined, unreadable: [] };
+  if (!(err instanceof NftError))
+    return { message: errorText(err), kind: undefined, unreadable: [] };
   // Only a crash is diagnosed: after a hang, every probe could take the whole time limit again.
-  if (err.kind !== 'crash') return { message: text(err), kind: err.kind, unreadable: [] };
+  if (err.kind !== 'crash') return { message: errorText(err), kind: err.kind, unreadable: [] };
   const unreadable: AnyTableRef[] = [];
   try {
     for (const ref of await kernel.tableNames()) {
@@ -35,11 +33,11 @@ export async function describeKernelFailure(
   } catch {
     // The diagnosis is a courtesy: without it the failure is still reported as it happened.
   }
-  if (unreadable.length === 0) return { message: text(err), kind: err.kind, unreadable };
+  if (unreadable.length === 0) return { message: errorText(err), kind: err.kind, unreadable };
   const names = unreadable.map((ref) => `${ref.family} ${ref.name}`).join(', ');
   return {
     message:
-      `${text(err)}: libnftables ${libnftablesVersion()} cannot read table ${names} (not ours), ` +
+      `${errorText(err)}: libnftables ${libnftablesVersion()} cannot read table ${names} (not ours), ` +
       'likely written by a newer nftables: nothing can be written while it is there',
     kind: err.kind,
     unreadable,

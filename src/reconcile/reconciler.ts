@@ -17,6 +17,7 @@ import { OtherAgentWatch } from './other-agent.js';
 import { SetSizes } from './set-sizes.js';
 import type { SyncOutcome } from './runner.js';
 import { agentStatus, initialFacts, type AgentStatus, type SyncFacts } from './status.js';
+import { errorText } from '../errors.js';
 
 export interface ReconcilerDeps {
   readonly configPath: string;
@@ -36,10 +37,6 @@ export interface ReconcilerDeps {
   readonly now?: () => number;
   /** This process's writer id in every write's mark (default: made from the start time). */
   readonly writer?: string;
-}
-
-function errorText(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }
 
 export class Reconciler {

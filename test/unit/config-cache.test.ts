@@ -3,7 +3,7 @@ import { mkdirSync, renameSync, symlinkSync, unlinkSync, writeFileSync } from 'n
 import { join } from 'node:path';
 import t from 'tap';
 import { tempDir } from '../helpers/netns.js';
-import { loadSource } from '../../src/config/load.js';
+import { loadConfig, loadSource } from '../../src/config/load.js';
 import { ConfigError, type LoadOptions } from '../../src/config/types.js';
 import { configLoader } from '../../src/config/loader.js';
 
@@ -65,11 +65,27 @@ t.test('a failure to read the file is tried again, file unchanged', async (t) =>
   let reads = 0;
   const load = configLoader(async () => {
     reads++;
-    return { ok: false, error: new ConfigError(file, 'cannot be read: EMFILE'), warnings: [] };
+    const error = new ConfigError(file, 'cannot be read: EMFILE', 'unreadable');
+    return { ok: false, error, warnings: [] };
   });
   await load(file, options);
   await load(file, options);
   t.equal(reads, 2);
+});
+
+t.test('an errno is an unreadable config, by its kind and not its wording', async (t) => {
+  const dir = tempDir(t, 'cache');
+  writeFileSync(join(dir, 'plain'), 'x');
+  // stat through a regular file as if it were a directory: ENOTDIR, a failure to read.
+  symlinkSync(join(dir, 'plain', 'sub'), join(dir, 'ip-masq-x'));
+  const result = await loadConfig(dir, options);
+  t.match(result, {
+    ok: false,
+    error: { kind: 'unreadable', message: /ip-masq-x: cannot be read: ENOTDIR/ },
+  });
+  writeFileSync(join(dir, 'bad'), 'nonMasqueradeCIDRs: [10.0.0.1/8]\n');
+  const invalid = await loadConfig(join(dir, 'bad'), options);
+  t.match(invalid, { ok: false, error: { kind: 'invalid' } });
 });
 
 t.test('directory: a ConfigMap symlink swap and a new ip-masq file are seen', async (t) => {
