@@ -141,7 +141,7 @@ function compileFamily(
       {
         name: BASE_CHAIN,
         base: { type: 'nat', hook: 'postrouting', priority: 'srcnat', policy: 'accept' },
-        rules: [`fib daddr type != local jump ${options.masqChain} comment "${markText(mark)}"`],
+        rules: [jumpRule(options, mark)],
       },
       decision,
       {
@@ -151,6 +151,11 @@ function compileFamily(
       },
     ],
   };
+}
+
+/** The base chain's one rule: it carries the mark of every write (nftables/ownership.ts). */
+function jumpRule(options: CompileOptions, mark: WriteMark): string {
+  return `fib daddr type != local jump ${options.masqChain} comment "${markText(mark)}"`;
 }
 
 /** A UDP reply's addresses and ports, from the remote to the pod, as the late-replies set keys them. */
@@ -183,4 +188,25 @@ export function compile(
   const layout = chooseLayout(config, options);
   const mark: WriteMark = { generation, hash: config.hash, ...(writer ? { writer } : {}) };
   return families.map((family) => compileFamily(family, config, options, mark, layout));
+}
+
+/**
+ * The same tables with another write's mark: what compile gives for another generation and writer,
+ * without compiling again (a sync compares the kernel with the tables it holds, then writes them).
+ */
+export function remark(
+  tables: readonly Table[],
+  options: CompileOptions,
+  generation: number,
+  hash: string,
+  writer?: string,
+): Table[] {
+  const mark: WriteMark = { generation, hash, ...(writer ? { writer } : {}) };
+  return tables.map((table) => ({
+    ...table,
+    comment: markText({ generation, hash }),
+    chains: table.chains.map((chain) =>
+      chain.name === BASE_CHAIN ? { ...chain, rules: [jumpRule(options, mark)] } : chain,
+    ),
+  }));
 }

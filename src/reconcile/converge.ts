@@ -4,7 +4,7 @@
 // additions and deletions, rules only where they differ — so that no packet sees a mix (docs/design.md,
 // "Writes on the wire"). A table is written whole only where it is created or no longer has our shape.
 import type { Logger } from 'pino';
-import { compile, type CompileOptions } from '../compile.js';
+import { compile, remark, type CompileOptions } from '../compile.js';
 import type { Config } from '../config/types.js';
 import { needsNewSets, renderInPlace, renderKeyChange } from '../nftables/change.js';
 import { renderDelete, renderReplace, renderTable } from '../nftables/render.js';
@@ -88,6 +88,7 @@ export class Converger {
 
     let drift = false;
     let found: KernelTables | undefined;
+    let held: Table[] | undefined;
     if (!kernelUnmoved) {
       found = await timed('readMs', () =>
         readTables(kernel, compileOptions, this.written, () => metrics.incKernelReads()),
@@ -97,7 +98,7 @@ export class Converger {
       // What we would write with the mark found: a table of this config from another process of
       // ours (the last run's, before a restart) is in place too.
       await breathe();
-      const held = compile(config, compileOptions, this.generation, mark?.writer);
+      held = compile(config, compileOptions, this.generation, mark?.writer);
       await breathe();
       const inPlace = holds(found, held);
       // Not what we would write, and written by a newer agent: hold back for a while rather than
@@ -122,7 +123,10 @@ export class Converger {
     }
     const generation = this.generation + 1;
     await breathe();
-    const tables = compile(config, compileOptions, generation, writer);
+    // Compiled once per sync: the tables compared with the kernel, marked for this write.
+    const tables = held
+      ? remark(held, compileOptions, generation, config.hash, writer)
+      : compile(config, compileOptions, generation, writer);
     if (drift)
       logger.warn({ generation }, 'our tables in the kernel drifted from the config; repairing');
     const scripts = await this.scripts(tables, found);

@@ -3,6 +3,7 @@
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import t from 'tap';
 import {
+  remark,
   compile,
   masqueradeRules,
   AUTO_LAYOUT_CROSSOVER,
@@ -313,3 +314,12 @@ t.test(
     t.match(table?.chains[1]?.rules[0], /^ip daddr \. meta l4proto @masq /);
   },
 );
+
+t.test('remark gives what compile gives for another generation and writer', async (t) => {
+  for (const [name, c, over] of cases) {
+    const options = { ...flags, ...over };
+    const first = compile(c, options, 3, 'aaa.1');
+    t.same(remark(first, options, 4, c.hash, 'bbb.2'), compile(c, options, 4, 'bbb.2'), name);
+    t.same(remark(first, options, 9, c.hash), compile(c, options, 9), `${name}, no writer`);
+  }
+});
