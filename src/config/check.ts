@@ -13,7 +13,7 @@ import { loadConfig, readBounded } from './load.js';
 import { mountsOf, objects, type Manifest, type Mounted } from './mount.js';
 import { errnoText } from './source.js';
 import { ConfigError, type LoadOptions, type LoadResult } from './types.js';
-import { manifestProblem } from './yaml.js';
+import { manifestProblem } from './bounds.js';
 import { errorText } from '../errors.js';
 
 export interface CheckOutcome {

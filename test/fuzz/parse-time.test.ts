@@ -6,7 +6,8 @@
 import fc from 'fast-check';
 import t from 'tap';
 import { parseConfigText } from '../../src/config/index.js';
-import { keyLine, manifestProblem, parseYamlFast } from '../../src/config/yaml.js';
+import { manifestProblem } from '../../src/config/bounds.js';
+import { keyLine, parseYamlFast } from '../../src/config/yaml-fast.js';
 import type { LoadOptions } from '../../src/config/types.js';
 
 const options: LoadOptions = { enableIPv6: true, nomasqAllReservedRanges: false };

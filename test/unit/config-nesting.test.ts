@@ -1,13 +1,9 @@
-// Nesting is bounded before any parser runs (src/config/yaml.ts): thousands of "[" used to overflow
+// Nesting is bounded before any parser runs (src/config/bounds.ts): thousands of "[" used to overflow
 // the YAML parser's stack and abort the whole process. The same file must give the same message.
 import t from 'tap';
 import { parseFragment } from '../../src/config/fragment.js';
-import {
-  duplicateTopLevelKey,
-  MAX_INDENT,
-  MAX_NESTING,
-  nestingProblem,
-} from '../../src/config/yaml.js';
+import { MAX_INDENT, MAX_NESTING, nestingProblem } from '../../src/config/bounds.js';
+import { duplicateTopLevelKey } from '../../src/config/yaml.js';
 
 const options = { enableIPv6: true, nomasqAllReservedRanges: false };
 

@@ -3,7 +3,9 @@
 import fc from 'fast-check';
 import t, { type Test } from 'tap';
 import { type LoadOptions, parseConfigText } from '../../src/config/index.js';
-import { parseYaml, parseYamlFast, parseYamlFull } from '../../src/config/yaml.js';
+import { parseYaml } from '../../src/config/yaml.js';
+import { parseYamlFast } from '../../src/config/yaml-fast.js';
+import { parseYamlFull } from '../../src/config/yaml-full.js';
 
 /** Runs a fast-check property as one tap assertion; the counterexample is in the failure message. */
 function check<Ts>(t: Test, property: fc.IProperty<Ts>, params: fc.Parameters<Ts>): void {
