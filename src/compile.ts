@@ -68,11 +68,9 @@ export function masqueradeRules(randomFully: boolean, toPorts: readonly PortRang
 }
 
 /**
- * Up to this many elements in our interval sets, another tool's transaction with set elements takes
- * under 10 ms longer here (nft downloads every interval set for its overlap checks; a concatenated
- * one is not downloaded). The 10 ms point measured between ~2 500 and ~5 000 elements over nine
- * bench runs (medians of 5 and 15; one on a busy machine: ~2 470; README, "Performance"): 2 000
- * stays below it in all of them. `auto` switches to the concatenated layout above it.
+ * Up to this many elements `auto` keeps interval sets; above it, concatenated ones. nft downloads
+ * every interval set for its overlap checks, so large ones slow other tools' transactions; a
+ * concatenated set is not downloaded. Where the cost crosses 10 ms: docs/design.md, "Figures".
  */
 export const AUTO_LAYOUT_CROSSOVER = 2_000;
 

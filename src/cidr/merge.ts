@@ -1,5 +1,5 @@
 // Union of prefixes as the smallest list of aligned prefixes: sort ranges, sweep, split back.
-// IPv4 runs on plain numbers (exact below 2^53) because bigint arithmetic is ~10x slower.
+// IPv4 runs on plain numbers (exact below 2^53): bigint arithmetic is far slower (docs/design.md, "Figures").
 import { Buffer } from 'node:buffer';
 import { ADDRESS_BITS, CidrError, type Family } from './address.js';
 import { formatPrefix, ipv4Number, type Prefix, prefixRange } from './prefix.js';
@@ -31,8 +31,8 @@ const POW2: Float64Array = Float64Array.from({ length: 33 }, (_, n) => 2 ** n);
 
 /**
  * IPv4 blocks as (start, len) pairs in one typed array that doubles as it fills: the loops below run
- * once per entry of a 100 000-entry list, where pushes to a number[] and `**` (a call to pow) made
- * the merge of 100 000 entries ~25 ms; this way it is ~6 ms (measured).
+ * once per entry of the largest lists, where pushes to a number[] and `**` (a call to pow) cost
+ * several times more.
  */
 interface Blocks {
   data: Float64Array;
@@ -162,9 +162,9 @@ function familyOf(prefixes: readonly Prefix[]): Family | undefined {
 }
 
 /**
- * The digits of 0…255 as bytes, four per number: the count, then up to three ASCII digits. Printing
- * a merged 100 000-entry list into one buffer from these takes a third of the time of a string per
- * prefix (measured), and leaves one string to collect, not 100 000.
+ * The digits of 0…255 as bytes, four per number: the count, then up to three ASCII digits. A merged
+ * list is printed into one buffer from these, faster than a string per prefix, and leaves one
+ * string to collect rather than one per entry.
  */
 const DECIMAL: Uint8Array = (() => {
   const table = new Uint8Array(256 * 4);

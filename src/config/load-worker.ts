@@ -107,7 +107,7 @@ function startThread(): LoaderThread {
 
 /**
  * Ends the worker unless a load is pending on it: the config fits the agent's own thread again, and
- * the worker's V8 isolate costs ~15 MiB of RSS (docs/bench.md).
+ * the worker's V8 isolate costs memory while it lives (docs/bench.md).
  */
 export function endLoaderThread(): void {
   const loader = current;

@@ -1,7 +1,7 @@
 // The agent's one config loader (docs/design.md). Each call looks at the config path once
 // (source.ts); while the source's stamp is unchanged the last result is returned without reading
-// (a resync re-reads the config, README "When it writes", and parsing 100 000 CIDRs costs ~300 ms of
-// CPU); otherwise small configs parse in this thread and larger ones on the worker (load-worker.ts).
+// (a resync re-reads the config, README "When it writes", and a large one is costly to parse);
+// otherwise small configs parse in this thread and larger ones on the worker (load-worker.ts).
 import { loadSource } from './load.js';
 import { endLoaderThread, loadSourceOffThread } from './load-worker.js';
 import { type ConfigSource, findConfigSource } from './source.js';
@@ -13,18 +13,16 @@ export type Loader = (path: string, options: LoadOptions) => Promise<LoadResult>
 
 /**
  * What the agent's own thread parses (the rest goes to the worker): any file up to 4 KiB (the usual
- * few CIDRs; the worst such file holds the thread for a few hundred ms), and up to 64 KiB the shapes
- * parsed in linear time (JSON, or YAML lists of CIDRs one per line beside a few plain keys: yaml.ts's
- * fast path), ~3 500 CIDRs in 5–20 ms. A worker's start would cost more: ~100 ms, then ~15 MiB while
- * it lives.
+ * few CIDRs), and up to 64 KiB the shapes parsed in linear time (JSON, or YAML lists of CIDRs one per
+ * line beside a few plain keys: yaml-fast.ts). Below these a worker's start and memory would cost
+ * more than the parse (docs/design.md, "Figures").
  */
 export const IN_THREAD_BUDGET: ParseBudget = { maxBytes: 64 * 1024, fullParserMaxBytes: 4 * 1024 };
 
 /**
  * In-thread within IN_THREAD_BUDGET, else on the worker (`offThread`) with its time limit. The worker
- * stays while loads go to it (the next change of a large config finds it warm: at 100 000 CIDRs a
- * new one's first load took ~220–270 ms, a kept one's ~85–140 ms, measured) and ends at the first
- * load that fits in-thread.
+ * stays while loads go to it (the next change of a large config finds it warm, its code optimized)
+ * and ends at the first load that fits in-thread.
  */
 export async function loadAdaptive(
   source: ConfigSource,

@@ -147,8 +147,8 @@ const WORD = 0xffffffffn;
 
 /**
  * The ranges as the addon takes them: each address big-endian, 4 or 16 bytes, first then last.
- * Written a 32-bit word at a time: 100 000 ranges in a few ms (through hex text it was ~100 ms on
- * the agent's thread).
+ * Written a 32-bit word at a time, on the agent's thread: through hex text a large flush held it for
+ * long (docs/design.md, "Figures").
  */
 function rangeBuffer(family: 4 | 6, ranges: ReadonlyArray<readonly [bigint, bigint]>): Buffer {
   const cached = packedRanges.get(ranges);

@@ -1,6 +1,6 @@
-// The ranges a config change flips, computed off the JavaScript thread for large configs: for
-// 100 000 CIDRs, parsing and sweeping both configs takes ~200 ms of CPU, which would hold /healthz
-// up. A worker is started for that one computation and ends with it; small configs stay in-thread.
+// The ranges a config change flips, computed off the JavaScript thread for large configs: parsing
+// and sweeping both configs would hold /healthz up (docs/design.md, "Figures"). A worker is started
+// for that one computation and ends with it; small configs stay in-thread.
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { startWorker } from '../worker.js';
 import { familyLines, familyLists, type FamilyLines } from '../cidr/index.js';

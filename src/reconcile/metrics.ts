@@ -1,6 +1,5 @@
 // The agent's Prometheus series (README, "HTTP"). Each instance owns its Registry so that tests, and
 // anything else sharing the process, never collide in prom-client's global one.
-// Over 200 lines only because each series is declared, documented and set in its own few lines.
 import type { AddressFamily } from '../config/types.js';
 import { nftFailureKinds, type NftFailureKind } from '../nftables/types.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
