@@ -215,6 +215,28 @@ t.test(
   },
 );
 
+t.test('a steady stream of writes does not postpone the call past the maximum wait', async (t) => {
+  // Debounce 100 ms, so the maximum wait is 500 ms; writes every 20 ms for 3 s never leave 100 ms
+  // of quiet: only the maximum wait can make a call before the stream ends.
+  const dir = tempDir(t, 'watch');
+  const file = join(dir, 'ip-masq-agent');
+  writeFileSync(file, '');
+  const { calls } = record(t, file, { debounceMs: 100 });
+  const started = performance.now();
+  let lastWrite = started;
+  for (let i = 0; i < 150; i++) {
+    writeFileSync(file, `cidrLimit: ${i}\n`);
+    lastWrite = performance.now();
+    await sleep(20);
+  }
+  const during = calls.filter((at) => at < lastWrite);
+  t.ok(during.length >= 2, `${during.length} calls while the writes went on`);
+  t.ok(
+    during.length > 0 && during[0]! - started < 2_000,
+    `the first ${Math.round((during[0] ?? Infinity) - started)} ms after the stream began`,
+  );
+});
+
 t.test('close() stops callbacks, including one already pending', async (t) => {
   const dir = tempDir(t, 'watch');
   const file = join(dir, 'ip-masq-agent');
