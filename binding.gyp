@@ -2,7 +2,12 @@
   "targets": [
     {
       "target_name": "nftables_napi",
-      "sources": ["native/nftables_napi.cc", "native/conntrack.cc"],
+      "sources": [
+        "native/nftables_napi.cc",
+        "native/runner.cc",
+        "native/netlink.cc",
+        "native/conntrack.cc"
+      ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "libraries": ["-lnftables", "-lnetfilter_conntrack"],
       "defines": [

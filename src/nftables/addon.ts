@@ -11,16 +11,29 @@ import { errorText } from '../errors.js';
 
 export type { NftFailureKind } from './types.js';
 
+/** What the native flush answers: counts, and with listOnly the reply tuples (inet_ntop's text). */
+interface NativeFlush {
+  readonly seen: number;
+  readonly deleted: ReadonlyArray<readonly [protocol: number, count: number]>;
+  readonly replies: ReadonlyArray<{
+    readonly source: string;
+    readonly sourcePort: number;
+    readonly destination: string;
+    readonly destinationPort: number;
+  }>;
+  readonly error?: string;
+}
+
 interface NativeAddon {
   run(script: string, dryRun: boolean, json: boolean, timeoutMs: number): Promise<string>;
-  generationId(): Promise<string>;
-  listTables(): Promise<string>;
+  generationId(): Promise<number>;
+  listTables(): Promise<Array<{ family: string; name: string }>>;
   conntrackFlush(
     family: 4 | 6,
     protocols: number[],
     ranges: Buffer,
     listOnly: boolean,
-  ): Promise<string>;
+  ): Promise<NativeFlush>;
   releaseMemory(): boolean;
   version: string;
   libnftablesVersion: string;
@@ -118,20 +131,13 @@ export async function runNft(script: string, options: RunOptions = {}): Promise<
 /** The network namespace's nftables generation id; it moves on every committed transaction. */
 export async function nftGenerationId(): Promise<number> {
   const native = addon();
-  return Number(await serialised(() => native.generationId()));
+  return serialised(() => native.generationId());
 }
 
 /** Every table in the namespace as the kernel names it, from one netlink dump (no libnftables). */
 export async function nftTableNames(): Promise<Array<{ family: string; name: string }>> {
   const native = addon();
-  const lines = await serialised(() => native.listTables());
-  return lines
-    .split('\n')
-    .filter((line) => line !== '')
-    .map((line) => {
-      const space = line.indexOf(' ');
-      return { family: line.slice(0, space), name: line.slice(space + 1) };
-    });
+  return serialised(() => native.listTables());
 }
 
 /** What one conntrack flush did: entries of the family seen, deleted per protocol, what failed. */
@@ -177,34 +183,24 @@ function rangeBuffer(family: 4 | 6, ranges: ReadonlyArray<readonly [bigint, bigi
   return buffer;
 }
 
-function parseFlushAnswer(text: string): ConntrackFlushResult & { replies: ReplyTuple[] } {
-  let seen = 0;
-  let error: string | undefined;
-  const deleted = new Map<number, number>();
-  const replies: ReplyTuple[] = [];
-  for (const line of text.split('\n')) {
-    const [word, a = '', b = '', c = '', d = ''] = line.split(' ');
-    if (word === 'seen') seen = Number(a);
-    else if (word === 'deleted') deleted.set(Number(a), Number(b));
-    else if (word === 'error') error = line.slice('error '.length);
-    else if (word === 'reply') {
-      // Re-formatted by the agent's own parser: only addresses it formatted reach nftables.
-      const source = parseAddress(a);
-      const destination = parseAddress(c);
-      replies.push({
-        source: formatAddress(source.family, source.addr),
-        sourcePort: port(b),
-        destination: formatAddress(destination.family, destination.addr),
-        destinationPort: port(d),
-      });
-    }
-  }
-  return { seen, deleted, error, replies };
+/** The native flush's answer, its reply addresses parsed and formatted by the agent itself. */
+function flushAnswer(answer: NativeFlush): ConntrackFlushResult & { replies: ReplyTuple[] } {
+  const replies = answer.replies.map((reply) => {
+    // Re-formatted by the agent's own parser: only addresses it formatted reach nftables.
+    const source = parseAddress(reply.source);
+    const destination = parseAddress(reply.destination);
+    return {
+      source: formatAddress(source.family, source.addr),
+      sourcePort: port(reply.sourcePort),
+      destination: formatAddress(destination.family, destination.addr),
+      destinationPort: port(reply.destinationPort),
+    };
+  });
+  return { seen: answer.seen, deleted: new Map(answer.deleted), error: answer.error, replies };
 }
 
-function port(text: string): number {
-  const value = Number(text);
-  if (!Number.isInteger(value) || value < 0 || value > 65_535) throw new Error(`bad port ${text}`);
+function port(value: number): number {
+  if (!Number.isInteger(value) || value < 0 || value > 65_535) throw new Error(`bad port ${value}`);
   return value;
 }
 
@@ -219,13 +215,13 @@ export async function conntrackFlush(
   protocols: readonly number[],
   ranges: ReadonlyArray<readonly [bigint, bigint]>,
 ): Promise<ConntrackFlushResult> {
-  const text = await addon().conntrackFlush(
+  const answer = await addon().conntrackFlush(
     family,
     [...protocols],
     rangeBuffer(family, ranges),
     false,
   );
-  const { seen, deleted, error } = parseFlushAnswer(text);
+  const { seen, deleted, error } = flushAnswer(answer);
   return { seen, deleted, error };
 }
 
@@ -238,8 +234,8 @@ export async function conntrackReplies(
   family: 4 | 6,
   ranges: ReadonlyArray<readonly [bigint, bigint]>,
 ): Promise<ReplyTuple[]> {
-  const text = await addon().conntrackFlush(family, [17], rangeBuffer(family, ranges), true);
-  const { replies, error } = parseFlushAnswer(text);
+  const answer = await addon().conntrackFlush(family, [17], rangeBuffer(family, ranges), true);
+  const { replies, error } = flushAnswer(answer);
   if (error !== undefined) throw new Error(error);
   return replies;
 }

@@ -89,6 +89,16 @@ t.test('the tables of the namespace are listed over netlink, without libnftables
   );
 });
 
+/** Whether dotted version a is older than b. */
+function older(a: string, b: string): boolean {
+  const [x, y] = [a, b].map((v) => v.split('.').map(Number));
+  for (let i = 0; i < 3; i++) {
+    const d = (x![i] ?? 0) - (y![i] ?? 0);
+    if (d !== 0) return d < 0;
+  }
+  return false;
+}
+
 t.test("a real crash: another version's set this libnftables cannot parse", async (t) => {
   if (!requireRoot(t)) return;
   const addon = await startAddon(t);
@@ -97,21 +107,23 @@ t.test("a real crash: another version's set this libnftables cannot parse", asyn
     t.fail('no second nft userland (scripts/userland.sh --root trixie); CI=true forbids skipping');
     return;
   }
+  const own = nftTools().find((tool) => tool.own);
   for (const tool of newer) {
     await runNftTool(addon.ns, tool, ['add table ip kp; add set ip kp s { type ipv4_addr; }']);
     // The agent's replace (add, delete, block): delete makes libnftables read every table.
     const replace = 'add table ip ours\ndelete table ip ours\ntable ip ours { comment "x"; }';
     const outcome = await addon.request({ op: 'run', script: replace });
-    if (outcome.ok) {
-      t.comment(`this libnftables reads what nft ${tool.version} wrote`);
-      t.pass('the write succeeded');
+    // Measured (FIELD-NOTES, "Mixed nftables versions"): a `type` set written by nft 1.1.2 or later
+    // segfaults libnftables before 1.1.2; any other pair reads it.
+    const crashes = older(own?.version ?? '0', '1.1.2') && !older(tool.version, '1.1.2');
+    if (!crashes) {
+      t.ok(outcome.ok, `this libnftables (${own?.version}) reads what nft ${tool.version} wrote`);
     } else {
-      t.equal(
-        outcome.error.kind,
-        'crash',
-        `what nft ${tool.version} wrote crashes this libnftables`,
-      );
-      t.match(outcome.error.message, /SIGSEGV/);
+      t.notOk(outcome.ok, `what nft ${tool.version} wrote crashes libnftables ${own?.version}`);
+      if (!outcome.ok) {
+        t.equal(outcome.error.kind, 'crash', 'reported as a crash of the child');
+        t.match(outcome.error.message, /SIGSEGV/);
+      }
     }
     t.ok(await addon.tables(), 'the addon still answers');
     await runNftTool(addon.ns, tool, ['delete', 'table', 'ip', 'kp']);

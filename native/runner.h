@@ -1,0 +1,26 @@
+// Runs nft scripts through libnftables, each in a child process forked for the call
+// (docs/design.md, "libnftables"). Plain C++: nothing of N-API.
+#pragma once
+
+#include <functional>
+#include <string>
+
+namespace runner {
+
+struct Outcome {
+  bool ok;
+  std::string text;  // output on success, the error text on failure
+  // On failure: "error" (libnftables refused), "crash" (its process died), "timeout" (killed after
+  // the time limit), "spawn" (no process could be started). See docs/design.md, "libnftables".
+  std::string kind = "error";
+};
+
+// Runs the script in a child forked for this one call, within timeout_ms; blocks the calling thread
+// (a pool thread) until the answer is in, the child died or the time ran out.
+Outcome RunScript(const std::string& script, bool dry_run, bool json, int timeout_ms);
+
+// Runs `work` on a thread of its own, or here when no thread can be started: for what the kernel
+// makes wait after the answer is in hand (closing a netlink socket, reaping a child).
+void Later(const std::function<void()>& work);
+
+}  // namespace runner
