@@ -6,8 +6,8 @@ import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { createInterface, type Interface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { metricValue, startAgent, type RunningAgent } from '../test/helpers/agent.js';
-import { python } from '../test/helpers/topology.js';
+import { metricValue, startAgent, type RunningAgent } from '../harness/agent.js';
+import { python } from '../harness/topology.js';
 import { netns, tempDir, timedIn, type Scope } from './harness.js';
 import { configText } from './scripts.js';
 

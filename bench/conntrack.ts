@@ -4,7 +4,7 @@
 // end answers nothing.
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { python } from '../test/helpers/topology.js';
+import { python } from '../harness/topology.js';
 import { AgentSession } from './agent-session.js';
 import { CLOCK_TICKS, median, timedIn, withScope } from './harness.js';
 

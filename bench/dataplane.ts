@@ -12,7 +12,7 @@ import {
   python,
   REMOTE_TARGETS_IPV4,
   type Topology,
-} from '../test/helpers/topology.js';
+} from '../harness/topology.js';
 import { median, tempDir, timedIn, timedInside, withScope } from './harness.js';
 import { CONCAT_LAYOUTS, linearChainScript, renderScript, SINK_SCRIPT } from './scripts.js';
 

@@ -4,7 +4,7 @@ import { execFile, execFileSync } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { makeNetns, python, type TapTest } from '../test/helpers/netns.js';
+import { makeNetns, python, type TapTest } from '../harness/netns.js';
 
 /**
  * Stands in for tap's `t` so the test helpers (makeNetns, makeTopology, startAgent) can be used

@@ -5,7 +5,7 @@ import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { format, resolveConfig } from 'prettier';
 import { AUTO_LAYOUT_CROSSOVER } from '../src/compile.js';
-import { packageRoot } from '../test/helpers/netns.js';
+import { packageRoot } from '../harness/netns.js';
 import type { BreakdownRow } from './breakdown.js';
 import type { ChurnResult } from './churn.js';
 import type { ConntrackSummary } from './conntrack.js';

@@ -5,7 +5,7 @@ import { writeFile } from 'node:fs/promises';
 import { format, resolveConfig } from 'prettier';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
-import { packageRoot } from '../test/helpers/netns.js';
+import { packageRoot } from '../harness/netns.js';
 import { benchBreakdown } from './breakdown.js';
 import { benchChurn } from './churn.js';
 import { benchConntrack } from './conntrack.js';

@@ -5,8 +5,8 @@ import { existsSync } from 'node:fs';
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { agentEnv } from '../test/helpers/agent.js';
-import { packageRoot } from '../test/helpers/netns.js';
+import { agentEnv } from '../harness/agent.js';
+import { packageRoot } from '../harness/netns.js';
 import { tempDir, withScope } from './harness.js';
 import { configText } from './scripts.js';
 

@@ -9,8 +9,8 @@ import {
   startAgent,
   waitFor,
   type RunningAgent,
-} from '../helpers/agent.js';
-import { inNetns, requireRoot, tempDir } from '../helpers/netns.js';
+} from '../../harness/agent.js';
+import { inNetns, requireRoot, tempDir } from '../../harness/netns.js';
 import {
   generation as nodeGeneration,
   metrics as nodeMetrics,
@@ -25,7 +25,7 @@ import {
   POD_IPV4,
   probeSource,
   REMOTE_TARGETS_IPV4 as V4,
-} from '../helpers/topology.js';
+} from '../../harness/topology.js';
 
 if (requireRoot(t)) {
   // Agents outlive the subtest that starts them: their teardown belongs to the file.

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import { configMapWrite } from '../helpers/configmap.js';
 import { generation, makeNode, setElements, sleep, untilGeneration } from '../helpers/node.js';
-import { startAgent, waitFor, type RunningAgent } from '../helpers/agent.js';
+import { startAgent, waitFor, type RunningAgent } from '../../harness/agent.js';
 
 const STEP_GAP_MS = 2;
 const WRITE_LINE = 'ruleset written to the kernel';

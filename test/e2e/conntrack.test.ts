@@ -4,8 +4,8 @@
 import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { generationOf, listTable, startAgent, waitFor } from '../helpers/agent.js';
-import { inNetns, requireRoot, tempDir, type TapTest } from '../helpers/netns.js';
+import { generationOf, listTable, startAgent, waitFor } from '../../harness/agent.js';
+import { inNetns, requireRoot, tempDir, type TapTest } from '../../harness/netns.js';
 import { metric, untilUp, type Node } from '../helpers/node.js';
 import {
   makeTopology,
@@ -20,7 +20,7 @@ import {
   startStream,
   type StreamAnswer,
   type Topology,
-} from '../helpers/topology.js';
+} from '../../harness/topology.js';
 
 // A exempts 10.9.0.1 and fd12::1; B masquerades them. 172.20.0.1 (exempt) and 198.19.0.4
 // (masqueraded) keep their decision in both.

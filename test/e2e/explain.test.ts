@@ -5,9 +5,9 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import t from 'tap';
-import { runAgentOnce } from '../helpers/agent.js';
-import { inNetns, requireRoot, tempDir } from '../helpers/netns.js';
-import { makeTopology, NODE_IPV4, NODE_IPV6, probeRawSources } from '../helpers/topology.js';
+import { runAgentOnce } from '../../harness/agent.js';
+import { inNetns, requireRoot, tempDir } from '../../harness/netns.js';
+import { makeTopology, NODE_IPV4, NODE_IPV6, probeRawSources } from '../../harness/topology.js';
 
 const SEED = 20261201;
 const CONFIGS = 8;

@@ -15,8 +15,8 @@ import {
   startAgent,
   waitFor,
   type RunningAgent,
-} from '../helpers/agent.js';
-import { inNetns, makeNetns, packageRoot, requireRoot, tempDir } from '../helpers/netns.js';
+} from '../../harness/agent.js';
+import { inNetns, makeNetns, packageRoot, requireRoot, tempDir } from '../../harness/netns.js';
 
 if (requireRoot(t)) {
   // Agents and namespaces outlive the subtest that starts them: their teardown belongs to the file.

@@ -5,9 +5,9 @@ import { spawn } from 'node:child_process';
 import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { httpGet, generationOf, metricValue, startAgent, waitFor } from '../helpers/agent.js';
-import { inNetns, makeNetns, requireRoot, tempDir } from '../helpers/netns.js';
-import { python } from '../helpers/topology.js';
+import { httpGet, generationOf, metricValue, startAgent, waitFor } from '../../harness/agent.js';
+import { inNetns, makeNetns, requireRoot, tempDir } from '../../harness/netns.js';
+import { python } from '../../harness/topology.js';
 
 const CIDRS = 100_000;
 const MAX_REQUESTS = 2_000;

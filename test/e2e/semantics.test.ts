@@ -4,8 +4,8 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { AUTO_LAYOUT_CROSSOVER } from '../../src/compile.js';
-import { listTable, runAgentOnce } from '../helpers/agent.js';
-import { requireRoot, tempDir } from '../helpers/netns.js';
+import { listTable, runAgentOnce } from '../../harness/agent.js';
+import { requireRoot, tempDir } from '../../harness/netns.js';
 import {
   makeTopology,
   NODE_IPV4,
@@ -16,7 +16,7 @@ import {
   probeSources,
   REMOTE_TARGETS_IPV4 as V4,
   REMOTE_TARGETS_IPV6 as V6,
-} from '../helpers/topology.js';
+} from '../../harness/topology.js';
 
 if (requireRoot(t)) {
   const dir = tempDir(t, 'semantics');

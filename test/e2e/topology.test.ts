@@ -13,7 +13,7 @@ import {
   probeSources,
   requireRoot,
   type Topology,
-} from '../helpers/netns.js';
+} from '../../harness/netns.js';
 
 const MASQUERADE_OUTSIDE_PRIVATE = `
 table ip t {

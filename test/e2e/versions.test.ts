@@ -4,8 +4,8 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { httpGet, listTable, runAgentOnce, startAgent, waitFor } from '../helpers/agent.js';
-import { inNetns, makeNetns, requireRoot, type TapTest, tempDir } from '../helpers/netns.js';
+import { httpGet, listTable, runAgentOnce, startAgent, waitFor } from '../../harness/agent.js';
+import { inNetns, makeNetns, requireRoot, type TapTest, tempDir } from '../../harness/netns.js';
 import {
   listsRuleset,
   nftTools,

@@ -14,10 +14,10 @@ import {
   startAgent,
   waitFor,
   type RunningAgent,
-} from '../helpers/agent.js';
-import { inNetns, requireRoot, tempDir } from '../helpers/netns.js';
+} from '../../harness/agent.js';
+import { inNetns, requireRoot, tempDir } from '../../harness/netns.js';
 import { untilUp, type Node } from '../helpers/node.js';
-import { makeTopology, type Topology } from '../helpers/topology.js';
+import { makeTopology, type Topology } from '../../harness/topology.js';
 import { startWindowProber, translatedEntries } from '../helpers/window.js';
 
 const EXEMPT = '10.9.0.1';

@@ -4,8 +4,8 @@
 import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { httpGet, startAgent, waitFor } from '../helpers/agent.js';
-import { requireRoot } from '../helpers/netns.js';
+import { httpGet, startAgent, waitFor } from '../../harness/agent.js';
+import { requireRoot } from '../../harness/netns.js';
 import { generation, makeNode, untilGeneration, untilUp } from '../helpers/node.js';
 
 /** User and system CPU time of a process, in clock ticks (100 per second on Linux). */

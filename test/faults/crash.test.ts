@@ -4,8 +4,8 @@
 // open for long (generation-id reads take microseconds), so a kill 100 ms into it lands mid-write.
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import t from 'tap';
-import { httpGet, startAgent, waitFor, type RunningAgent } from '../helpers/agent.js';
-import { requireRoot } from '../helpers/netns.js';
+import { httpGet, startAgent, waitFor, type RunningAgent } from '../../harness/agent.js';
+import { requireRoot } from '../../harness/netns.js';
 import {
   agentArgs,
   isRunning,

@@ -4,8 +4,8 @@
 import { execFileSync } from 'node:child_process';
 import { chmodSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import t from 'tap';
-import { httpGet, startAgent, waitFor, type RunningAgent } from '../helpers/agent.js';
-import { inNetns, requireRoot } from '../helpers/netns.js';
+import { httpGet, startAgent, waitFor, type RunningAgent } from '../../harness/agent.js';
+import { inNetns, requireRoot } from '../../harness/netns.js';
 import {
   agentArgs,
   generation,

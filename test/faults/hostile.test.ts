@@ -3,8 +3,8 @@
 // distinct error once, and never shows what the config path points at.
 import { readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import t from 'tap';
-import { httpGet, startAgent, waitFor } from '../helpers/agent.js';
-import { inNetns, python, requireRoot } from '../helpers/netns.js';
+import { httpGet, startAgent, waitFor } from '../../harness/agent.js';
+import { inNetns, python, requireRoot } from '../../harness/netns.js';
 import {
   agentArgs,
   generation,

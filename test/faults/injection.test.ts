@@ -2,8 +2,8 @@
 // are refused by `--once` and by the running agent; another owner's table stays byte-for-byte
 // the same and ours keeps the last good config.
 import t from 'tap';
-import { httpGet, listTable, runAgentOnce, startAgent, waitFor } from '../helpers/agent.js';
-import { inNetns, requireRoot } from '../helpers/netns.js';
+import { httpGet, listTable, runAgentOnce, startAgent, waitFor } from '../../harness/agent.js';
+import { inNetns, requireRoot } from '../../harness/netns.js';
 import {
   agentArgs,
   generation,

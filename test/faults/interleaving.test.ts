@@ -3,8 +3,8 @@
 // an element is added to our set meanwhile, and the agent continued: it must not take the id it then
 // reads for its own commit's, and a resync must repair the element away.
 import t from 'tap';
-import { startAgent, waitFor } from '../helpers/agent.js';
-import { inNetns, requireRoot } from '../helpers/netns.js';
+import { startAgent, waitFor } from '../../harness/agent.js';
+import { inNetns, requireRoot } from '../../harness/netns.js';
 import {
   agentArgs,
   generation,

@@ -2,8 +2,8 @@
 // resyncInterval). test/e2e/ops.test.ts checks the 503; this one watches the retry rhythm over
 // ~15 s: no crash, no busy loop, one error line for the cause and one debug line per attempt.
 import t from 'tap';
-import { httpGet, startAgent } from '../helpers/agent.js';
-import { requireRoot } from '../helpers/netns.js';
+import { httpGet, startAgent } from '../../harness/agent.js';
+import { requireRoot } from '../../harness/netns.js';
 import { agentArgs, makeNode, metric, sleep, untilUp, writeConfig } from '../helpers/node.js';
 
 const OBSERVE_MS = 15_500;

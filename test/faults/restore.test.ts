@@ -4,8 +4,8 @@
 // agent never stops being ready for it. It used to be taken for another agent: held back from for
 // up to 8 resync intervals, not ready, ipmasq_conflicting_writer 1 with no other agent anywhere.
 import t from 'tap';
-import { httpGet, startAgent, waitFor } from '../helpers/agent.js';
-import { inNetns, requireRoot } from '../helpers/netns.js';
+import { httpGet, startAgent, waitFor } from '../../harness/agent.js';
+import { inNetns, requireRoot } from '../../harness/netns.js';
 import {
   agentArgs,
   generation,

@@ -14,8 +14,8 @@ import { existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
-import { httpGet, startAgent, waitFor } from '../helpers/agent.js';
-import { requireRoot, tempDir, type TapTest } from '../helpers/netns.js';
+import { httpGet, startAgent, waitFor } from '../../harness/agent.js';
+import { requireRoot, tempDir, type TapTest } from '../../harness/netns.js';
 import {
   agentArgs,
   isRunning,

@@ -2,8 +2,8 @@
 // otherwise). The runner coalesces triggers (100 ms minimum gap), so the syncs actually run are
 // counted from ipmasq_syncs_total. RSS and open fds must stay flat and the logs quiet.
 import t from 'tap';
-import { startAgent } from '../helpers/agent.js';
-import { requireRoot } from '../helpers/netns.js';
+import { startAgent } from '../../harness/agent.js';
+import { requireRoot } from '../../harness/netns.js';
 import {
   agentArgs,
   makeNode,
@@ -15,7 +15,7 @@ import {
   writeConfig,
   type ProcessStats,
 } from '../helpers/node.js';
-import { metricValue } from '../helpers/agent.js';
+import { metricValue } from '../../harness/agent.js';
 
 const SOAK_SECONDS = Number(process.env.SOAK_SECONDS ?? (process.env.CI === 'true' ? 100 : 20));
 const MAX_SIGNALS = 10_000;

@@ -6,8 +6,14 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { httpGet, metricValue, startAgent, waitFor, type RunningAgent } from '../helpers/agent.js';
-import { requireRoot, tempDir } from '../helpers/netns.js';
+import {
+  httpGet,
+  metricValue,
+  startAgent,
+  waitFor,
+  type RunningAgent,
+} from '../../harness/agent.js';
+import { requireRoot, tempDir } from '../../harness/netns.js';
 import { makeNode, setElements, sleep, untilGeneration } from '../helpers/node.js';
 
 const OBSERVE_MS = 10_000;

@@ -7,7 +7,7 @@ import { isUtf8 } from 'node:buffer';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import t from 'tap';
-import { tempDir } from '../helpers/netns.js';
+import { tempDir } from '../../harness/netns.js';
 import { formatPrefix, mergePrefixes, parseCidr } from '../../src/cidr/index.js';
 import { compile, type CompileOptions } from '../../src/compile.js';
 import {

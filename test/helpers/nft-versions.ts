@@ -4,7 +4,7 @@
 // matrix of fewer than two versions is a failure, never a skip.
 import { existsSync } from 'node:fs';
 import { execFileSync } from 'node:child_process';
-import { inNetns, type ExecResult, type TapTest } from './netns.js';
+import { inNetns, type ExecResult, type TapTest } from '../../harness/netns.js';
 
 export interface NftTool {
   /** e.g. `1.0.6` */

@@ -10,8 +10,8 @@ import {
   metricValue,
   waitFor,
   type RunningAgent,
-} from './agent.js';
-import { inNetns, makeNetns, type TapTest } from './netns.js';
+} from '../../harness/agent.js';
+import { inNetns, makeNetns, type TapTest } from '../../harness/netns.js';
 
 export interface Node {
   ns: string;

@@ -6,8 +6,15 @@
 import { spawn } from 'node:child_process';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { inNetns, type TapTest } from './netns.js';
-import { NODE_IPV4, NODE_IPV6, POD_IPV4, POD_IPV6, python, type Topology } from './topology.js';
+import { inNetns, type TapTest } from '../../harness/netns.js';
+import {
+  NODE_IPV4,
+  NODE_IPV6,
+  POD_IPV4,
+  POD_IPV6,
+  python,
+  type Topology,
+} from '../../harness/topology.js';
 
 const proberScript = join(dirname(fileURLToPath(import.meta.url)), 'window.py');
 const COUNTERS = 'ipmasq_window';

@@ -2,7 +2,7 @@
 // addon running in a child process inside it (fixtures/addon-server.ts: the addon's threads cannot
 // be moved into a namespace from here); this process drives it, and checks the kernel with `nft`.
 import t from 'tap';
-import { inNetns, requireRoot } from '../helpers/netns.js';
+import { inNetns, requireRoot } from '../../harness/netns.js';
 import { startAddon } from './fixtures/addon-client.js';
 import type { Outcome, TickReport } from './fixtures/addon-server.js';
 

@@ -11,7 +11,7 @@ import type { Config } from '../../src/config/types.js';
 import { renderInPlace, renderKeyChange } from '../../src/nftables/change.js';
 import { renderTable } from '../../src/nftables/render.js';
 import { listingIs } from '../../src/nftables/listing.js';
-import { inNetns, requireRoot } from '../helpers/netns.js';
+import { inNetns, requireRoot } from '../../harness/netns.js';
 import { startAddon } from './fixtures/addon-client.js';
 
 const POOL_V4 = [

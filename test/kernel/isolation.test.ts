@@ -2,7 +2,7 @@
 // that process is killed, stopped and crashed for real, and the addon's own process lives on.
 import { readdirSync, readFileSync } from 'node:fs';
 import t from 'tap';
-import { requireRoot } from '../helpers/netns.js';
+import { requireRoot } from '../../harness/netns.js';
 import { nftTools, runNftTool } from '../helpers/nft-versions.js';
 import { startAddon } from './fixtures/addon-client.js';
 

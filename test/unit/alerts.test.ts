@@ -7,8 +7,8 @@ import { join } from 'node:path';
 import t from 'tap';
 import { parse, stringify } from 'yaml';
 import { AgentMetrics } from '../../src/reconcile/metrics.js';
-import { packageRoot, requireTool, tempDir } from '../helpers/netns.js';
-import { parseExposition } from '../helpers/prometheus.js';
+import { packageRoot, requireTool, tempDir } from '../../harness/netns.js';
+import { parseExposition } from '../../harness/prometheus.js';
 
 const monitoring = join(packageRoot, 'deploy', 'monitoring');
 const rule = parse(readFileSync(join(monitoring, 'prometheus-rule.yaml'), 'utf8')) as {

@@ -2,7 +2,7 @@
 import { mkdirSync, renameSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { tempDir } from '../helpers/netns.js';
+import { tempDir } from '../../harness/netns.js';
 import { loadConfig, loadSource } from '../../src/config/load.js';
 import { ConfigError, type LoadOptions } from '../../src/config/types.js';
 import { configLoader } from '../../src/config/loader.js';

@@ -4,7 +4,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { tempDir } from '../helpers/netns.js';
+import { tempDir } from '../../harness/netns.js';
 import { findConfigSource, watchedDirectory } from '../../src/config/source.js';
 
 t.test(

@@ -10,7 +10,7 @@ import type { Config, LoadOptions } from '../../src/config/types.js';
 import { diffConfigs } from '../../src/diff.js';
 import { explain } from '../../src/explain.js';
 import { smallConfigArb, smallConfigText } from '../fuzz/helpers/generators.js';
-import { tempDir } from '../helpers/netns.js';
+import { tempDir } from '../../harness/netns.js';
 
 const load = (ipv6 = true, reserved = false): LoadOptions => ({
   enableIPv6: ipv6,

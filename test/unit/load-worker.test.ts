@@ -2,7 +2,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { tempDir } from '../helpers/netns.js';
+import { tempDir } from '../../harness/netns.js';
 import { loadConfig } from '../../src/config/index.js';
 import { loadSourceOffThread } from '../../src/config/load-worker.js';
 import { findConfigSource } from '../../src/config/source.js';

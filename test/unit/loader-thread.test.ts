@@ -4,7 +4,7 @@
 import { readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { tempDir } from '../helpers/netns.js';
+import { tempDir } from '../../harness/netns.js';
 import { loadSource } from '../../src/config/load.js';
 import { IN_THREAD_BUDGET, loadAdaptive, type SourceLoader } from '../../src/config/loader.js';
 import { loadSourceOffThread } from '../../src/config/load-worker.js';

@@ -6,8 +6,8 @@ import { execFile } from 'node:child_process';
 import { mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { agentBin, agentEnv } from '../helpers/agent.js';
-import { packageRoot, tempDir } from '../helpers/netns.js';
+import { agentBin, agentEnv } from '../../harness/agent.js';
+import { packageRoot, tempDir } from '../../harness/netns.js';
 
 function run(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {

@@ -1,10 +1,10 @@
 import { spawnSync } from 'node:child_process';
 import t from 'tap';
-import { requireTool } from '../helpers/netns.js';
+import { requireTool } from '../../harness/netns.js';
 import { register as globalRegistry } from 'prom-client';
 import { buildServer, type AgentStatus } from '../../src/server/index.js';
 import { AgentMetrics } from '../../src/reconcile/metrics.js';
-import { parseExposition, type MetricFamily } from '../helpers/prometheus.js';
+import { parseExposition, type MetricFamily } from '../../harness/prometheus.js';
 
 const status: AgentStatus = {
   alive: true,

@@ -2,7 +2,7 @@ import t, { type Test } from 'tap';
 import { mkdirSync, readFileSync, renameSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { configMapWrite } from '../helpers/configmap.js';
-import { tempDir } from '../helpers/netns.js';
+import { tempDir } from '../../harness/netns.js';
 import { watchConfig, type WatchConfigOptions } from '../../src/reconcile/watcher.js';
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));

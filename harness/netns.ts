@@ -26,7 +26,7 @@ export interface TapTest {
   plan(count: number, comment?: string): void;
 }
 
-export const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
+export const packageRoot = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 
 const DEFAULT_TIMEOUT_MS = 15_000;
 const MAX_OUTPUT_BYTES = 256 * 1024 * 1024; // a 100 000-element listing is a few MiB
