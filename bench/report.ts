@@ -1,6 +1,7 @@
 // docs/bench.json → docs/bench.md and docs/bench.svg. Presents what the drivers measured beside the
 // goals the issues name; it draws no conclusions. Run on its own to re-render without measuring:
 //   node --import=tsx bench/report.ts
+import { readFileSync } from 'node:fs';
 import { readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { format, resolveConfig } from 'prettier';
@@ -209,22 +210,9 @@ function churnGoals(churn: ChurnResult | undefined): Goal[] {
   ];
 }
 
-function churnSection(churn: ChurnResult | undefined): string[] {
-  if (!churn) return [];
-  return [
-    '## Memory and stalls after churn',
-    `One agent with its defaults (\`--set-layout auto\`, \`--conntrack-flush udp\`) from 64 CIDRs through the writes below, measured as it goes: RSS 2 s after each write, the longest event-loop stall from the swap until then (prom-client's \`nodejs_eventloop_lag_max_seconds\`, reset at each scrape), V8's heap. Idle RSS before the first write: ${fmt(churn.idleRssMiB)} MiB; every 10 s after the last: ${churn.settleRssMiB.map((v) => fmt(v)).join(', ')} MiB.`,
-    columns(churn.steps, [
-      ['write to', (step) => `${n(step.cidrs)} (variant ${step.variant})`],
-      ['write', (step) => ms(step.writeMs)],
-      ['longest stall', (step) => ms(step.stallMs)],
-      ['RSS', (step) => `${fmt(step.rssMiB)} MiB`],
-      ['V8 heap (used)', (step) => `${fmt(step.heapTotalMiB)} (${fmt(step.heapUsedMiB)}) MiB`],
-    ]),
-  ];
-}
-
-function sections(r: BenchResults): string[] {
+/** The tables and figures the template (docs/bench.template.md) names, each by its {{name}}. */
+function values(r: BenchResults): Record<string, string> {
+  const m = r.machine;
   const b = (c: number) => r.breakdown.find((row) => row.cidrs === c);
   const flowSizes = [...new Set(r.flows.rows.map((row) => row.cidrs))];
   const flowLayouts = [...new Set(r.flows.rows.map((row) => row.layout))];
@@ -239,10 +227,19 @@ function sections(r: BenchResults): string[] {
     ms(percentile(v, 99)),
     ms(Math.max(...v)),
   ];
-  return [
-    '## Config write → kernel',
-    'Agent: a config renamed into the watched directory until `/healthz` shows the next generation; its sync and libnftables figures are from its log; each swap replaces every CIDR, and the one-CIDR edit adds or removes one. Bare: `nft -f` of the agent\u2019s own rendered script, into an empty namespace (fresh) or over the same table (replace, what the agent wrote before its writes were in place), and of the in-place change the agent writes for the same swap (in place), run by run after each of the agent\u2019s swaps. Original: `iptables-nft-restore` of its linear chain. JavaScript side: in-process load and compile+render. Swaps are 250 ms apart (the agent starts syncs at least 100 ms apart, so closer ones would measure that wait). The agent runs with `--conntrack-flush=none` here: each swap flips every CIDR, and the flush has its own section below.',
-    columns(r.writes.rows, [
+  const churn = r.churn;
+  return {
+    measured:
+      `Measured ${m.date.slice(0, 16).replace('T', ' ')} UTC${r.quick ? ' (--quick)' : ''} in ${Math.round(r.durationS)} s: ` +
+      `${m.cpus} vCPU (${m.cpuModel}), kernel ${m.kernel}, ${m.nft}, ${m.iptables}, Node ${m.node}; load ${m.loadBefore.join(' / ')} before, ` +
+      `${r.loadAfter.join(' / ')} after${m.concurrentTests ? '; other test suites were running' : ''}. Medians of ${r.runs} runs unless said otherwise.`,
+    goals: columns(goals(r), [
+      ['goal', ([goal]) => goal],
+      ['issue part', ([, part]) => part],
+      ['measured', ([, , measured]) => measured],
+      ['', ([, , , pass]) => (pass ? '**PASS**' : '**FAIL**')],
+    ]),
+    writes: columns(r.writes.rows, [
       ['CIDRs', (row) => n(row.cidrs)],
       ['agent', (row) => ms(row.agentMs)],
       ['agent sync', (row) => ms(row.agentSyncMs)],
@@ -255,16 +252,23 @@ function sections(r: BenchResults): string[] {
       ['load config', (row) => ms(b(row.cidrs)?.loadConfigMs)],
       ['compile + render', (row) => ms(b(row.cidrs)?.compileRenderMs)],
     ]),
-    '## Cost per new flow',
-    `One UDP datagram per new socket from the pod to 198.19.0.4 (masqueraded by every layout); µs per flow as the sender sees it, in brackets minus a no-NAT baseline (median ${fmt(r.flows.baselineUs)} µs).`,
-    table(
+    flowBaselineUs: fmt(r.flows.baselineUs),
+    flows: table(
       ['layout', ...flowSizes.map(n)],
       flowLayouts.map((layout) => [layout, ...flowSizes.map((c) => flowCell(layout, c))]),
     ),
-    ...churnSection(r.churn),
-    '## Idle resync and memory',
-    'SIGHUP K times on a settled config: CPU from `/proc/PID/stat`, writes and reads from the agent\u2019s counters; the idle column is the CPU of an equal window without SIGHUP. RSS 3 s after generation 1, of every process the agent runs (the libnftables child exists only during a call).',
-    columns(r.idle, [
+    churnIdleRss: churn ? `${fmt(churn.idleRssMiB)} MiB` : '—',
+    churnSettleRss: churn ? `${churn.settleRssMiB.map((v) => fmt(v)).join(', ')} MiB` : '—',
+    churn: churn
+      ? columns(churn.steps, [
+          ['write to', (step) => `${n(step.cidrs)} (variant ${step.variant})`],
+          ['write', (step) => ms(step.writeMs)],
+          ['longest stall', (step) => ms(step.stallMs)],
+          ['RSS', (step) => `${fmt(step.rssMiB)} MiB`],
+          ['V8 heap (used)', (step) => `${fmt(step.heapTotalMiB)} (${fmt(step.heapUsedMiB)}) MiB`],
+        ])
+      : 'Not measured in this run.',
+    idle: columns(r.idle, [
       ['CIDRs', (row) => n(row.cidrs)],
       ['resyncs', (row) => String(row.resyncs)],
       ['CPU / resync', (row) => ms(row.cpuMsPerResync)],
@@ -276,12 +280,12 @@ function sections(r: BenchResults): string[] {
       ['file', (row) => `${fmt(row.rssFileMiB)} MiB`],
       ['V8 heap used / total', (row) => `${fmt(row.heapUsedMiB)} / ${fmt(row.heapTotalMiB)} MiB`],
     ]),
-    r.workerRssMiB === undefined
-      ? ''
-      : `The config worker thread adds ${fmt(r.workerRssMiB)} MiB while it lives: from the first config too large for the agent’s own thread (above 64 KiB, or needing the full YAML parser above 4 KiB) to the next one that fits there.`,
-    `## /healthz while ${n(r.writes.busyCidrs)} CIDRs apply`,
-    'Requests 1 ms apart on one keep-alive connection between the rename and the new generation; the arrival row adds the requests a poller would have sent while one waited (coordinated omission).',
-    table(
+    workerRss:
+      r.workerRssMiB === undefined
+        ? ''
+        : `The config worker thread adds ${fmt(r.workerRssMiB)} MiB while it lives: from the first config too large for the agent’s own thread (above 64 KiB, or needing the full YAML parser above 4 KiB) to the next one that fits there.`,
+    busyCidrs: n(r.writes.busyCidrs),
+    healthz: table(
       ['', 'p50', 'p99', 'max'],
       [
         latency('idle', r.writes.idleLatencies),
@@ -289,26 +293,26 @@ function sections(r: BenchResults): string[] {
         latency('during the write, a probe arriving at a random moment', arrivalLatencies(busy, 1)),
       ],
     ),
-    "## A neighbour's transaction",
-    `A kube-proxy-like \`nft -f\` with one flat \`add element\`, timed beside our table and, interleaved, in an empty namespace${r.neighbour.runs ? ` (medians of ${r.neighbour.runs} runs)` : ''}. \`--set-layout auto\` writes the interval set up to ${n(AUTO_LAYOUT_CROSSOVER)} elements and the concatenated one above.`,
-    columns(
-      r.neighbour.rows.filter((row) => row.layout !== NONE),
-      [
-        ['layout', (row) => row.layout],
-        ['our CIDRs', (row) => n(row.cidrs)],
-        ['neighbour', (row) => ms(row.neighbourMs)],
-        ['without ours', (row) => ms(row.noneMs)],
-        ['added', (row) => ms(row.neighbourMs - row.noneMs)],
-        ['our load (nft -f)', (row) => ms(row.loadMs)],
-        ['`nft list table`', (row) => ms(row.listMs)],
-      ],
-    ),
-    ...Object.entries(r.neighbour.listings).map(
-      ([layout, text]) => `\`${layout}\`:\n\n\`\`\`\n${text}\n\`\`\``,
-    ),
-    '## Conntrack flush after a config change',
-    'The agent\u2019s namespace holds UDP conntrack entries to unrelated destinations and fresh ones to /24s that the next config swap flips (one local socket, sent out of a veth nobody answers on); each swap is timed, and the flush\u2019s own time is its log line. The same swaps with `--conntrack-flush=none` for comparison.',
-    columns(r.conntrack, [
+    neighbourRuns: r.neighbour.runs ? ` (medians of ${r.neighbour.runs} runs)` : '',
+    crossover: n(AUTO_LAYOUT_CROSSOVER),
+    neighbour: [
+      columns(
+        r.neighbour.rows.filter((row) => row.layout !== NONE),
+        [
+          ['layout', (row) => row.layout],
+          ['our CIDRs', (row) => n(row.cidrs)],
+          ['neighbour', (row) => ms(row.neighbourMs)],
+          ['without ours', (row) => ms(row.noneMs)],
+          ['added', (row) => ms(row.neighbourMs - row.noneMs)],
+          ['our load (nft -f)', (row) => ms(row.loadMs)],
+          ['`nft list table`', (row) => ms(row.listMs)],
+        ],
+      ),
+      ...Object.entries(r.neighbour.listings).map(
+        ([layout, text]) => `\`${layout}\`:\n\n\`\`\`\n${text}\n\`\`\``,
+      ),
+    ].join('\n\n'),
+    conntrack: columns(r.conntrack, [
       ['--conntrack-flush', (row) => row.mode],
       ['unrelated entries', (row) => n(row.unrelated)],
       ['matching entries', (row) => n(row.matching)],
@@ -318,29 +322,20 @@ function sections(r: BenchResults): string[] {
       ['agent CPU of the sync', (row) => ms(row.cpuMs)],
       ['entries left after', (row) => n(row.entriesLeft)],
     ]),
-  ];
+  };
 }
 
+const TEMPLATE = join(packageRoot, 'docs', 'bench.template.md');
+
+/** docs/bench.template.md with every {{name}} filled; a name the template uses and values lacks throws. */
 export function renderMarkdown(r: BenchResults): string {
-  const m = r.machine;
-  return (
-    [
-      '# Benchmarks',
-      '<!-- Generated by `npm run bench` from docs/bench.json (bench/report.ts); edit the generator, not this file. -->',
-      `Measured ${m.date.slice(0, 16).replace('T', ' ')} UTC${r.quick ? ' (--quick)' : ''} in ${Math.round(r.durationS)} s: ` +
-        `${m.cpus} vCPU (${m.cpuModel}), kernel ${m.kernel}, ${m.nft}, ${m.iptables}, Node ${m.node}; load ${m.loadBefore.join(' / ')} before, ` +
-        `${r.loadAfter.join(' / ')} after${m.concurrentTests ? '; other test suites were running' : ''}. Medians of ${r.runs} runs unless said otherwise.`,
-      '![config write, per-flow cost and neighbour cost by number of CIDRs](bench.svg)',
-      '## Goals',
-      columns(goals(r), [
-        ['goal', ([goal]) => goal],
-        ['issue part', ([, part]) => part],
-        ['measured', ([, , measured]) => measured],
-        ['', ([, , , pass]) => (pass ? '**PASS**' : '**FAIL**')],
-      ]),
-      ...sections(r),
-    ].join('\n\n') + '\n'
-  );
+  const filled = values(r);
+  const template = readFileSync(TEMPLATE, 'utf8').replace(/^<!-- The template of[^\n]*\n+/, '');
+  return template.replace(/\{\{(\w+)\}\}/g, (_, name: string) => {
+    const value = filled[name];
+    if (value === undefined) throw new Error(`${TEMPLATE}: no value for {{${name}}}`);
+    return value;
+  });
 }
 
 export function renderSvg(r: BenchResults): string {
