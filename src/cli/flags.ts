@@ -3,6 +3,7 @@
 // One declarative table (FLAGS) gives the usage text, the defaults and the parsing; options.ts turns
 // the result into each stage's options.
 import { AUTO_LAYOUT_CROSSOVER, setLayouts } from '../compile.js';
+import { DEFAULT_CONFIG_PATH } from '../config/source.js';
 import {
   checkMasqChain,
   checkName,
@@ -127,7 +128,6 @@ function listMode(
   };
 }
 
-const DEFAULT_CONFIG = '/etc/config/ip-masq-agent';
 /** deploy/kubernetes/configmap.yaml's ConfigMap, which --check looks for in a manifest. */
 export const DEFAULT_CONFIGMAP = 'kube-system/ip-masq-agent';
 
@@ -148,7 +148,7 @@ export const FLAGS: readonly Flag[] = [
   value(
     'config',
     'config',
-    DEFAULT_CONFIG,
+    DEFAULT_CONFIG_PATH,
     (text, draft) => {
       if (text === '') throw new FlagError('--config: the path is empty');
       draft.configGiven = true;
@@ -157,7 +157,7 @@ export const FLAGS: readonly Flag[] = [
     {
       arg: 'PATH',
       help: 'config file, or a directory whose ip-masq* files are merged',
-      shownDefault: DEFAULT_CONFIG,
+      shownDefault: DEFAULT_CONFIG_PATH,
     },
   ),
   value('masq-chain', 'masqChain', 'IP-MASQ-AGENT', checkMasqChain, {

@@ -2,7 +2,7 @@
 // kernel), --diff and --check. Each loads configs with provenance through the same loader the
 // agent uses, and prints text or one JSON document.
 import { CidrError, escapeUnprintable, formatAddress, parseAddress } from '../cidr/index.js';
-import { chooseLayout, compile, MASQ_SET, NONMASQ_SET, type CompileOptions } from '../compile.js';
+import { compile, MASQ_SET, NONMASQ_SET, type CompileOptions } from '../compile.js';
 import type { Table } from '../nftables/types.js';
 import { objectDrift } from '../nftables/listing.js';
 import { tableOwner } from '../nftables/ownership.js';
@@ -77,7 +77,6 @@ export async function explainCommand(
       live = await liveAnswers(
         await kernel(),
         compile(config, stages.compile, 1),
-        chooseLayout(config, stages.compile),
         stages.compile,
         explanations,
         stages.legacy.chains,
@@ -120,7 +119,6 @@ interface LiveAnswer {
 async function liveAnswers(
   kernel: Kernel,
   tables: readonly Table[],
-  layout: 'interval' | 'concat',
   options: CompileOptions,
   explanations: readonly Explanation[],
   legacyNames: readonly string[],
@@ -176,8 +174,8 @@ async function liveAnswers(
     }
     // The element as the agent formats it; the concatenated layout pairs it with a protocol.
     const parsed = parseAddress(e.address);
-    const element =
-      formatAddress(parsed.family, parsed.addr) + (layout === 'concat' ? ' . udp' : '');
+    const concat = table?.sets.find((set) => set.name === NONMASQ_SET)?.key.elementSuffix;
+    const element = formatAddress(parsed.family, parsed.addr) + (concat ? ' . udp' : '');
     const inMasq = await kernel.setHas(ref, MASQ_SET, element);
     const inNonMasq = await kernel.setHas(ref, NONMASQ_SET, element);
     const masqueraded = inMasq || !inNonMasq;

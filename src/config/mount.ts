@@ -4,6 +4,7 @@
 // whose ip-masq* files are merged.
 import { posix } from 'node:path';
 import { escapeUnprintable } from '../cidr/index.js';
+import { DEFAULT_CONFIG_PATH, FILE_PREFIX } from './source.js';
 
 export type Manifest = ReadonlyArray<Record<string, unknown>>;
 
@@ -19,14 +20,12 @@ export interface Mounted {
   readonly warnings: readonly string[];
 }
 
-const FILE_PREFIX = 'ip-masq';
-const DEFAULT_CONFIG = '/etc/config/ip-masq-agent';
 /** deploy/kubernetes/daemonset.yaml's volume: key config at /etc/config/ip-masq-agent. */
 const SHIPPED: Mount = {
   by: 'the shipped DaemonSet',
   mountPath: '/etc/config',
   items: [{ key: 'config', path: 'ip-masq-agent' }],
-  config: DEFAULT_CONFIG,
+  config: DEFAULT_CONFIG_PATH,
 };
 
 interface Mount {
@@ -75,7 +74,7 @@ function selected(object: Record<string, unknown>, wanted: readonly string[]): b
 
 /** The value of --config (any spelling flags.ts accepts) in a container's command and args. */
 function configFlag(argv: readonly string[]): string {
-  let config = DEFAULT_CONFIG;
+  let config = DEFAULT_CONFIG_PATH;
   for (let i = 0; i < argv.length; i++) {
     const match = /^--?config(?:=(.*))?$/s.exec(argv[i] as string);
     if (!match) continue;

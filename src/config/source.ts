@@ -6,7 +6,10 @@ import { readdir, stat } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { escapeUnprintable } from '../cidr/index.js';
 
-const FILE_PREFIX = 'ip-masq';
+/** The files a config directory's merge reads: `ip-masq*`. */
+export const FILE_PREFIX = 'ip-masq';
+/** Where the agent reads its config by default: the original's ConfigMap mount. */
+export const DEFAULT_CONFIG_PATH = '/etc/config/ip-masq-agent';
 /**
  * More ip-masq* files than this in a config directory are refused before any is opened (a
  * ConfigMap holds 1 MiB in all): thousands stat'ed at every resync made an idle agent busy
