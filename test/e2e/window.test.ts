@@ -23,6 +23,9 @@ import { startWindowProber, translatedEntries } from '../helpers/window.js';
 const EXEMPT = '10.9.0.1';
 const EXEMPT6 = 'fd12::1';
 const FLIPS = 60;
+// Six kinds of 60 writes each, 60 of them agent restarts: ~70 s on a quiet machine, more than tap's
+// 120 s per file with both cores busy. Every step waits for its event; this bounds the whole.
+t.setTimeout(600_000);
 const RATE = 40_000;
 
 /** `count` non-adjacent /24s from 20.0.0.0 on (nothing merges), with 10.0.0.0/8 first. */
