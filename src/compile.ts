@@ -1,7 +1,16 @@
 // Config + flags → the agent's desired tables (pure). README, "What it does".
 import type { Config } from './config/types.js';
 import { markText, type WriteMark } from './nftables/ownership.js';
-import type { Chain, NamedSet, TableFamily, SetKey, Table } from './nftables/types.js';
+import {
+  BASE_CHAIN,
+  LATE_REPLIES_CHAIN,
+  LATE_REPLIES_SET,
+  lateReplyKey,
+  lateRepliesSet,
+  MASQ_SET,
+  NONMASQ_SET,
+} from './nftables/objects.js';
+import type { Chain, TableFamily, SetKey, Table } from './nftables/types.js';
 
 export interface PortRange {
   readonly first: number;
@@ -25,17 +34,6 @@ export interface CompileOptions {
   /** `auto` (the default) when left out. */
   readonly setLayout?: SetLayout;
 }
-
-export const BASE_CHAIN = 'postrouting';
-export const NONMASQ_SET = 'nonmasq';
-export const MASQ_SET = 'masq';
-/**
- * Replies on their way while the conntrack flush deletes their flow's entry: dropped for a moment,
- * or they would start an entry the other way round that keeps the flow on its old decision
- * (README, "Existing flows"). The set's elements come and go with timeouts; the chain drops them.
- */
-export const LATE_REPLIES_SET = 'late-replies';
-export const LATE_REPLIES_CHAIN = 'prerouting';
 
 function integer(n: number, what: string): string {
   if (!Number.isSafeInteger(n) || n < 0)
@@ -154,22 +152,6 @@ function compileFamily(
 /** The base chain's one rule: it carries the mark of every write (nftables/ownership.ts). */
 function jumpRule(options: CompileOptions, mark: WriteMark): string {
   return `fib daddr type != local jump ${options.masqChain} comment "${markText(mark)}"`;
-}
-
-/** A UDP reply's addresses and ports, from the remote to the pod, as the late-replies set keys them. */
-function lateReplyKey(family: TableFamily): string {
-  return `${family} saddr . udp sport . ${family} daddr . udp dport`;
-}
-
-/** The late-replies set of a table of this family: empty but for the moments after a flush. */
-export function lateRepliesSet(family: TableFamily): NamedSet {
-  return {
-    name: LATE_REPLIES_SET,
-    key: { expression: lateReplyKey(family), elementSuffix: '' },
-    flags: ['timeout'],
-    elements: [],
-    transient: true,
-  };
 }
 
 /** The desired tables: `ip`, and `ip6` with --enable-ipv6; `writer` names this process in the mark. */

@@ -1,7 +1,8 @@
 // The parsers of the flags' values (README, "Flags"): each returns the option's value or throws a
 // FlagError naming the flag and what is wrong with the value.
 import { isIPv4, isIPv6 } from 'node:net';
-import { BASE_CHAIN, LATE_REPLIES_CHAIN, type PortRange } from '../compile.js';
+import type { PortRange } from '../compile.js';
+import { BASE_CHAIN, LATE_REPLIES_CHAIN } from '../nftables/objects.js';
 import { nameProblem } from '../nftables/names.js';
 
 /** A reason the command line cannot be used; turned into the exit-2 result by parseArgs. */

@@ -2,7 +2,8 @@
 // kernel), --diff and --check. Each loads configs with provenance through the same loader the
 // agent uses, and prints text or one JSON document.
 import { CidrError, escapeUnprintable, formatAddress, parseAddress } from '../cidr/index.js';
-import { compile, MASQ_SET, NONMASQ_SET, type CompileOptions } from '../compile.js';
+import { compile, type CompileOptions } from '../compile.js';
+import { MASQ_SET, NONMASQ_SET } from '../nftables/objects.js';
 import type { Table } from '../nftables/types.js';
 import { objectDrift } from '../nftables/listing.js';
 import { tableOwner } from '../nftables/ownership.js';

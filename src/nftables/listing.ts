@@ -1,7 +1,7 @@
 // A table's listing, as nft prints it, compared with the agent's rendering of a table: exactly (the
 // converger's "does the kernel hold it"), by its objects' declarations (whether an in-place write
 // can change it), or object by object (what --explain --live calls drift). Pure text functions.
-import { LATE_REPLIES_SET } from '../compile.js';
+import { LATE_REPLIES_SET } from './objects.js';
 import { normaliseListing, renderTable, withoutTableComment } from './render.js';
 import type { Table } from './types.js';
 

@@ -2,7 +2,7 @@
 // decision for some destinations, the conntrack entries of flows to them are deleted, so each
 // flow's next packet is decided by the new rules. Never fatal to the write.
 import type { Logger } from 'pino';
-import { lateRepliesSet } from '../compile.js';
+import { lateRepliesSet } from '../nftables/objects.js';
 import type { Range } from '../cidr/index.js';
 import type { Config } from '../config/types.js';
 import { renderLateReplies } from '../nftables/render.js';

@@ -1,0 +1,35 @@
+// The objects of our tables by name (README, "Reading `nft list table ip ipmasq`"): the compiler
+// declares them, and the listing comparisons, the conntrack flush and `--explain --live` find them,
+// each through these definitions.
+import type { NamedSet, TableFamily } from './types.js';
+
+/** The nat postrouting base chain; its one rule jumps to the decision chain (`--masq-chain`). */
+export const BASE_CHAIN = 'postrouting';
+/** The effective non-masquerade set. */
+export const NONMASQ_SET = 'nonmasq';
+/** masqueradeCIDRs: always masqueraded. */
+export const MASQ_SET = 'masq';
+/**
+ * Replies on their way while the conntrack flush deletes their flow's entry: dropped for a moment,
+ * or they would start an entry the other way round that keeps the flow on its old decision
+ * (README, "Existing flows"). The set's elements come and go with timeouts; the chain drops them.
+ */
+export const LATE_REPLIES_SET = 'late-replies';
+/** The filter prerouting base chain that drops what the late-replies set holds. */
+export const LATE_REPLIES_CHAIN = 'prerouting';
+
+/** A UDP reply's addresses and ports, from the remote to the pod, as the late-replies set keys them. */
+export function lateReplyKey(family: TableFamily): string {
+  return `${family} saddr . udp sport . ${family} daddr . udp dport`;
+}
+
+/** The late-replies set of a table of this family: empty but for the moments after a flush. */
+export function lateRepliesSet(family: TableFamily): NamedSet {
+  return {
+    name: LATE_REPLIES_SET,
+    key: { expression: lateReplyKey(family), elementSuffix: '' },
+    flags: ['timeout'],
+    elements: [],
+    transient: true,
+  };
+}
