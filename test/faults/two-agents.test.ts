@@ -44,6 +44,9 @@ if (requireRoot(t)) {
       const readyB: number[] = [];
       const conflicts = { a: 0, b: 0 };
       const held: Array<{ at: number; elements: string }> = [];
+      // Observed from B's first write on: before it, the kernel can only hold A's config (a busy
+      // machine took seconds to start B, and half the samples fell before it wrote).
+      await waitFor('B wrote', async () => (writes(b) > 0 ? true : undefined), 30_000, 50);
       const deadline = Date.now() + OBSERVE_MS;
       while (Date.now() < deadline) {
         held.push({ at: Date.now(), elements: (await setElements(node, 'nonmasq')).join() });
