@@ -45,6 +45,8 @@ export interface AgentOptions {
   /** --configmap was given: a manifest without one of them is then an error. */
   readonly configMapsGiven: boolean;
   readonly output: Output;
+  /** --node-name (default $NODE_NAME): this node, for config files scoped with nodeNames. */
+  readonly nodeName: string;
 }
 
 export interface Plan {
@@ -56,12 +58,17 @@ export interface Plan {
   readonly conntrackFlush: ConntrackFlushMode;
 }
 
+const describing: readonly Mode[] = ['explain', 'diff', 'check'];
+
 export function plan(options: AgentOptions): Plan {
   return {
     configPath: options.config,
     load: {
       enableIPv6: options.enableIPv6,
       nomasqAllReservedRanges: options.nomasqAllReservedRanges,
+      nodeName: options.nodeName,
+      // The operator's commands describe a node; the agent and its one-shot modes run on one.
+      scoping: describing.includes(options.mode) ? 'describe' : 'agent',
     },
     compile: {
       table: options.table,

@@ -3,6 +3,7 @@
 // One declarative table (FLAGS) gives the usage text, the defaults and the parsing; options.ts turns
 // the result into each stage's options.
 import { AUTO_LAYOUT_CROSSOVER, setLayouts } from '../compile.js';
+import { parseNodeName, ValueError } from '../config/egress.js';
 import { DEFAULT_CONFIG_PATH } from '../config/source.js';
 import {
   checkMasqChain,
@@ -48,6 +49,8 @@ interface Flag {
   readonly option?: { readonly key: keyof Options; readonly initial: Options[keyof Options] };
   /** --explain and --check take any number of values after their first. */
   readonly more?: boolean;
+  /** The environment variable whose value stands for the flag when it is not given. */
+  readonly env?: string;
   readonly apply: (value: string | boolean, draft: Draft) => void;
 }
 
@@ -57,7 +60,13 @@ function value<K extends keyof Options>(
   key: K,
   initial: Options[K],
   parse: (text: string, draft: Draft) => Options[K],
-  usage: { arg: string; help: string; shownDefault?: string; section?: Flag['section'] },
+  usage: {
+    arg: string;
+    help: string;
+    shownDefault?: string;
+    section?: Flag['section'];
+    env?: string;
+  },
 ): Flag {
   return {
     name,
@@ -65,6 +74,7 @@ function value<K extends keyof Options>(
     section: usage.section ?? 'flags',
     arg: usage.arg,
     help: usage.help,
+    ...(usage.env === undefined ? {} : { env: usage.env }),
     ...(usage.shownDefault === undefined ? {} : { shownDefault: usage.shownDefault }),
     option: { key, initial },
     apply: (text, draft) => {
@@ -144,6 +154,16 @@ function parseConfigMapName(text: string, draft: Draft): readonly string[] {
   return Object.freeze([...earlier, text]);
 }
 
+/** --node-name: a Kubernetes node name, as nodeNames entries are checked. */
+function parseNodeNameFlag(text: string): string {
+  try {
+    return parseNodeName(text);
+  } catch (err) {
+    if (err instanceof ValueError) throw new FlagError(`--node-name: ${err.message}`);
+    throw err;
+  }
+}
+
 export const FLAGS: readonly Flag[] = [
   value(
     'config',
@@ -219,6 +239,13 @@ export const FLAGS: readonly Flag[] = [
       shownDefault: 'udp',
     },
   ),
+
+  value('node-name', 'nodeName', '', parseNodeNameFlag, {
+    arg: 'NAME',
+    help: 'this node, for config files scoped with nodeNames',
+    shownDefault: '$NODE_NAME',
+    env: 'NODE_NAME',
+  }),
 
   mode('once', 'apply the config once, exit 0 on success, 1 on failure'),
   mode('render', 'print the nftables script for the current config, exit'),
@@ -343,9 +370,13 @@ function looksLikeFlag(arg: string): boolean {
   return arg.length > 1 && arg.startsWith('-');
 }
 
-export function parseArgs(argv: readonly string[]): ParseResult {
+export function parseArgs(
+  argv: readonly string[],
+  env: Readonly<Record<string, string | undefined>> = process.env,
+): ParseResult {
   const draft = initialDraft();
   const ignoredKlogFlags: string[] = [];
+  const given = new Set<string>();
   try {
     for (let i = 0; i < argv.length; i++) {
       const arg = argv[i]!;
@@ -379,6 +410,7 @@ export function parseArgs(argv: readonly string[]): ParseResult {
       if (name === 'h' || name === 'help') throw new HelpRequested();
 
       const flag = byName.get(name);
+      if (flag) given.add(flag.name);
       if (flag?.kind === 'value') {
         let value = inlineValue;
         if (value === undefined) {
@@ -412,6 +444,16 @@ export function parseArgs(argv: readonly string[]): ParseResult {
         if (!ignoredKlogFlags.includes(spelled)) ignoredKlogFlags.push(spelled);
       } else {
         throw new FlagError(`unknown flag: ${arg.split('=')[0]}`);
+      }
+    }
+    for (const flag of FLAGS) {
+      const fallback = flag.env === undefined ? undefined : env[flag.env];
+      if (given.has(flag.name) || fallback === undefined || fallback === '') continue;
+      try {
+        flag.apply(fallback, draft);
+      } catch (err) {
+        if (!(err instanceof FlagError)) throw err;
+        throw new FlagError(`${flag.env} (standing for --${flag.name}): ${err.message}`);
       }
     }
     if (draft.live && !draft.modes.includes('explain')) {

@@ -1,15 +1,24 @@
 // Fragments (one per file) + defaults -> the frozen Config. The only place where files are merged.
 import { createHash } from 'node:crypto';
-import { familyLists, type Prefix, mergeToLines, parseCidr } from '../cidr/index.js';
+import {
+  escapeUnprintable,
+  familyLists,
+  type Prefix,
+  mergeToLines,
+  parseCidr,
+} from '../cidr/index.js';
+import { type SnatRange, snatText } from './egress.js';
 import type { ConfigFragment } from './fragment.js';
 import {
   type CidrSets,
   type Config,
   ConfigError,
+  type EgressPolicy,
   type LoadOptions,
   type LoadResult,
   type Origin,
   type Provenance,
+  type SkippedFile,
 } from './types.js';
 
 const PRIVATE_RANGES = ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16'];
@@ -91,15 +100,107 @@ function mergedSets(prefixes: readonly Prefix[]): CidrSets {
  * Every release since v2 hashed these bytes: two versions of the agent with one config agree on the
  * table (README, "Two agents in one namespace").
  */
-function hashOf(sets: Pick<Config, 'nonMasquerade' | 'masquerade'>): string {
+function hashOf(sets: Pick<Config, 'nonMasquerade' | 'masquerade' | 'egress'>): string {
   const canonical = JSON.stringify([
     'ipmasq-config-v2',
     sets.nonMasquerade.ipv4,
     sets.nonMasquerade.ipv6,
     sets.masquerade.ipv4,
     sets.masquerade.ipv6,
+    // Only a config with egress policy keys hashes more: the hash of one without stays as it was.
+    ...(sets.egress ? [sets.egress] : []),
   ]);
   return createHash('sha256').update(canonical).digest('hex');
+}
+
+type Scoped = { applies: ConfigFragment[]; skipped: SkippedFile[] } | { error: ConfigError };
+
+/**
+ * Which files apply on this node (README, "Egress policy": node scoping). Every file was parsed and
+ * validated before this; only those that apply are merged. For the agent, a scoped file that cannot
+ * be judged is an error saying what is missing; the operator's commands skip it and say why.
+ */
+function scope(fragments: readonly ConfigFragment[], options: LoadOptions): Scoped {
+  const describe = options.scoping === 'describe';
+  const applies: ConfigFragment[] = [];
+  const skipped: SkippedFile[] = [];
+  for (const fragment of fragments) {
+    const { file, nodeNames, nodeSelector } = fragment;
+    let reason: string | undefined;
+    if (nodeSelector !== undefined) {
+      const labels = options.nodeLabels;
+      if (labels === undefined) {
+        if (!describe) {
+          return {
+            error: new ConfigError(
+              file,
+              "nodeSelector: this file applies only on nodes with the labels it names, and the agent reads a node's labels from the API server: start it with --kubernetes, or scope the file with nodeNames",
+            ),
+          };
+        }
+        reason = "nodeSelector: the node's labels are not known (give --node-labels)";
+      } else {
+        const differs = nodeSelector.find(([label, value]) => labels.get(label) !== value);
+        if (differs)
+          reason = `nodeSelector: the node's label ${escapeUnprintable(differs[0])} is not "${escapeUnprintable(differs[1])}"`;
+      }
+    }
+    if (reason === undefined && nodeNames !== undefined) {
+      const node = options.nodeName ?? '';
+      if (node === '') {
+        if (!describe) {
+          return {
+            error: new ConfigError(
+              file,
+              "nodeNames: this file applies only on the nodes it names, and this node's name is not known: set --node-name or the NODE_NAME environment variable (the DaemonSet sets it from spec.nodeName)",
+            ),
+          };
+        }
+        reason = "nodeNames: the node's name is not known (give --node-name)";
+      } else if (!nodeNames.includes(node)) {
+        reason = `nodeNames: ${escapeUnprintable(node)} is not among them`;
+      }
+    }
+    if (reason === undefined) applies.push(fragment);
+    else skipped.push({ file, reason });
+  }
+  return { applies, skipped };
+}
+
+/**
+ * The egress policy of the files that apply: sourceCIDRs unioned and merged, egressInterfaces
+ * unioned, one snatAddress per family that every file giving it agrees on. Undefined when no file
+ * gives any of them, so that such a config is the original's, hash and all.
+ */
+function egressOf(
+  fragments: readonly ConfigFragment[],
+  origin: string,
+): EgressPolicy | undefined | ConfigError {
+  const policy: { -readonly [K in keyof EgressPolicy]: EgressPolicy[K] } = {};
+  const sources = fragments.flatMap((f) => f.sourceCIDRs ?? []);
+  if (sources.length > 0) policy.sourceCIDRs = mergedSets(sources);
+  const interfaces = [...new Set(fragments.flatMap((f) => f.egressInterfaces ?? []))].sort();
+  if (interfaces.length > 0) policy.egressInterfaces = interfaces;
+  const snat: { ipv4?: SnatRange; ipv6?: SnatRange } = {};
+  for (const [key, family] of [
+    ['snatAddress', 'ipv4'],
+    ['snatAddressIPv6', 'ipv6'],
+  ] as const) {
+    const givers = fragments.filter((f) => f[key] !== undefined);
+    const [first, ...others] = givers;
+    if (first === undefined) continue;
+    const text = snatText(first[key]!);
+    const other = others.find((f) => snatText(f[key]!) !== text);
+    if (other) {
+      return new ConfigError(
+        origin,
+        `${key}: ${escapeUnprintable(first.file)} says ${text} and ${escapeUnprintable(other.file)} says ${snatText(other[key]!)}; the files that apply on a node must agree`,
+      );
+    }
+    snat[family] = first[key]!;
+  }
+  if (snat.ipv4 || snat.ipv6) policy.snat = snat;
+  return Object.keys(policy).length > 0 ? policy : undefined;
 }
 
 /**
@@ -108,11 +209,27 @@ function hashOf(sets: Pick<Config, 'nonMasquerade' | 'masquerade'>): string {
  * `origin` (the file or directory) names the config in errors that no single file causes.
  */
 export function buildConfig(
-  fragments: readonly ConfigFragment[],
+  allFragments: readonly ConfigFragment[],
   options: LoadOptions,
   origin: string,
   warnings: readonly string[] = [],
 ): LoadResult {
+  const invalid = (error: ConfigError): LoadResult =>
+    Object.freeze({ ok: false, error, warnings: Object.freeze([...warnings]) });
+  const scoped = scope(allFragments, options);
+  if ('error' in scoped) return invalid(scoped.error);
+  const fragments = scoped.applies;
+  const podCidrs = fragments.find((f) => f.nonMasqueradeNodePodCIDRs === true);
+  if (podCidrs && options.scoping !== 'describe') {
+    return invalid(
+      new ConfigError(
+        podCidrs.file,
+        "nonMasqueradeNodePodCIDRs: the Nodes' pod CIDRs come from the API server: start the agent with --kubernetes, or list the pod CIDRs in nonMasqueradeCIDRs",
+      ),
+    );
+  }
+  const egress = egressOf(fragments, origin);
+  if (egress instanceof ConfigError) return invalid(egress);
   const given = <K extends keyof ConfigFragment>(key: K) =>
     fragments.flatMap((f) =>
       f[key] === undefined ? [] : [f[key] as NonNullable<ConfigFragment[K]>],
@@ -133,11 +250,7 @@ export function buildConfig(
   if (entries > cidrLimit) {
     const where = fragments.length > 1 ? ` across ${fragments.length} files` : '';
     const message = `cidrLimit: ${cidrLimit} is less than the ${entries} entries of nonMasqueradeCIDRs + masqueradeCIDRs${where} (raise cidrLimit to at least ${entries}, or list fewer CIDRs)`;
-    return Object.freeze({
-      ok: false,
-      error: new ConfigError(origin, message),
-      warnings: Object.freeze([...warnings]),
-    });
+    return invalid(new ConfigError(origin, message));
   }
 
   const linkLocal: Prefix[] = [];
@@ -151,11 +264,13 @@ export function buildConfig(
     masqLinkLocalIPv6,
     cidrLimit,
     resyncIntervalMs,
+    ...(egress ? { egress } : {}),
   };
   const config: Config = Object.freeze({
     ...meaning,
     hash: hashOf(meaning),
     sources: Object.freeze(fragments.map((f) => f.file)),
+    ...(scoped.skipped.length > 0 ? { skipped: Object.freeze(scoped.skipped) } : {}),
     ...(options.provenance
       ? { provenance: provenanceOf(fragments, options, nonMasqLists.length === 0, linkLocal) }
       : {}),

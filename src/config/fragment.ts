@@ -1,6 +1,14 @@
 // One config file's text -> the keys it sets, validated. Merging and defaults live in build.ts.
 import { CidrError, escapeUnprintable, type Prefix, parseCidr, quote } from '../cidr/index.js';
 import { parseGoDuration } from './duration.js';
+import {
+  parseInterfaceName,
+  parseLabel,
+  parseNodeName,
+  parseSnatAddress,
+  type SnatRange,
+  ValueError,
+} from './egress.js';
 import { ConfigError, type LoadOptions } from './types.js';
 import { parseConfigDocument, type ParseBudget } from './yaml.js';
 
@@ -13,19 +21,30 @@ export interface ConfigFragment {
   readonly masqLinkLocalIPv6?: boolean;
   readonly cidrLimit?: number;
   readonly resyncIntervalMs?: number;
+  /** Egress policy (README, "Egress policy"): only traffic from these sources is considered. */
+  readonly sourceCIDRs?: readonly Prefix[];
+  /** Only traffic leaving through these interfaces (a trailing `*`: every name it starts). */
+  readonly egressInterfaces?: readonly string[];
+  readonly snatAddress?: SnatRange;
+  readonly snatAddressIPv6?: SnatRange;
+  /** This file applies only on the nodes named. */
+  readonly nodeNames?: readonly string[];
+  /** This file applies only on nodes with all these labels (label, value). */
+  readonly nodeSelector?: readonly (readonly [string, string])[];
+  readonly nonMasqueradeNodePodCIDRs?: boolean;
   /** The CIDR lists as written, with LoadOptions.provenance only. */
-  readonly written?: {
-    readonly nonMasqueradeCIDRs?: readonly string[];
-    readonly masqueradeCIDRs?: readonly string[];
-  };
+  readonly written?: { readonly [K in CidrListKey]?: readonly string[] };
 }
+
+export type CidrListKey = 'nonMasqueradeCIDRs' | 'masqueradeCIDRs' | 'sourceCIDRs';
 
 export type FragmentResult =
   | { ok: true; fragment: ConfigFragment; warnings: string[] }
   | { ok: false; error: ConfigError; warnings: string[] };
 
 type Mutable<T> = { -readonly [K in keyof T]: T[K] };
-type KeyName = Exclude<keyof ConfigFragment, 'file' | 'resyncIntervalMs'> | 'resyncInterval';
+type KeyName =
+  Exclude<keyof ConfigFragment, 'file' | 'resyncIntervalMs' | 'written'> | 'resyncInterval';
 
 const KEYS: ReadonlyMap<string, KeyName> = new Map(
   (
@@ -36,6 +55,13 @@ const KEYS: ReadonlyMap<string, KeyName> = new Map(
       'masqLinkLocalIPv6',
       'cidrLimit',
       'resyncInterval',
+      'sourceCIDRs',
+      'egressInterfaces',
+      'snatAddress',
+      'snatAddressIPv6',
+      'nodeNames',
+      'nodeSelector',
+      'nonMasqueradeNodePodCIDRs',
     ] as const
   ).map((name) => [name.toLowerCase(), name]),
 );
@@ -105,6 +131,79 @@ function parseBoolean(key: KeyName, value: unknown): boolean {
   throw new Invalid(`${key}: expected true or false, got ${describe(value)}`);
 }
 
+/** A list of strings, each checked by `parseOne` (which throws ValueError). */
+function parseStringList(
+  key: KeyName,
+  value: unknown,
+  what: string,
+  parseOne: (text: string) => string,
+): string[] {
+  if (value === null || value === undefined) return [];
+  if (!Array.isArray(value)) {
+    throw new Invalid(`${key}: expected a list of ${what}s, got ${describe(value)}`);
+  }
+  return value.map((entry: unknown, i) => {
+    if (typeof entry !== 'string') {
+      throw new Invalid(`${key}[${i}]: expected ${what}, got ${describe(entry)}`);
+    }
+    try {
+      return parseOne(entry);
+    } catch (err) {
+      if (err instanceof ValueError) throw new Invalid(`${key}[${i}]: ${err.message}`);
+      throw err;
+    }
+  });
+}
+
+function parseSnat(key: 'snatAddress' | 'snatAddressIPv6', value: unknown, options: LoadOptions) {
+  if (typeof value !== 'string') {
+    throw new Invalid(`${key}: expected an address or a range A-B, got ${describe(value)}`);
+  }
+  const family = key === 'snatAddress' ? 4 : 6;
+  if (family === 6 && !options.enableIPv6) {
+    throw new Invalid(
+      `${key}: ${quote(value)} is for IPv6 but IPv6 is off (start the agent with --enable-ipv6, or remove it)`,
+    );
+  }
+  try {
+    return parseSnatAddress(value, family);
+  } catch (err) {
+    if (err instanceof ValueError) throw new Invalid(`${key}: ${err.message}`);
+    throw err;
+  }
+}
+
+/** nodeSelector: a mapping of label keys to string values (YAML gives a Map, JSON an object). */
+function parseSelector(value: unknown): Array<[string, string]> {
+  const entries =
+    value instanceof Map
+      ? [...(value as Map<unknown, unknown>)]
+      : value !== null && typeof value === 'object' && !Array.isArray(value)
+        ? Object.entries(value)
+        : undefined;
+  if (entries === undefined) {
+    throw new Invalid(
+      `nodeSelector: expected a mapping of labels to values, got ${describe(value)}`,
+    );
+  }
+  return entries.map(([label, wanted]) => {
+    const key = String(label);
+    if (typeof wanted !== 'string') {
+      throw new Invalid(
+        `nodeSelector[${quote(key)}]: expected a string value, got ${describe(wanted)}`,
+      );
+    }
+    try {
+      parseLabel(key, wanted);
+    } catch (err) {
+      if (err instanceof ValueError)
+        throw new Invalid(`nodeSelector[${quote(key)}]: ${err.message}`);
+      throw err;
+    }
+    return [key, wanted];
+  });
+}
+
 function parseCidrLimit(value: unknown): number {
   if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
   throw new Invalid(`cidrLimit: expected a whole number of 0 or more, got ${describe(value)}`);
@@ -154,14 +253,26 @@ function readKeys(
       throw new Invalid(`${key}: given twice (as ${quote(earlier)} and ${quote(written)})`);
     }
     seen.set(key, written);
-    if (key === 'nonMasqueradeCIDRs' || key === 'masqueradeCIDRs') {
+    if (key === 'nonMasqueradeCIDRs' || key === 'masqueradeCIDRs' || key === 'sourceCIDRs') {
       fragment[key] = parseCidrList(key, value, options);
       // Every entry was checked to be a string by the parse just above.
       if (options.provenance)
         fragment.written = { ...fragment.written, [key]: Array.isArray(value) ? [...value] : [] };
+    } else if (key === 'egressInterfaces') {
+      fragment.egressInterfaces = parseStringList(key, value, 'interface name', parseInterfaceName);
+    } else if (key === 'nodeNames') {
+      fragment.nodeNames = parseStringList(key, value, 'node name', parseNodeName);
     } else if (value === null || value === undefined) {
       continue; // as upstream: a scalar key given as null keeps its default
-    } else if (key === 'masqLinkLocal' || key === 'masqLinkLocalIPv6') {
+    } else if (key === 'snatAddress' || key === 'snatAddressIPv6') {
+      fragment[key] = parseSnat(key, value, options);
+    } else if (key === 'nodeSelector') {
+      fragment.nodeSelector = parseSelector(value);
+    } else if (
+      key === 'masqLinkLocal' ||
+      key === 'masqLinkLocalIPv6' ||
+      key === 'nonMasqueradeNodePodCIDRs'
+    ) {
       fragment[key] = parseBoolean(key, value);
     } else if (key === 'cidrLimit') {
       fragment.cidrLimit = parseCidrLimit(value);

@@ -1,5 +1,8 @@
 // The shape every other module sees of a loaded config. Produced only by src/config.
 import { escapeUnprintable, type Prefix } from '../cidr/index.js';
+import type { SnatRange } from './egress.js';
+
+export type { SnatRange } from './egress.js';
 
 export type AddressFamily = 'ipv4' | 'ipv6';
 
@@ -22,6 +25,25 @@ export interface Config {
   readonly sources: readonly string[];
   /** Where each effective prefix came from; only when loaded with `provenance` (explain, diff, check). */
   readonly provenance?: Provenance;
+  /** The egress policy keys of the files that apply (README, "Egress policy"); absent: none given. */
+  readonly egress?: EgressPolicy;
+  /** Files that node scoping (nodeNames, nodeSelector) left out, with why. */
+  readonly skipped?: readonly SkippedFile[];
+}
+
+/** What the egress policy keys add to the decision; each left out when no file that applies gives it. */
+export interface EgressPolicy {
+  /** sourceCIDRs, merged per family: only traffic from these is considered (an empty family: none of it). */
+  readonly sourceCIDRs?: CidrSets;
+  /** egressInterfaces, sorted and without repeats: only traffic leaving through these is considered. */
+  readonly egressInterfaces?: readonly string[];
+  /** snatAddress / snatAddressIPv6: translated to these instead of masqueraded. */
+  readonly snat?: { readonly ipv4?: SnatRange; readonly ipv6?: SnatRange };
+}
+
+export interface SkippedFile {
+  readonly file: string;
+  readonly reason: string;
 }
 
 /** One thing that put a prefix into a set: an entry of a file, or a built-in default. */
@@ -51,6 +73,15 @@ export interface LoadOptions {
   readonly nomasqAllReservedRanges: boolean;
   /** Keep each entry's origin (Config.provenance): the operator's commands; the agent does not pay for it. */
   readonly provenance?: boolean;
+  /** This node's name (--node-name), for files with nodeNames; undefined or empty: not known. */
+  readonly nodeName?: string;
+  /** This node's labels, for files with nodeSelector; undefined: not known (no --kubernetes). */
+  readonly nodeLabels?: ReadonlyMap<string, string>;
+  /**
+   * `agent` (the default): a scoped file that cannot be judged for lack of the node's name or labels
+   * makes the config invalid. `describe` (--explain, --diff, --check): it is skipped, saying why.
+   */
+  readonly scoping?: 'agent' | 'describe';
 }
 
 export type LoadResult =

@@ -2,20 +2,20 @@ import t from 'tap';
 import { FLAGS, parseArgs, usage, type AgentOptions } from '../../src/cli/flags.js';
 
 function options(argv: string[]): AgentOptions {
-  const result = parseArgs(argv);
+  const result = parseArgs(argv, {});
   if (!result.ok) throw new Error(`expected ${JSON.stringify(argv)} to parse: ${result.message}`);
   return result.options;
 }
 
 function failure(argv: string[]): string {
-  const result = parseArgs(argv);
+  const result = parseArgs(argv, {});
   if (result.ok) throw new Error(`expected ${JSON.stringify(argv)} to fail`);
   if (result.exitCode !== 2) throw new Error(`exit code ${String(result.exitCode)}`);
   return result.message;
 }
 
 t.test('defaults', async (t) => {
-  const result = parseArgs([]);
+  const result = parseArgs([], {});
   t.same(result, {
     ok: true,
     warnings: [],
@@ -41,8 +41,28 @@ t.test('defaults', async (t) => {
       configMaps: ['kube-system/ip-masq-agent'],
       configMapsGiven: false,
       output: 'text',
+      nodeName: '',
     },
   });
+});
+
+t.test('--node-name: given, from NODE_NAME, checked as a node name', async (t) => {
+  const nodeName = (argv: string[], env: Record<string, string> = {}) => {
+    const parsed = parseArgs(argv, env);
+    return parsed.ok ? parsed.options.nodeName : parsed.message.split('\n')[0];
+  };
+  t.equal(nodeName(['--node-name', 'gpu-1']), 'gpu-1');
+  t.equal(nodeName([], { NODE_NAME: 'worker-7' }), 'worker-7', 'the DaemonSet sets NODE_NAME');
+  t.equal(nodeName(['--node-name=a'], { NODE_NAME: 'b' }), 'a', 'the flag wins over NODE_NAME');
+  t.equal(nodeName([], { NODE_NAME: '' }), '', 'empty: not known');
+  t.match(
+    nodeName(['--node-name', 'Bad_Name']),
+    /^ipmasq-agent: --node-name: "Bad_Name" is not a node name/,
+  );
+  t.match(
+    nodeName([], { NODE_NAME: 'a\nb' }),
+    /^ipmasq-agent: NODE_NAME \(standing for --node-name\): --node-name: "a\\nb" is not a node name/,
+  );
 });
 
 t.test('value flags in every spelling', async (t) => {
@@ -117,7 +137,7 @@ t.test('upstream manifest arguments', async (t) => {
     ],
   ];
   for (const [argv, expected, klog] of manifests) {
-    const result = parseArgs(argv);
+    const result = parseArgs(argv, {});
     t.ok(result.ok, argv.join(' '));
     if (!result.ok) continue;
     t.match(result.options, expected, argv.join(' '));

@@ -7,7 +7,7 @@ import { cleanup } from '../../src/cli/cleanup.js';
 import { FakeKernel } from '../helpers/fake-kernel.js';
 
 function options(argv: string[]) {
-  const parsed = parseArgs(argv);
+  const parsed = parseArgs(argv, {});
   if (!parsed.ok) throw new Error(parsed.message);
   return parsed.options;
 }
@@ -25,10 +25,20 @@ t.test('plan: each stage gets exactly the flags it consumes', async (t) => {
       '--set-layout=concat',
       '--remove-legacy-chain',
       '--listen=127.0.0.1:1',
+      '--node-name=n1',
     ]),
   );
   t.equal(stages.configPath, '/c');
-  t.same(stages.load, { enableIPv6: true, nomasqAllReservedRanges: true });
+  t.same(stages.load, {
+    enableIPv6: true,
+    nomasqAllReservedRanges: true,
+    nodeName: 'n1',
+    scoping: 'agent',
+  });
+  // The operator's commands describe a node rather than run on one (README, "Egress policy").
+  t.equal(plan(options(['--explain', '10.0.0.1'])).load.scoping, 'describe');
+  t.equal(plan(options(['--check', 'x'])).load.scoping, 'describe');
+  t.equal(plan(options(['--once'])).load.scoping, 'agent');
   t.same(stages.compile, {
     table: 't1',
     masqChain: 'C1',
