@@ -62,7 +62,7 @@ export function inPlaceScripts(count: number, from: 0 | 1, to: 0 | 1): [string, 
   if (!before || !after) throw new Error('no ip table');
   const change = needsNewSets(after, before)
     ? renderKeyChange(after)
-    : [renderInPlace(after, before)];
+    : renderInPlace(after, before);
   return [renderTable(before), change];
 }
 

@@ -1,16 +1,19 @@
 // Config + flags → the agent's desired tables (pure). README, "What it does".
-import type { Config } from './config/types.js';
+import { snatText } from './config/egress.js';
+import type { Config, SnatRange } from './config/types.js';
 import { markText, type WriteMark } from './nftables/ownership.js';
 import {
   BASE_CHAIN,
+  EGRESS_INTERFACES_SET,
   LATE_REPLIES_CHAIN,
   LATE_REPLIES_SET,
   lateReplyKey,
   lateRepliesSet,
   MASQ_SET,
   NONMASQ_SET,
+  SOURCES_SET,
 } from './nftables/objects.js';
-import type { Chain, TableFamily, SetKey, Table } from './nftables/types.js';
+import type { Chain, NamedSet, TableFamily, SetKey, Table } from './nftables/types.js';
 
 export interface PortRange {
   readonly first: number;
@@ -42,13 +45,26 @@ function integer(n: number, what: string): string {
 }
 
 /**
- * The masquerade statements in order. With --to-ports, tcp/udp/sctp go to one of the ranges, each
- * chosen in proportion to its size: rule i takes size_i out of what the ranges from i on hold, so the
- * chained draws give every range its share; other protocols fall through to a plain masquerade.
+ * The translating statements in order: `masquerade`, or `snat to` the family's snatAddress (README,
+ * "Egress policy"). With --to-ports, tcp/udp/sctp go to one of the ranges, each chosen in proportion
+ * to its size: rule i takes size_i out of what the ranges from i on hold, so the chained draws give
+ * every range its share; other protocols fall through to a plain statement.
  */
-export function masqueradeRules(randomFully: boolean, toPorts: readonly PortRange[]): string[] {
+export function masqueradeRules(
+  randomFully: boolean,
+  toPorts: readonly PortRange[],
+  snat?: { readonly family: TableFamily; readonly to: SnatRange },
+): string[] {
   const flags = randomFully ? ' fully-random' : '';
   const sizes = toPorts.map((r) => r.last - r.first + 1);
+  // An IPv6 address before a port is bracketed; nft lists `snat to` as written here.
+  const bracket = (address: string) => (snat?.family === 'ip6' ? `[${address}]` : address);
+  const withPorts = (ports: string) => {
+    if (!snat) return `masquerade to :${ports}`;
+    const { first, last } = snat.to;
+    const range = first === last ? bracket(first) : `${bracket(first)}-${bracket(last)}`;
+    return `snat to ${range}:${ports}`;
+  };
   const rules = toPorts.map((range, i) => {
     const ports =
       range.first === range.last
@@ -59,9 +75,9 @@ export function masqueradeRules(randomFully: boolean, toPorts: readonly PortRang
       i < toPorts.length - 1
         ? ` numgen random mod ${remaining} < ${integer(sizes[i] ?? 0, 'size')}`
         : '';
-    return `meta l4proto { tcp, udp, sctp }${draw} masquerade to :${ports}${flags}`;
+    return `meta l4proto { tcp, udp, sctp }${draw} ${withPorts(ports)}${flags}`;
   });
-  rules.push(`masquerade${flags}`);
+  rules.push(snat ? `snat to ${snatText(snat.to)}${flags}` : `masquerade${flags}`);
   return rules;
 }
 
@@ -89,10 +105,53 @@ export function chooseLayout(config: Config, options: CompileOptions): 'interval
  * each prefix paired with every protocol (0-255), so the decision is the same while other tools'
  * element commands skip downloading the set (docs/bench.md).
  */
-export function setKey(family: TableFamily, layout: 'interval' | 'concat'): SetKey {
+export function setKey(
+  family: TableFamily,
+  layout: 'interval' | 'concat',
+  address: 'daddr' | 'saddr' = 'daddr',
+): SetKey {
   return layout === 'concat'
-    ? { expression: `${family} daddr . meta l4proto`, elementSuffix: ' . 0-255' }
-    : { expression: `${family} daddr`, elementSuffix: '' };
+    ? { expression: `${family} ${address} . meta l4proto`, elementSuffix: ' . 0-255' }
+    : { expression: `${family} ${address}`, elementSuffix: '' };
+}
+
+/** egressInterfaces' set: interface names, interval so that a trailing `*` matches as a prefix. */
+const interfaceKey: SetKey = { expression: 'oifname', elementSuffix: '', elements: 'names' };
+
+/**
+ * The egress policy's sets and the rules that come first in the decision chain (README, "Egress
+ * policy", steps 1 and 2): traffic leaving through another interface, or from another source, is
+ * left alone. A family without sourceCIDRs of its own has an empty set: none of its traffic is
+ * considered. Declared only while the config gives the keys.
+ */
+function egressPolicy(
+  family: TableFamily,
+  config: Config,
+  layout: 'interval' | 'concat',
+): { sets: NamedSet[]; rules: string[] } {
+  const egress = config.egress;
+  const sets: NamedSet[] = [];
+  const rules: string[] = [];
+  if (egress?.egressInterfaces) {
+    sets.push({
+      name: EGRESS_INTERFACES_SET,
+      key: interfaceKey,
+      flags: ['interval'],
+      elements: egress.egressInterfaces,
+    });
+    rules.push(`${interfaceKey.expression} != @${EGRESS_INTERFACES_SET} return`);
+  }
+  if (egress?.sourceCIDRs) {
+    const key = setKey(family, layout, 'saddr');
+    sets.push({
+      name: SOURCES_SET,
+      key,
+      flags: ['interval'],
+      elements: egress.sourceCIDRs[family === 'ip' ? 'ipv4' : 'ipv6'],
+    });
+    rules.push(`${key.expression} != @${SOURCES_SET} return`);
+  }
+  return { sets, rules };
 }
 
 function compileFamily(
@@ -104,10 +163,17 @@ function compileFamily(
 ): Table {
   const v4 = family === 'ip';
   const key = setKey(family, layout);
-  const masquerade = masqueradeRules(options.randomFully, options.toPorts);
+  const snatTo = config.egress?.snat?.[v4 ? 'ipv4' : 'ipv6'];
+  const masquerade = masqueradeRules(
+    options.randomFully,
+    options.toPorts,
+    snatTo ? { family, to: snatTo } : undefined,
+  );
+  const policy = egressPolicy(family, config, layout);
   const decision: Chain = {
     name: options.masqChain,
     rules: [
+      ...policy.rules,
       ...masquerade.map((rule) => `${key.expression} @${MASQ_SET} ${rule}`),
       `${key.expression} @${NONMASQ_SET} return`,
       ...masquerade,
@@ -131,6 +197,7 @@ function compileFamily(
         flags: ['interval'],
         elements: v4 ? config.masquerade.ipv4 : config.masquerade.ipv6,
       },
+      ...policy.sets,
       lateRepliesSet(family),
     ],
     chains: [

@@ -3,21 +3,39 @@
 import { elementList, setBlock, validateTable } from './render.js';
 import type { NamedSet, Table } from './types.js';
 
+/** The names of a table's sets that a change keeps or makes: all but the transient ones. */
+function keyedNames(table: Table): string[] {
+  return table.sets.filter((set) => !set.transient).map((set) => set.name);
+}
+
+/** The sets the kernel holds: those of `old` where it is known, else taken to be `next`'s. */
+function presentSets(next: Table, old: Table | undefined, present?: ReadonlySet<string>) {
+  return present ?? new Set(keyedNames(old ?? next));
+}
+
 /**
- * The change from `old` (what the kernel holds, exactly) to `next` as one transaction that keeps the
- * table, its chains and its sets in place: element deletions and additions, the decision chain's
- * rules only where they differ, and the jump rule with the new write's mark. With `old` unknown (a
- * table of ours whose content is not known, of the same structure), every set is flushed and refilled
- * and every chain's rules rewritten: measured to open no window either (docs/design.md, "Writes on
- * the wire"). Additions are written inside a set block, which keeps nft's cache fill away.
+ * The change from `old` (what the kernel holds, exactly) to `next`, keeping the table, its chains and
+ * its sets in place: element deletions and additions, the decision chain's rules only where they
+ * differ, and the jump rule with the new write's mark. With `old` unknown (a table of ours whose
+ * content is not known, of the same structure), every set is flushed and refilled and every chain's
+ * rules rewritten: measured to open no window either (docs/design.md, "Writes on the wire").
+ * Additions are written inside a set block, which keeps nft's cache fill away.
+ *
+ * `present` names the sets the kernel holds (by default `old`'s, or else `next`'s). A set `next`
+ * adds (the egress policy's, when its key first appears) is made, filled, in a transaction of its own
+ * before the rest, since a rule may not refer to a set made in its own transaction without a few new
+ * flows slipping past it; a set `next` drops is deleted last, once no rule refers to it. Returns the
+ * transactions in order: one, or two when a set is made.
  */
-export function renderInPlace(next: Table, old?: Table): string {
+export function renderInPlace(next: Table, old?: Table, present?: ReadonlySet<string>): string[] {
   validateTable(next);
   const { family, name } = next;
+  const held = presentSets(next, old, present);
+  const made = next.sets.filter((set) => !set.transient && !held.has(set.name));
   const lines: string[] = [];
   const additions: string[] = [];
   for (const set of next.sets) {
-    if (set.transient) continue;
+    if (set.transient || !held.has(set.name)) continue;
     const before = old?.sets.find((s) => s.name === set.name);
     if (!before || setChange(set, before) === 'refill') {
       lines.push(`flush set ${family} ${name} ${set.name}`);
@@ -44,7 +62,19 @@ export function renderInPlace(next: Table, old?: Table): string {
     lines.push(`flush chain ${family} ${name} ${chain.name}`);
     for (const rule of chain.rules) lines.push(`add rule ${family} ${name} ${chain.name} ${rule}`);
   }
-  return lines.join('\n') + '\n';
+  const wanted = new Set(next.sets.map((set) => set.name));
+  for (const gone of [...held].filter((set) => !wanted.has(set)).sort())
+    lines.push(`delete set ${family} ${name} ${gone}`);
+  const main = lines.join('\n') + '\n';
+  return made.length > 0 ? [setsBlock(family, name, made), main] : [main];
+}
+
+/** One table block declaring these sets with all their elements. */
+function setsBlock(family: Table['family'], name: string, sets: readonly NamedSet[]): string {
+  return (
+    [`table ${family} ${name} {`, ...sets.flatMap((set) => setBlock(set, family)), '}'].join('\n') +
+    '\n'
+  );
 }
 
 /**
@@ -57,6 +87,9 @@ export function setChange(
   set: NamedSet,
   before: NamedSet | undefined,
 ): 'delta' | 'refill' | 'rebuild' {
+  // nft 1.0.6 cannot delete a wildcard interface name ("element does not exist"): names are few,
+  // and a flush and refill opens no window either.
+  if (set.key.elements === 'names') return 'refill';
   const concat = set.key.elementSuffix !== '';
   const size = set.elements.length;
   if (!before) return concat && size > REFILL_CONCAT_MAX ? 'rebuild' : 'refill';
@@ -114,11 +147,20 @@ const DELETE_CONCAT_MIN = 100;
 const DELETE_INTERVAL_MAX = 10;
 const DELETE_INTERVAL_SIZE = 5_000;
 
-/** Whether changing `old` into `next` needs new sets (renderKeyChange) rather than renderInPlace. */
-export function needsNewSets(next: Table, old: Table | undefined): boolean {
+/**
+ * Whether changing `old` into `next` needs new sets (renderKeyChange) rather than renderInPlace. A
+ * set the kernel does not hold yet (`present`, as renderInPlace takes it) is made anew either way.
+ */
+export function needsNewSets(
+  next: Table,
+  old: Table | undefined,
+  present?: ReadonlySet<string>,
+): boolean {
+  const held = presentSets(next, old, present);
   return next.sets.some(
     (set) =>
       !set.transient &&
+      held.has(set.name) &&
       setChange(
         set,
         old?.sets.find((s) => s.name === set.name),
@@ -138,10 +180,13 @@ export function nextSetName(name: string): string {
  * filled; 2: the rules moved to them, the old sets deleted; 3: the new sets under their own names,
  * filled; 4: the rules moved back, the write's mark, the temporary sets deleted. Between steps the decision is the old config's (1) or the new one's (2-4).
  */
-export function renderKeyChange(next: Table): string[] {
+export function renderKeyChange(next: Table, present?: ReadonlySet<string>): string[] {
   validateTable(next);
   const { family, name } = next;
   const keyed = next.sets.filter((set) => !set.transient);
+  // Every set of ours the kernel holds goes in step 2: those `next` keeps come back in step 3.
+  const transient = new Set(next.sets.filter((set) => set.transient).map((set) => set.name));
+  const held = [...presentSets(next, undefined, present)].filter((set) => !transient.has(set));
   const temporary = keyed.map((set) => ({ ...set, name: nextSetName(set.name) }));
   const toTemporary = (rule: string) =>
     keyed.reduce(
@@ -171,12 +216,14 @@ export function renderKeyChange(next: Table): string[] {
   );
   return [
     temporaryNames,
-    [...decisionRules, ...keyed.map((s) => `delete set ${family} ${name} ${s.name}`)].join('\n') +
+    [...decisionRules, ...held.sort().map((set) => `delete set ${family} ${name} ${set}`)].join(
       '\n',
+    ) + '\n',
     ownNames,
     // From the table of step 3, whose base chains are as before: their rules are rewritten too
     // (the jump rule takes this write's mark).
-    renderInPlace(next, { ...moved, chains: moved.chains.filter((chain) => !chain.base) }) +
-      temporary.map((s) => `delete set ${family} ${name} ${s.name}\n`).join(''),
+    renderInPlace(next, { ...moved, chains: moved.chains.filter((chain) => !chain.base) }).join(
+      '',
+    ) + temporary.map((s) => `delete set ${family} ${name} ${s.name}\n`).join(''),
   ];
 }

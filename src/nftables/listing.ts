@@ -76,32 +76,45 @@ export function objectDrift(listing: string, table: Table): string[] {
   return [...names].filter((name) => found.get(name) !== wanted.get(name)).sort();
 }
 
-/**
- * The objects of a table and the sets' keys, in any order (a set made anew lists after the ones
- * kept): what an in-place write relies on finding.
- */
-function structure(listing: string): string {
-  const objects: string[][] = [];
+/** Each set and chain of a listing by `set NAME` / `chain NAME`: its header and declarations. */
+function structure(listing: string): Map<string, string> {
+  const objects = new Map<string, string[]>();
+  let current: string[] | undefined;
   for (const line of listing.split('\n')) {
-    if (/^\t(set|chain) [A-Za-z0-9_-]+ \{$/.test(line)) objects.push([line.trim()]);
-    else if (/^\t\t(typeof|flags|type) /.test(line)) objects.at(-1)?.push(line.trim());
+    const header = /^\t((?:set|chain) [A-Za-z0-9_-]+) \{$/.exec(line);
+    if (header) objects.set(header[1]!, (current = [line.trim()]));
+    else if (/^\t\t(typeof|flags|type) /.test(line)) current?.push(line.trim());
   }
-  return objects
-    .map((lines) => lines.join('\n'))
-    .sort()
-    .join('\n');
+  return new Map([...objects].map(([name, lines]) => [name, lines.join('\n')]));
+}
+
+/** The names of the sets a listing of one of our tables holds. */
+export function listedSetNames(listing: string): Set<string> {
+  const names = new Set<string>();
+  for (const match of listing.matchAll(/^\tset ([A-Za-z0-9_-]+) \{$/gm)) names.add(match[1]!);
+  return names;
 }
 
 /**
  * How a table of ours in the kernel relates to the one wanted: `same` objects (an in-place write can
- * change it), the same objects but another `key` for the sets (the layout switch), or `other`.
+ * change it), the same objects but another `key` for the sets (the layout switch), or `other`. Sets
+ * only one side has do not count, but for the transient ones: an in-place write makes or deletes
+ * them (nftables/change.ts).
  */
 export function compareStructure(listing: string, table: Table): 'same' | 'key' | 'other' {
   const found = structure(listing);
   // Rendered without elements: only the objects' declarations are compared.
   const skeleton = { ...table, sets: table.sets.map((set) => ({ ...set, elements: [] })) };
   const wanted = structure(renderTable(skeleton));
-  if (found === wanted) return 'same';
-  const withoutKeys = (text: string) => text.replace(/^typeof .*$/gm, '');
-  return withoutKeys(found) === withoutKeys(wanted) ? 'key' : 'other';
+  const names = new Set([...found.keys(), ...wanted.keys()]);
+  // A transient set is never made by an in-place write: one missing makes the table another's.
+  const transient = new Set(table.sets.filter((set) => set.transient).map((s) => `set ${s.name}`));
+  const compared = [...names].filter(
+    (name) =>
+      !name.startsWith('set ') || transient.has(name) || (found.has(name) && wanted.has(name)),
+  );
+  const differ = (strip: (text: string) => string) =>
+    compared.some((name) => strip(found.get(name) ?? '') !== strip(wanted.get(name) ?? ''));
+  if (!differ((text) => text)) return 'same';
+  return differ((text) => text.replace(/^typeof .*$/gm, '')) ? 'other' : 'key';
 }

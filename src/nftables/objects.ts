@@ -9,6 +9,10 @@ export const BASE_CHAIN = 'postrouting';
 export const NONMASQ_SET = 'nonmasq';
 /** masqueradeCIDRs: always masqueraded. */
 export const MASQ_SET = 'masq';
+/** sourceCIDRs (README, "Egress policy"): declared only while the config gives them. */
+export const SOURCES_SET = 'sources';
+/** egressInterfaces: declared only while the config gives them. */
+export const EGRESS_INTERFACES_SET = 'egress-interfaces';
 /**
  * Replies on their way while the conntrack flush deletes their flow's entry: dropped for a moment,
  * or they would start an entry the other way round that keeps the flow on its old decision

@@ -1,5 +1,6 @@
 // Renders typed tables into nft script text. The nested block form is also what `nft list table`
 // prints, so the same text serves as the write and as the expectation a read-back is compared with.
+import { formatAddress, parseCidr, prefixRange, type Prefix } from '../cidr/index.js';
 import { nameProblem } from './names.js';
 import type { Chain, TableFamily, NamedSet, ReplyTuple, Table, TableRef } from './types.js';
 
@@ -21,12 +22,27 @@ function elementText(element: string, family: TableFamily): string {
   return element.endsWith(full) ? element.slice(0, -full.length) : element;
 }
 
+/**
+ * Interface names as nft strings. The config checked each (config/egress.ts); checked here again,
+ * whatever produced them, so that no element can close its quotes: printable ASCII without quotes,
+ * backslashes, white space, "/" or ":", `*` only last (nft's wildcard).
+ */
+function nameList(set: NamedSet, names: readonly string[]): string {
+  for (const name of names) {
+    if (!/^[!#-&()+-.0-9;-[\]-~]{1,15}\*?$/.test(name)) {
+      throw new Error(`set ${set.name}: ${JSON.stringify(name)} is not a checked interface name`);
+    }
+  }
+  return names.map((name) => `"${name}"`).join(', ');
+}
+
 /** The elements as nft text, each with the set's suffix; throws on anything but address characters. */
 export function elementList(
   set: NamedSet,
   elements: readonly string[],
   family: TableFamily,
 ): string {
+  if (set.key.elements === 'names') return nameList(set, elements);
   const { elementSuffix } = set.key;
   const addresses = elements.map((e) => elementText(e, family)).join(`${elementSuffix}, `);
   const text = addresses + elementSuffix;
@@ -91,9 +107,31 @@ export function renderDelete(refs: readonly TableRef[]): string {
   return refs.map((ref) => `delete table ${ref.family} ${ref.name}\n`).join('');
 }
 
-/** Whitespace-insensitive form of a table listing, for comparing a read-back with a rendering. */
+/**
+ * Whitespace-insensitive form of a table listing, for comparing a read-back with a rendering. nft
+ * prints a SNAT range that is exactly a prefix as that prefix — before a port range too
+ * (`2001:db8::10/124:1024-2000`), which it cannot read back — so such a prefix is written back as
+ * the range the agent renders (measured alike with nft 1.0.6 and 1.1.3).
+ */
 export function normaliseListing(text: string): string {
-  return text.replace(/\s+/g, ' ').trim();
+  return text
+    .replace(/\s+/g, ' ')
+    .trim()
+    .replace(
+      /snat to ([0-9a-f.:]+)\/(\d{1,3})(:\d+(?:-\d+)?)?/g,
+      (written, address: string, length: string, ports = '') => {
+        let prefix: Prefix;
+        try {
+          prefix = parseCidr(`${address}/${length}`);
+        } catch {
+          return written;
+        }
+        const [first, last] = prefixRange(prefix).map((a) => formatAddress(prefix.family, a));
+        const bracket = (a: string) => (prefix.family === 6 && ports !== '' ? `[${a}]` : a);
+        const range = first === last ? bracket(first!) : `${bracket(first!)}-${bracket(last!)}`;
+        return `snat to ${range}${ports}`;
+      },
+    );
 }
 
 /** The table's listing without its own comment line, which nftables never changes once written. */

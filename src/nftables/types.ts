@@ -12,13 +12,18 @@ export interface SetKey {
   readonly expression: string;
   /** Written after every prefix: the concatenated layout pairs each with all protocols. */
   readonly elementSuffix: '' | ' . 0-255';
+  /** `names`: the elements are interface names (checked again and quoted when written), not prefixes. */
+  readonly elements?: 'names';
 }
 
 export interface NamedSet {
   readonly name: string;
   readonly key: SetKey;
   readonly flags: readonly ('interval' | 'timeout')[];
-  /** Canonical prefixes formatted by src/cidr: never text taken from a config file. */
+  /**
+   * Canonical prefixes formatted by src/cidr, or (a `names` key) interface names the config
+   * checked: never text taken from a config file unchecked.
+   */
   readonly elements: readonly string[];
   /**
    * Elements the agent adds for a moment (with a timeout) apart from the config: never written

@@ -12,7 +12,7 @@ import type { Table, TableFamily } from '../nftables/types.js';
 import type { Kernel } from '../nftables/kernel.js';
 import type { AgentMetrics } from './metrics.js';
 import { OtherAgentWatch } from './other-agent.js';
-import { compareStructure, listingIs } from '../nftables/listing.js';
+import { compareStructure, listedSetNames, listingIs } from '../nftables/listing.js';
 import { holds, readTables, type KernelTables } from './read-back.js';
 
 export interface ConvergeDeps {
@@ -38,7 +38,13 @@ export type Timed = <T>(phase: string, work: () => Promise<T>) => Promise<T>;
  */
 type Plan =
   | { readonly kind: 'exact'; readonly old: Table }
-  | { readonly kind: 'refill' | 'key' | 'create' | 'replace' };
+  | { readonly kind: 'refill' | 'key'; readonly present: ReadonlySet<string> }
+  | { readonly kind: 'create' | 'replace' };
+
+/** The sets of a table of ours, by name, but for the transient ones (which every table has). */
+function setNames(table: Table): ReadonlySet<string> {
+  return new Set(table.sets.filter((set) => !set.transient).map((set) => set.name));
+}
 
 /**
  * Lets the event loop run between the steps of a large write (each tens of ms at 100 000 CIDRs), so
@@ -177,19 +183,24 @@ export class Converger {
     const last = this.lastTables.get(table.family);
     // New sets where the key changes, or where the change is cheaper made that way (nftables/change.ts).
     const fromLast = (old: Table): Plan =>
-      old.sets.every((set, i) => set.key.expression === table.sets[i]?.key.expression) &&
-      !needsNewSets(table, old)
+      old.sets.every((set) => {
+        const next = table.sets.find((s) => s.name === set.name);
+        return next === undefined || next.key.expression === set.key.expression;
+      }) && !needsNewSets(table, old)
         ? { kind: 'exact', old }
-        : { kind: 'key' };
+        : { kind: 'key', present: setNames(old) };
     if (!found) return last ? fromLast(last) : { kind: 'create' };
     const listing = found.listings.get(table.family) ?? null;
     if (listing === null) return { kind: 'create' };
     if (last && listingIs(listing, last)) return fromLast(last);
     if (found.owners.get(table.family)?.kind !== 'ours') return { kind: 'replace' };
     const structure = compareStructure(listing, table);
+    const present = listedSetNames(listing);
     if (structure === 'same')
-      return needsNewSets(table, undefined) ? { kind: 'key' } : { kind: 'refill' };
-    return { kind: structure === 'key' ? 'key' : 'replace' };
+      return needsNewSets(table, undefined, present)
+        ? { kind: 'key', present }
+        : { kind: 'refill', present };
+    return structure === 'key' ? { kind: 'key', present } : { kind: 'replace' };
   }
 
   /** The transactions of one write, in order: the last one carries the write's mark. */
@@ -203,19 +214,22 @@ export class Converger {
       await breathe();
       const plan = this.plan(table, found);
       await breathe();
+      // Earlier transactions of each family's change go together, step by step; the last steps
+      // of all go in the final one, with the mark.
+      const staged = (steps: readonly string[]) => {
+        steps.slice(0, -1).forEach((step, i) => (before[i] = [...(before[i] ?? []), step]));
+        last += steps.at(-1) ?? '';
+      };
       switch (plan.kind) {
         case 'exact':
-          last += renderInPlace(table, plan.old);
+          staged(renderInPlace(table, plan.old));
           break;
         case 'refill':
-          last += renderInPlace(table);
+          staged(renderInPlace(table, undefined, plan.present));
           break;
-        case 'key': {
-          const steps = renderKeyChange(table);
-          steps.slice(0, -1).forEach((step, i) => (before[i] = [...(before[i] ?? []), step]));
-          last += steps.at(-1) ?? '';
+        case 'key':
+          staged(renderKeyChange(table, plan.present));
           break;
-        }
         case 'create':
           last += renderTable(table);
           break;

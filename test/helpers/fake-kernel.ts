@@ -227,7 +227,9 @@ function printListing(table: FakeTable): string {
   if (table.comment !== undefined) lines.push(`\tcomment "${table.comment}"`);
   for (const set of table.sets) {
     lines.push(`\tset ${set.name} {`, ...set.declaration);
+    // Interface names (quoted) in text order, as nft lists them; addresses in address order.
     const sorted = [...set.elements].sort((a, b) => {
+      if (a.startsWith('"') || b.startsWith('"')) return a < b ? -1 : a > b ? 1 : 0;
       const d = elementKey(a) - elementKey(b);
       return d < 0n ? -1 : d > 0n ? 1 : 0;
     });

@@ -2,7 +2,8 @@
 // kernel, through the addon: from any table of ours to any other, the transactions leave exactly the
 // table a whole write would have (but for the table's own comment, which nftables keeps as created),
 // whether the old content is known (element deltas) or not (refill), and across a change of the sets'
-// key. Random config pairs from a pool of CIDRs that overlap, nest and merge.
+// key. Random config pairs from a pool of CIDRs that overlap, nest and merge, with and without the
+// egress policy's keys (its sets appear and go, its rules and SNAT addresses change).
 import fc from 'fast-check';
 import t from 'tap';
 import { compile, type CompileOptions } from '../../src/compile.js';
@@ -28,6 +29,10 @@ const POOL_V4 = [
   '100.64.0.0/10',
 ];
 const POOL_V6 = ['fd00::/8', 'fd12::/16', '2001:db8::/32', '2001:db8:1::/48'];
+const SOURCES = ['10.244.0.0/16', '10.245.0.0/16', '192.168.7.0/24', 'fd00:10:244::/48'];
+const INTERFACES = ['eth1', 'ens*', 'veth-x.1', 'bond0'];
+const SNAT_V4 = ['192.0.2.10', '192.0.2.10-192.0.2.20', '198.51.100.1'];
+const SNAT_V6 = ['2001:db8::10', '2001:db8::10-2001:db8::1f'];
 
 interface Case {
   nonMasq: string[];
@@ -37,6 +42,10 @@ interface Case {
   randomFully: boolean;
   concat: boolean;
   linkLocal: boolean;
+  sources: string[];
+  interfaces: string[];
+  snat: string | null;
+  snat6: string | null;
 }
 
 const arbCase: fc.Arbitrary<Case> = fc.record({
@@ -47,12 +56,20 @@ const arbCase: fc.Arbitrary<Case> = fc.record({
   randomFully: fc.boolean(),
   concat: fc.boolean(),
   linkLocal: fc.boolean(),
+  sources: fc.subarray(SOURCES),
+  interfaces: fc.subarray(INTERFACES),
+  snat: fc.constantFrom(null, ...SNAT_V4),
+  snat6: fc.constantFrom(null, ...SNAT_V6),
 });
 
 function configOf(c: Case): Config {
   const text =
     `nonMasqueradeCIDRs: [${[...c.nonMasq, ...c.nonMasq6].join(', ')}]\n` +
-    `masqueradeCIDRs: [${c.masq.join(', ')}]\nmasqLinkLocal: ${c.linkLocal}\n`;
+    `masqueradeCIDRs: [${c.masq.join(', ')}]\nmasqLinkLocal: ${c.linkLocal}\n` +
+    `sourceCIDRs: [${c.sources.map((s) => JSON.stringify(s)).join(', ')}]\n` +
+    `egressInterfaces: [${c.interfaces.map((s) => JSON.stringify(s)).join(', ')}]\n` +
+    (c.snat ? `snatAddress: ${JSON.stringify(c.snat)}\n` : '') +
+    (c.snat6 ? `snatAddressIPv6: ${JSON.stringify(c.snat6)}\n` : '');
   const result = parseConfigText(text, 'case', {
     enableIPv6: true,
     nomasqAllReservedRanges: false,
@@ -94,11 +111,15 @@ if (requireRoot(t)) {
     const steps: string[] = [];
     const last: string[] = [];
     for (const [i, table] of after.entries()) {
-      if (from.concat !== to.concat) {
-        const key = renderKeyChange(table);
-        key.slice(0, -1).forEach((step, n) => (steps[n] = (steps[n] ?? '') + step));
-        last.push(key.at(-1) ?? '');
-      } else last.push(renderInPlace(table, known ? before[i] : undefined));
+      const present = new Set(
+        before[i]!.sets.filter((set) => !set.transient).map((set) => set.name),
+      );
+      const change =
+        from.concat !== to.concat
+          ? renderKeyChange(table, present)
+          : renderInPlace(table, known ? before[i] : undefined, present);
+      change.slice(0, -1).forEach((step, n) => (steps[n] = (steps[n] ?? '') + step));
+      last.push(change.at(-1) ?? '');
     }
     for (const script of [...steps, last.join('')]) await run(script);
     for (const table of after) {

@@ -98,6 +98,46 @@ const cases: Array<[string, Config, Partial<CompileOptions>]> = [
     }),
     { setLayout: 'concat', enableIPv6: true },
   ],
+  // The egress policy (README, "Egress policy"): its sets and rules come first in the decision chain.
+  [
+    'egress-sources-interfaces',
+    config({
+      egress: {
+        sourceCIDRs: { ipv4: ['10.244.0.0/16'], ipv6: [] },
+        egressInterfaces: ['ens*', 'eth1'],
+      },
+    }),
+    { enableIPv6: true },
+  ],
+  [
+    'egress-snat-to-ports',
+    config({
+      egress: {
+        snat: {
+          ipv4: { first: '192.0.2.10', last: '192.0.2.20' },
+          ipv6: { first: '2001:db8::10', last: '2001:db8::10' },
+        },
+      },
+    }),
+    {
+      enableIPv6: true,
+      randomFully: false,
+      toPorts: [
+        { first: 1024, last: 29999 },
+        { first: 32768, last: 65535 },
+      ],
+    },
+  ],
+  [
+    'egress-concat',
+    config({
+      egress: {
+        sourceCIDRs: { ipv4: ['10.244.0.0/16'], ipv6: ['fd00:10:244::/48'] },
+        snat: { ipv6: { first: '2001:db8::10', last: '2001:db8::1f' } },
+      },
+    }),
+    { setLayout: 'concat', enableIPv6: true },
+  ],
 ];
 
 for (const [name, cfg, over] of cases) {

@@ -554,6 +554,69 @@ t.test(
 );
 
 t.test(
+  'the egress policy appears and goes in place: its sets made before the rules using them, deleted after',
+  async (t) => {
+    const policy = (egress: Config['egress']): LoadResult & { ok: true } => {
+      const base = config(['10.0.0.0/8']);
+      return {
+        ok: true,
+        config: {
+          ...base,
+          egress,
+          hash: createHash('sha256')
+            .update(JSON.stringify(egress ?? null))
+            .digest('hex'),
+        },
+        warnings: [],
+      };
+    };
+    const withPolicy = policy({
+      sourceCIDRs: { ipv4: ['10.244.0.0/16'], ipv6: [] },
+      egressInterfaces: ['eth1', 'ens*'],
+    });
+    const { kernel, reconciler, setConfig, writer } = setup();
+    await reconciler.sync();
+    setConfig(withPolicy);
+    await reconciler.sync();
+    t.equal(kernel.applies.length, 3, 'one write of two transactions');
+    t.match(kernel.applies[1], /set egress-interfaces \{[\s\S]*set sources \{/, 'the sets first');
+    t.notMatch(kernel.applies[1], /add rule|flush chain/, 'no rule in that transaction');
+    t.match(
+      kernel.applies[2],
+      /^add rule ip ipmasq IP-MASQ-AGENT oifname != @egress-interfaces return$/m,
+    );
+    t.match(kernel.applies[2], /^add rule ip ipmasq IP-MASQ-AGENT ip saddr != @sources return$/m);
+    const wanted = compile(
+      withPolicy.config,
+      {
+        table: 'ipmasq',
+        masqChain: 'IP-MASQ-AGENT',
+        randomFully: true,
+        toPorts: [],
+        enableIPv6: false,
+      },
+      2,
+      writer,
+    );
+    t.ok(listingIs(kernel.tables.get('ip ipmasq') ?? '', wanted[0]!), 'exactly the new table');
+
+    // A restart finds the policy's sets and a config without it: refilled in place, the sets deleted
+    // once the rules no longer use them.
+    const second = setup(kernel, policy(undefined));
+    await second.reconciler.sync();
+    const last = kernel.applies.at(-1) ?? '';
+    t.notMatch(last, /delete table/, 'not written anew');
+    t.ok(
+      last.indexOf('flush chain ip ipmasq IP-MASQ-AGENT') <
+        last.indexOf('delete set ip ipmasq sources'),
+      'the rules go before the set',
+    );
+    t.match(last, /^delete set ip ipmasq egress-interfaces$/m);
+    t.notMatch(kernel.tables.get('ip ipmasq'), /sources|egress-interfaces/, 'no leftovers');
+  },
+);
+
+t.test(
   'a restart that adopts the table then changes it: exactly the new config, no leftovers',
   async (t) => {
     const first = setup();

@@ -85,6 +85,17 @@ t.test('compareStructure: the objects in any order, the key apart', async (t) =>
   t.equal(
     compareStructure(renderTable({ ...interval!, sets: keyed }), interval!),
     'other',
-    'a set missing',
+    'the late-replies set missing: an in-place write does not make it',
+  );
+  t.equal(
+    compareStructure(renderTable({ ...interval!, sets: [late!, keyed[1]!] }), interval!),
+    'same',
+    'nonmasq missing: the in-place write makes it anew, before the rules that use it',
+  );
+  const extra = { ...keyed[0]!, name: 'sources' };
+  t.equal(
+    compareStructure(renderTable({ ...interval!, sets: [...interval!.sets, extra] }), interval!),
+    'same',
+    'a set of ours the config no longer wants: the in-place write deletes it',
   );
 });
