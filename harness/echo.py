@@ -9,10 +9,11 @@ serve PORT LIFETIME ADDRESS...
                       conntrack would not match it to the flow, and NAT would not be undone).
                       It also watches raw SCTP (132) and protocol 253 (RFC 3692, experiments) packets
                       and prints "seen PROTO TAG ADDRESS" for each: those need no reply.
-probe PROTO PORT TIMEOUT ATTEMPTS DST...
+probe PROTO PORT TIMEOUT ATTEMPTS [--from SRC] DST...
                       for each DST, send one probe from a new socket per attempt (a new source port,
                       hence a new conntrack entry and a fresh NAT decision) and print one JSON line:
-                      {"dst", "address", "port"} or {"dst", "error"}.
+                      {"dst", "address", "port"} or {"dst", "error"}. With --from, each socket is
+                      bound to the local address SRC first (a second source on the same host).
 stream PROTO PORT INTERVAL DURATION DST
                       one socket (a UDP socket, or one TCP connection) sending a message every
                       INTERVAL seconds for DURATION seconds; prints one JSON line per answer,
@@ -187,11 +188,13 @@ def slow(port, delay, lifetime, addresses):
             heapq.heappush(due, (time.monotonic() + delay, sequence, sock, peer))
 
 
-def probe_once(proto, dst, port, timeout):
+def probe_once(proto, dst, port, timeout, source=None):
     family = socket.AF_INET6 if ":" in dst else socket.AF_INET
     kind = socket.SOCK_DGRAM if proto == "udp" else socket.SOCK_STREAM
     with socket.socket(family, kind) as sock:
         sock.settimeout(timeout)
+        if source is not None:
+            sock.bind((source, 0))
         if proto == "udp":
             sock.sendto(b"probe", (dst, port))
             data = sock.recv(256)
@@ -225,11 +228,14 @@ def stream(proto, port, interval, duration, dst):
 
 
 def probe(proto, port, timeout, attempts, destinations):
+    source = None
+    if len(destinations) >= 2 and destinations[0] == "--from":
+        source, destinations = destinations[1], destinations[2:]
     for dst in destinations:
         result = {"dst": dst, "error": "no attempt made"}
         for _ in range(attempts):
             try:
-                result = probe_once(proto, dst, port, timeout)
+                result = probe_once(proto, dst, port, timeout, source)
                 break
             except (OSError, ValueError) as err:
                 result = {"dst": dst, "error": f"{type(err).__name__}: {err}"}

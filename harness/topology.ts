@@ -169,11 +169,9 @@ async function startEcho(t: TapTest, topo: Topology, lifetimeSeconds: number): P
     ...Object.values(REMOTE_TARGETS_IPV4),
     ...(topo.ipv6 ? Object.values(REMOTE_TARGETS_IPV6) : []),
   ];
-  const args = [echoScript, 'serve', String(ECHO_PORT), String(lifetimeSeconds), ...addresses];
-  const echo = spawn('ip', ['netns', 'exec', topo.remote, python, ...args]);
-  t.teardown(() => echo.kill('SIGKILL'));
+  const echo = await startEchoOn(t, topo.remote, addresses, lifetimeSeconds);
   let pending = '';
-  echo.stdout.on('data', (chunk: Buffer) => {
+  echo.stdout?.on('data', (chunk: Buffer) => {
     const lines = (pending + chunk.toString()).split('\n');
     pending = lines.pop() ?? '';
     for (const line of lines) {
@@ -181,7 +179,23 @@ async function startEcho(t: TapTest, topo: Topology, lifetimeSeconds: number): P
       if (m) topo.rawSeen.push({ proto: Number(m[1]), tag: Number(m[2]), address: m[3]! });
     }
   });
+}
+
+/**
+ * The echo on ECHO_PORT in namespace `ns`, answering on `addresses` (a second remote's, for tests
+ * that build more of the topology); resolves once it is ready, killed at teardown.
+ */
+export async function startEchoOn(
+  t: TapTest,
+  ns: string,
+  addresses: readonly string[],
+  lifetimeSeconds = 300,
+): Promise<ChildProcess> {
+  const args = [echoScript, 'serve', String(ECHO_PORT), String(lifetimeSeconds), ...addresses];
+  const echo = spawn('ip', ['netns', 'exec', ns, python, ...args]);
+  t.teardown(() => echo.kill('SIGKILL'));
   await waitForReady(echo, 5_000);
+  return echo;
 }
 
 /** The port of startSlowEcho's peer. */
@@ -233,6 +247,10 @@ export interface ProbeOptions {
   timeoutMs?: number;
   /** Attempts per destination, each from a new socket (default 3). */
   attempts?: number;
+  /** Bind each probe to this local address of the namespace first (a second source). */
+  from?: string;
+  /** The namespace to send from (default the pod's). */
+  ns?: string;
 }
 
 interface ProbeLine {
@@ -263,9 +281,10 @@ export async function probeSources(
     String(ECHO_PORT),
     String(timeoutMs / 1000),
     String(attempts),
+    ...(opts.from === undefined ? [] : ['--from', opts.from]),
     ...destinations,
   ];
-  const { stdout } = await inNetns(topo.pod, python, args, { timeoutMs: budgetMs });
+  const { stdout } = await inNetns(opts.ns ?? topo.pod, python, args, { timeoutMs: budgetMs });
   const lines = stdout
     .split('\n')
     .filter(Boolean)

@@ -46,6 +46,10 @@ export class ConfigReader {
     if (this.lastLoggedError !== undefined) logger.info('config valid again');
     this.lastLoggedError = undefined;
     this.error = null;
+    const skipped = result.config.skipped ?? [];
+    // Once per config read anew (the loader answers from its cache while no file changed).
+    if (skipped.length > 0 && result.config !== this.good)
+      logger.debug({ config: configPath, skipped }, 'config files that do not apply on this node');
     this.good = result.config;
     metrics.setResyncInterval(result.config.resyncIntervalMs);
     return true;
