@@ -1,7 +1,18 @@
 // Offline checks of deploy/: the manifests against the Kubernetes API schemas and against the agent's
 // own flag parser, and the Dockerfile against the repository layout (no Docker engine runs here).
 import t from 'tap';
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import {
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { promisify } from 'node:util';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseAllDocuments, parse as parseYaml } from 'yaml';
@@ -10,6 +21,7 @@ import { ConfigMap, type IConfigMap } from 'kubernetes-models/v1/ConfigMap';
 import { ServiceAccount, type IServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
 import type { IContainer } from 'kubernetes-models/v1/Container';
 import { parseArgs } from '../../src/cli/flags.js';
+import { checkPath } from '../../src/config/check.js';
 import { defaultConfig, parseConfigText } from '../../src/config/index.js';
 import { addonPaths } from '../../src/nftables/addon.js';
 
@@ -405,4 +417,40 @@ t.test('the runtime stage copies what the build stage produces', async (t) => {
   ]) {
     t.ok(fromBuild.includes(wanted), `runtime copies ${wanted}`);
   }
+});
+
+t.test('the DaemonSet gives the agent its node name from the downward API', async (t) => {
+  const env = container?.env?.find((e) => e.name === 'NODE_NAME');
+  t.equal(env?.valueFrom?.fieldRef?.fieldPath, 'spec.nodeName', 'NODE_NAME from spec.nodeName');
+  t.notOk(podSpec?.automountServiceAccountToken, 'and still no API access');
+});
+
+t.test('the egress policy example renders and checks as the agent would mount it', async (t) => {
+  // kubectl is on this machine image, and so in CI; elsewhere the rendering is not checked.
+  const kubectl = ['/usr/bin/kubectl', '/usr/local/bin/kubectl'].find((p) => existsSync(p));
+  if (!kubectl) {
+    if (process.env.CI === 'true') t.fail('kubectl is needed to render the example');
+    else t.comment('no kubectl here: the rendering is not checked');
+    return;
+  }
+  const rendered = await promisify(execFile)(kubectl, [
+    'kustomize',
+    join(root, 'deploy', 'examples', 'egress-policy'),
+  ]);
+  const docs = parseAllDocuments(rendered.stdout).map((doc) => doc.toJS() as Manifest);
+  for (const doc of docs) validateManifest(doc);
+  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-example-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const file = join(dir, 'rendered.yaml');
+  writeFileSync(file, rendered.stdout);
+  const outcome = await checkPath(
+    file,
+    { enableIPv6: false, nomasqAllReservedRanges: false, scoping: 'describe' },
+    { configMaps: ['kube-system/ip-masq-agent'], named: false },
+  );
+  t.same(outcome.errors, [], 'valid');
+  t.match(outcome.checked.join(), /as a directory of 2 ip-masq\* files/, 'mounted as a directory');
+  const egressDaemonSet = docs.find((d) => d.kind === 'DaemonSet') as unknown as IDaemonSet;
+  const args = egressDaemonSet.spec?.template.spec?.containers[0]?.args ?? [];
+  t.ok(args.includes('--config=/etc/config'), 'the agent reads the directory');
 });
