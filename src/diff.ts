@@ -2,6 +2,7 @@
 // decision flips, as the fewest CIDRs, its direction, and the entries responsible on each side.
 import { formatAddress, formatPrefix, rangesToPrefixes, type Range } from './cidr/index.js';
 import type { CompileOptions } from './compile.js';
+import { snatText } from './config/egress.js';
 import type { AddressFamily, Config } from './config/types.js';
 import { flippedRanges } from './decisions.js';
 import { explain, type Explanation } from './explain.js';
@@ -27,9 +28,39 @@ export interface DiffSummary {
   readonly addresses: string;
 }
 
+/**
+ * A change of an egress policy key (README, "Egress policy"): it changes what happens to flows of
+ * some sources, interfaces or every translated flow, even where no destination flips.
+ */
+export interface PolicyChange {
+  readonly key: 'egressInterfaces' | 'sourceCIDRs' | 'snatAddress' | 'snatAddressIPv6';
+  /** The values now and proposed; empty: the key is not given (every source, every interface, masquerade). */
+  readonly current: readonly string[];
+  readonly proposed: readonly string[];
+}
+
 export interface Diff {
   readonly changes: readonly ChangedRange[];
   readonly summary: readonly DiffSummary[];
+  readonly policy: readonly PolicyChange[];
+}
+
+/** The egress policy keys that differ between the two configs. */
+function policyChanges(current: Config, proposed: Config): PolicyChange[] {
+  const values = (config: Config): Record<PolicyChange['key'], string[]> => {
+    const { egressInterfaces, sourceCIDRs, snat } = config.egress ?? {};
+    return {
+      egressInterfaces: [...(egressInterfaces ?? [])],
+      sourceCIDRs: sourceCIDRs ? [...sourceCIDRs.ipv4, ...sourceCIDRs.ipv6] : [],
+      snatAddress: snat?.ipv4 ? [snatText(snat.ipv4)] : [],
+      snatAddressIPv6: snat?.ipv6 ? [snatText(snat.ipv6)] : [],
+    };
+  };
+  const now = values(current);
+  const next = values(proposed);
+  return (Object.keys(now) as PolicyChange['key'][])
+    .filter((key) => now[key].join() !== next[key].join())
+    .map((key) => ({ key, current: now[key], proposed: next[key] }));
 }
 
 export function diffConfigs(current: Config, proposed: Config, options: CompileOptions): Diff {
@@ -72,12 +103,31 @@ export function diffConfigs(current: Config, proposed: Config, options: CompileO
   changes.sort((a, b) =>
     a.family !== b.family ? (a.family === 'ipv4' ? -1 : 1) : a.at < b.at ? -1 : a.at > b.at ? 1 : 0,
   );
-  return { changes: changes.map(({ at: _at, ...change }) => change), summary };
+  return {
+    changes: changes.map(({ at: _at, ...change }) => change),
+    summary,
+    policy: policyChanges(current, proposed),
+  };
+}
+
+const unset: Record<PolicyChange['key'], string> = {
+  egressInterfaces: 'every interface',
+  sourceCIDRs: 'every source',
+  snatAddress: "the interface's address",
+  snatAddressIPv6: "the interface's address",
+};
+
+function policyText(change: PolicyChange): string {
+  const side = (values: readonly string[]) =>
+    values.length === 0 ? `(not given: ${unset[change.key]})` : values.join(', ');
+  return `egress policy ${change.key}: ${side(change.current)} → ${side(change.proposed)}`;
 }
 
 export function diffText(diff: Diff): string {
-  if (diff.changes.length === 0) return 'no destination changes its decision\n';
-  const lines: string[] = [];
+  const policy = diff.policy.map(policyText);
+  if (diff.changes.length === 0)
+    return [...policy, 'no destination changes its decision'].join('\n') + '\n';
+  const lines: string[] = [...policy];
   for (const change of diff.changes) {
     lines.push(`${change.cidrs.join(' ')}: ${change.direction}`);
     const why = (e: Explanation) =>

@@ -4,6 +4,7 @@
 import {
   escapeUnprintable,
   type Family,
+  formatAddress,
   formatPrefix,
   hostMask,
   inRanges,
@@ -13,6 +14,7 @@ import {
   type Range,
 } from './cidr/index.js';
 import type { CompileOptions } from './compile.js';
+import { snatText } from './config/egress.js';
 import type { AddressFamily, Config, Origin } from './config/types.js';
 import { setRanges } from './decisions.js';
 
@@ -23,7 +25,10 @@ export type Reason =
   | 'nonMasqueradeCIDRs'
   | 'default list'
   | 'link-local default'
-  | 'no match';
+  | 'no match'
+  /** The egress policy (README, "Egress policy"): another way out, or another source. */
+  | 'egressInterfaces'
+  | 'sourceCIDRs';
 
 export interface Explanation {
   readonly address: string;
@@ -36,6 +41,68 @@ export interface Explanation {
   readonly overridden: readonly OriginText[];
   /** How the source port is chosen when masqueraded. */
   readonly ports: PortPolicy | null;
+  /** The egress policy's steps, where the config has the keys. */
+  readonly policy?: PolicyAnswer;
+}
+
+/**
+ * What the egress policy says of this flow: each list the config gives, what the flow was described
+ * with (--via, --from; null: not given) and whether that is in the list (null: not judged).
+ */
+export interface PolicyAnswer {
+  readonly interfaces?: PolicyStep;
+  readonly sources?: PolicyStep;
+  /** snatAddress(IPv6) of this family: translated to it rather than masqueraded. */
+  readonly snat?: string;
+}
+
+export interface PolicyStep {
+  readonly listed: readonly string[];
+  readonly given: string | null;
+  readonly matches: boolean | null;
+}
+
+/** The flow besides its destination: --from and --via of --explain. */
+export interface FlowContext {
+  readonly from?: string;
+  readonly via?: string;
+}
+
+/** Whether an interface name is one of the list's: a name, or a prefix ending in `*`. */
+export function interfaceListed(listed: readonly string[], name: string): boolean {
+  return listed.some((entry) =>
+    entry.endsWith('*') ? name.startsWith(entry.slice(0, -1)) : name === entry,
+  );
+}
+
+function policyAnswer(config: Config, family: Family, flow: FlowContext): PolicyAnswer | undefined {
+  const egress = config.egress;
+  if (!egress) return undefined;
+  const answer: { -readonly [K in keyof PolicyAnswer]: PolicyAnswer[K] } = {};
+  if (egress.egressInterfaces) {
+    const via = flow.via ?? null;
+    answer.interfaces = {
+      listed: egress.egressInterfaces,
+      given: via,
+      matches: via === null ? null : interfaceListed(egress.egressInterfaces, via),
+    };
+  }
+  if (egress.sourceCIDRs) {
+    const listed = egress.sourceCIDRs[familyName(family)];
+    const from = flow.from === undefined ? undefined : parseAddress(flow.from.trim());
+    answer.sources = {
+      listed,
+      given: from ? formatAddress(from.family, from.addr) : null,
+      // A source of the other family is no flow to this destination: not judged.
+      matches:
+        from === undefined || from.family !== family
+          ? null
+          : inRanges(setRanges(listed, familyName(family)), from.addr),
+    };
+  }
+  const snat = egress.snat?.[familyName(family)];
+  if (snat) answer.snat = snatText(snat);
+  return answer;
 }
 
 export interface OriginText {
@@ -136,10 +203,20 @@ export function portPolicy(options: CompileOptions): PortPolicy {
   };
 }
 
-/** Throws a CidrError for text that is not an IPv4 or IPv6 address. */
-export function explain(config: Config, options: CompileOptions, address: string): Explanation {
+/** Throws a CidrError for text that is not an IPv4 or IPv6 address (the address or --from). */
+export function explain(
+  config: Config,
+  options: CompileOptions,
+  address: string,
+  flow: FlowContext = {},
+): Explanation {
   const { family, addr } = parseAddress(address.trim());
-  const base = { address: address.trim(), family: familyName(family) };
+  const policy = policyAnswer(config, family, flow);
+  const base = {
+    address: address.trim(),
+    family: familyName(family),
+    ...(policy ? { policy } : {}),
+  };
   if (family === 6 && !options.enableIPv6) {
     return {
       ...base,
@@ -149,6 +226,15 @@ export function explain(config: Config, options: CompileOptions, address: string
       overridden: [],
       ports: null,
     };
+  }
+  // The policy's steps come first (README, "Egress policy"): another way out, or another source.
+  for (const [step, reason] of [
+    [policy?.interfaces, 'egressInterfaces'],
+    [policy?.sources, 'sourceCIDRs'],
+  ] as const) {
+    if (step?.matches === false) {
+      return { ...base, masqueraded: false, reason, decidedBy: [], overridden: [], ports: null };
+    }
   }
   const set = familyName(family);
   const origins = matching(config, family, addr);
@@ -200,10 +286,44 @@ function portText(ports: PortPolicy): string {
   return `source port for tcp/udp/sctp: ${shares.join(', ')}; other protocols: any (${random})`;
 }
 
+/** The policy's lines under an explanation: what was judged, what is only a condition. */
+function policyLines(e: Explanation): string[] {
+  const lines: string[] = [];
+  const { interfaces, sources, snat } = e.policy ?? {};
+  if (interfaces && interfaces.matches !== false) {
+    const list = interfaces.listed.join(', ');
+    lines.push(
+      interfaces.given === null
+        ? `  only traffic leaving through ${list} is considered (give --via to judge an interface)`
+        : `  leaves through ${escapeUnprintable(interfaces.given)}: listed in egressInterfaces (${list})`,
+    );
+  }
+  if (sources && sources.matches !== false) {
+    const list = sources.listed.join(', ') || 'no source of this family';
+    lines.push(
+      sources.given === null || sources.matches === null
+        ? `  only traffic from ${list} is considered (give --from to judge a source)`
+        : `  from ${sources.given}: in sourceCIDRs (${list})`,
+    );
+  }
+  if (snat && e.masqueraded)
+    lines.push(`  translated to ${snat} (snatAddress), not the interface's address`);
+  return lines;
+}
+
 /** The explanation as the lines --explain prints. */
 export function explanationText(e: Explanation): string {
   const lines: string[] = [];
-  if (e.reason === 'not managed') {
+  const { interfaces, sources } = e.policy ?? {};
+  if (e.reason === 'egressInterfaces' && interfaces) {
+    lines.push(
+      `${e.address}: not touched: it leaves through ${escapeUnprintable(interfaces.given ?? '')}, which egressInterfaces (${interfaces.listed.join(', ')}) does not list`,
+    );
+  } else if (e.reason === 'sourceCIDRs' && sources) {
+    lines.push(
+      `${e.address}: not touched: its source ${sources.given ?? ''} is not in sourceCIDRs (${sources.listed.join(', ') || 'none of this family'})`,
+    );
+  } else if (e.reason === 'not managed') {
     lines.push(
       `${e.address}: not touched: IPv6 is off (--enable-ipv6), the agent has no ip6 table`,
     );
@@ -222,5 +342,6 @@ export function explanationText(e: Explanation): string {
     for (const over of e.overridden) lines.push(`  overrides: ${over.text}`);
     if (e.ports) lines.push(`  ${portText(e.ports)}`);
   }
+  if (e.reason !== 'not managed') lines.push(...policyLines(e));
   return lines.join('\n');
 }

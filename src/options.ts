@@ -47,6 +47,12 @@ export interface AgentOptions {
   readonly output: Output;
   /** --node-name (default $NODE_NAME): this node, for config files scoped with nodeNames. */
   readonly nodeName: string;
+  /** --from: the source address --explain and --diff evaluate with ('' when not given). */
+  readonly from: string;
+  /** --via: the egress interface --explain and --diff evaluate with ('' when not given). */
+  readonly via: string;
+  /** --node-labels: the node's labels --explain and --diff evaluate with (null when not given). */
+  readonly nodeLabels: readonly (readonly [string, string])[] | null;
 }
 
 export interface Plan {
@@ -67,6 +73,7 @@ export function plan(options: AgentOptions): Plan {
       enableIPv6: options.enableIPv6,
       nomasqAllReservedRanges: options.nomasqAllReservedRanges,
       nodeName: options.nodeName,
+      ...(options.nodeLabels ? { nodeLabels: new Map(options.nodeLabels) } : {}),
       // The operator's commands describe a node; the agent and its one-shot modes run on one.
       scoping: describing.includes(options.mode) ? 'describe' : 'agent',
     },

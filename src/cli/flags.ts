@@ -3,7 +3,8 @@
 // One declarative table (FLAGS) gives the usage text, the defaults and the parsing; options.ts turns
 // the result into each stage's options.
 import { AUTO_LAYOUT_CROSSOVER, setLayouts } from '../compile.js';
-import { parseNodeName, ValueError } from '../config/egress.js';
+import { parseInterfaceName, parseLabel, parseNodeName, ValueError } from '../config/egress.js';
+import { CidrError, parseAddress } from '../cidr/index.js';
 import { DEFAULT_CONFIG_PATH } from '../config/source.js';
 import {
   checkMasqChain,
@@ -154,14 +155,39 @@ function parseConfigMapName(text: string, draft: Draft): readonly string[] {
   return Object.freeze([...earlier, text]);
 }
 
-/** --node-name: a Kubernetes node name, as nodeNames entries are checked. */
-function parseNodeNameFlag(text: string): string {
+/** The value as `parse` takes it, or a FlagError naming the flag. */
+function checked<T>(flag: string, parse: () => T): T {
   try {
-    return parseNodeName(text);
+    return parse();
   } catch (err) {
-    if (err instanceof ValueError) throw new FlagError(`--node-name: ${err.message}`);
+    if (err instanceof ValueError || err instanceof CidrError)
+      throw new FlagError(`--${flag}: ${err.message}`);
     throw err;
   }
+}
+
+/** --node-name: a Kubernetes node name, as nodeNames entries are checked. */
+function parseNodeNameFlag(text: string): string {
+  return checked('node-name', () => parseNodeName(text));
+}
+
+/** --via: one interface, named as Linux names it (no wildcard: a packet leaves through one). */
+function parseVia(text: string): string {
+  if (text.endsWith('*')) throw new FlagError('--via: one interface, not a wildcard');
+  return checked('via', () => parseInterfaceName(text));
+}
+
+/** --node-labels K=V,…: each checked as a nodeSelector label is. */
+function parseNodeLabels(text: string): ReadonlyArray<readonly [string, string]> {
+  return Object.freeze(
+    text.split(',').map((pair) => {
+      const eq = pair.indexOf('=');
+      if (eq <= 0) throw new FlagError(`--node-labels: ${JSON.stringify(pair)} is not KEY=VALUE`);
+      const label: readonly [string, string] = [pair.slice(0, eq), pair.slice(eq + 1)];
+      checked('node-labels', () => parseLabel(...label));
+      return label;
+    }),
+  );
 }
 
 export const FLAGS: readonly Flag[] = [
@@ -298,6 +324,21 @@ export const FLAGS: readonly Flag[] = [
     section: 'modes',
     help: 'text or json, for --explain, --diff and --check',
     shownDefault: 'text',
+  }),
+  value('from', 'from', '', (text) => checked('from', () => parseAddress(text) && text), {
+    arg: 'ADDR',
+    section: 'modes',
+    help: 'with --explain or --diff: the source address to evaluate sourceCIDRs with',
+  }),
+  value('via', 'via', '', parseVia, {
+    arg: 'IFACE',
+    section: 'modes',
+    help: 'with --explain or --diff: the egress interface to evaluate egressInterfaces with',
+  }),
+  value('node-labels', 'nodeLabels', null, parseNodeLabels, {
+    arg: 'K=V,...',
+    section: 'modes',
+    help: "with --explain or --diff: the node's labels, for files with nodeSelector",
   }),
   mode('cleanup', "delete the agent's ip/ip6 tables, exit"),
   mode('version', 'print the version, exit'),
@@ -458,6 +499,10 @@ export function parseArgs(
     }
     if (draft.live && !draft.modes.includes('explain')) {
       throw new FlagError('--live goes with --explain');
+    }
+    for (const flag of ['from', 'via', 'node-labels'] as const) {
+      if (given.has(flag) && !draft.modes.some((m) => m === 'explain' || m === 'diff'))
+        throw new FlagError(`--${flag} goes with --explain or --diff`);
     }
     if (draft.configMapsGiven && !draft.modes.includes('check')) {
       throw new FlagError('--configmap goes with --check');

@@ -71,7 +71,14 @@ export async function explainCommand(
   if (!(await present(stages.configPath, options.configGiven, '--config'))) return 2;
   const config = await load(stages.configPath, stages.load);
   if (!config) return 1;
-  const explanations = options.explain.map((address) => explain(config, stages.compile, address));
+  const flow = {
+    ...(options.from ? { from: options.from } : {}),
+    ...(options.via ? { via: options.via } : {}),
+  };
+  const explanations = options.explain.map((address) =>
+    explain(config, stages.compile, address, flow),
+  );
+  const skipped = config.skipped ?? [];
   let live: Awaited<ReturnType<typeof liveAnswers>> | undefined;
   if (options.live && kernel) {
     try {
@@ -91,10 +98,13 @@ export async function explainCommand(
     }
   }
   if (options.output === 'json') {
-    json({ note: LOCAL_NOTE, explanations, ...(live ? { live } : {}) });
+    json({ note: LOCAL_NOTE, skipped, explanations, ...(live ? { live } : {}) });
     return 0;
   }
   out(LOCAL_NOTE);
+  for (const file of skipped) {
+    out(`skipped on this node: ${escapeUnprintable(file.file)} (${file.reason})`);
+  }
   explanations.forEach((e, i) => {
     out(explanationText(e));
     const answer = live?.answers[i];
@@ -206,7 +216,7 @@ export async function diffCommand(options: AgentOptions): Promise<number> {
   const diff = diffConfigs(current, proposed, stages.compile);
   if (options.output === 'json') json(diff);
   else out(diffText(diff));
-  return diff.changes.length === 0 ? 0 : 1;
+  return diff.changes.length === 0 && diff.policy.length === 0 ? 0 : 1;
 }
 
 export async function checkCommand(options: AgentOptions): Promise<number> {

@@ -42,9 +42,58 @@ t.test('defaults', async (t) => {
       configMapsGiven: false,
       output: 'text',
       nodeName: '',
+      from: '',
+      via: '',
+      nodeLabels: null,
     },
   });
 });
+
+t.test(
+  '--from, --via and --node-labels describe a flow and a node for --explain and --diff',
+  async (t) => {
+    const parsed = (argv: string[]) => {
+      const result = parseArgs(argv, {});
+      return result.ok ? result.options : result.message.split('\n')[0];
+    };
+    const ok = parsed([
+      '--explain',
+      '1.2.3.4',
+      '--from',
+      '10.244.0.1',
+      '--via',
+      'eth1',
+      '--node-labels',
+      'pool=gpu,zone=',
+    ]);
+    t.match(ok, {
+      from: '10.244.0.1',
+      via: 'eth1',
+      nodeLabels: [
+        ['pool', 'gpu'],
+        ['zone', ''],
+      ],
+    });
+    t.match(parsed(['--via', 'eth1']), /^ipmasq-agent: --via goes with --explain or --diff$/);
+    t.match(
+      parsed(['--explain', '1.2.3.4', '--via', 'eth*']),
+      /--via: one interface, not a wildcard/,
+    );
+    t.match(
+      parsed(['--explain', '1.2.3.4', '--via', 'eth0/1']),
+      /--via: "eth0\/1" is not a valid interface name/,
+    );
+    t.match(parsed(['--explain', '1.2.3.4', '--from', '10.0.0.0/8']), /^ipmasq-agent: --from: /);
+    t.match(
+      parsed(['--diff', 'x', '--node-labels', 'pool']),
+      /--node-labels: "pool" is not KEY=VALUE/,
+    );
+    t.match(
+      parsed(['--diff', 'x', '--node-labels', 'a b=c']),
+      /--node-labels: "a b" is not a label key/,
+    );
+  },
+);
 
 t.test('--node-name: given, from NODE_NAME, checked as a node name', async (t) => {
   const nodeName = (argv: string[], env: Record<string, string> = {}) => {
