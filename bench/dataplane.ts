@@ -23,6 +23,10 @@ const EXEMPT_DESTINATION = REMOTE_TARGETS_IPV4.private10;
 const EXEMPT_FROM_SIZE = 1_153;
 
 export const OURS = 'ours: interval set';
+/** The egress policy's matches before the decision (README, "Egress policy"): both pass for the pod. */
+export const EGRESS = 'ours + sourceCIDRs, egressInterfaces';
+export const SNAT = 'ours + snatAddress';
+const EGRESS_POLICY = 'sourceCIDRs: [10.244.0.0/16]\negressInterfaces: [eth0, "ens*"]\n';
 export const LINEAR = 'original: iptables-nft linear chain';
 export const concatName = (name: string) => `concat set (${name})`;
 
@@ -65,6 +69,17 @@ function layouts(): Layout[] {
         await writeFile(file, linearChainScript(count));
         return ['iptables-nft-restore', [file]];
       },
+    },
+    {
+      name: EGRESS,
+      prepare: async (dir, count) =>
+        nftFile(dir, 'egress.nft', renderScript(count, 0, 'interval', EGRESS_POLICY)),
+    },
+    {
+      // To the node's own address: the sink needs no route back for it.
+      name: SNAT,
+      prepare: async (dir, count) =>
+        nftFile(dir, 'snat.nft', renderScript(count, 0, 'interval', `snatAddress: ${NODE_IPV4}\n`)),
     },
     ...CONCAT_LAYOUTS.map((layout) => ({
       name: concatName(layout.name),

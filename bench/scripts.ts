@@ -74,11 +74,13 @@ export function renderScript(
   count: number,
   variant: 0 | 1 = 0,
   layout: 'interval' | 'concat' = 'interval',
+  policy = '',
 ): string {
   const parsed = parseArgs(['--set-layout', layout]);
   if (!parsed.ok) throw new Error(parsed.message);
   const stages = plan(parsed.options);
-  const result = parseConfigText(configText(count, variant), 'bench config', stages.load);
+  const text = configText(count, variant) + policy;
+  const result = parseConfigText(text, 'bench config', stages.load);
   if (!result.ok) throw result.error;
   return renderReplace(compile(result.config, stages.compile, 1));
 }

@@ -143,7 +143,9 @@ if (requireRoot(t)) {
         'egressInterfaces: [eth0, "ext*"]\nsnatAddress: 192.0.2.1\n',
         'sourceCIDRs: [10.244.0.0/16, 10.250.0.0/16]\negressInterfaces: ["eth*"]\n',
       ];
-      const change = await runningAgent(t, [], configText(cidrs(2)));
+      // Not the config the kind before leaves in the kernel (the agent would adopt it, writing
+      // nothing), nor that of the first step.
+      const change = await runningAgent(t, [], configText(cidrs(2), policy[1]));
       const step = (i: number) =>
         change(configText(cidrs(2), i % 2 ? (policy[(i >> 1) % policy.length] ?? '') : ''));
       await flipping(t, topo, step);
