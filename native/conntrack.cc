@@ -25,12 +25,12 @@ struct DumpContext {
   uint64_t seen = 0;
 };
 
-bool InRanges(const FlushRequest& request, const uint8_t* address, size_t width) {
+bool InRanges(const std::vector<Range>& ranges, const uint8_t* address, size_t width) {
   // The last range whose first address is not above `address`, then whether it reaches it.
   auto after = std::upper_bound(
-      request.ranges.begin(), request.ranges.end(), address,
+      ranges.begin(), ranges.end(), address,
       [width](const uint8_t* a, const Range& r) { return memcmp(a, r.first.data(), width) < 0; });
-  if (after == request.ranges.begin()) return false;
+  if (after == ranges.begin()) return false;
   return memcmp(address, std::prev(after)->last.data(), width) <= 0;
 }
 
@@ -44,10 +44,18 @@ int OnEntry(enum nf_conntrack_msg_type, struct nf_conntrack* ct, void* data) {
     return NFCT_CB_CONTINUE;
   bool v4 = request.family == AF_INET;
   const void* source = nfct_get_attr(ct, v4 ? ATTR_REPL_IPV4_SRC : ATTR_REPL_IPV6_SRC);
-  if (source == nullptr || !InRanges(request, static_cast<const uint8_t*>(source), context->width))
+  if (source == nullptr ||
+      !InRanges(request.ranges, static_cast<const uint8_t*>(source), context->width))
     return NFCT_CB_CONTINUE;
+  if (!request.sources.empty()) {
+    const void* sender = nfct_get_attr(ct, v4 ? ATTR_ORIG_IPV4_SRC : ATTR_ORIG_IPV6_SRC);
+    if (sender == nullptr ||
+        !InRanges(request.sources, static_cast<const uint8_t*>(sender), context->width))
+      return NFCT_CB_CONTINUE;
+  }
+  uint32_t status = nfct_get_attr_u32(ct, ATTR_STATUS);
+  if (request.translated_only && (status & IPS_SRC_NAT) == 0) return NFCT_CB_CONTINUE;
   if (request.list_only) {
-    uint32_t status = nfct_get_attr_u32(ct, ATTR_STATUS);
     const void* destination = nfct_get_attr(ct, v4 ? ATTR_REPL_IPV4_DST : ATTR_REPL_IPV6_DST);
     if (protocol == IPPROTO_UDP && (status & IPS_SRC_NAT) == 0 && destination != nullptr) {
       ReplyTuple tuple;

@@ -18,6 +18,11 @@ struct FlushRequest {
   uint8_t family = 0;              // AF_INET or AF_INET6
   std::vector<uint8_t> protocols;  // empty: every protocol
   std::vector<Range> ranges;       // sorted by first, not overlapping
+  // When not empty, only entries whose original source (the flow's sender) is in one of these
+  // (sorted, not overlapping): the egress policy's sourceCIDRs changed for them.
+  std::vector<Range> sources;
+  // Only entries the kernel translated the source of (SNAT or masquerade): a changed snatAddress.
+  bool translated_only = false;
   // Only list what would be deleted: the reply tuples of the matched UDP entries without SNAT
   // (whose replies go to the pod's own address), deleting nothing.
   bool list_only = false;

@@ -144,15 +144,30 @@ Napi::Value FlushValue(Napi::Env env, int af, const conntrack::FlushResult& resu
   return value;
 }
 
-// conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer, listOnly: boolean)
-// ranges: pairs of first and last address (4 or 16 bytes each, network order), sorted, disjoint.
+// Pairs of first and last address (4 or 16 bytes each, network order), sorted, disjoint.
+std::vector<conntrack::Range> RangesOf(Napi::Env env, Napi::Buffer<uint8_t> buffer, size_t width) {
+  if (buffer.Length() % (2 * width) != 0)
+    throw Napi::RangeError::New(env, "ranges must hold first/last address pairs");
+  std::vector<conntrack::Range> ranges;
+  for (size_t at = 0; at < buffer.Length(); at += 2 * width) {  // copied before queueing
+    conntrack::Range range;
+    memcpy(range.first.data(), buffer.Data() + at, width);
+    memcpy(range.last.data(), buffer.Data() + at + width, width);
+    ranges.push_back(range);
+  }
+  return ranges;
+}
+
+// conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer, listOnly: boolean,
+//                sources: Buffer, translatedOnly: boolean)
+// ranges: of the reply's source; sources: of the original source, empty for any.
 Napi::Value ConntrackFlush(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() != 4 || !info[0].IsNumber() || !info[1].IsArray() || !info[2].IsBuffer() ||
-      !info[3].IsBoolean())
-    throw Napi::TypeError::New(
-        env,
-        "conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer, listOnly: boolean)");
+  if (info.Length() != 6 || !info[0].IsNumber() || !info[1].IsArray() || !info[2].IsBuffer() ||
+      !info[3].IsBoolean() || !info[4].IsBuffer() || !info[5].IsBoolean())
+    throw Napi::TypeError::New(env,
+                               "conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer, "
+                               "listOnly: boolean, sources: Buffer, translatedOnly: boolean)");
   int family = info[0].As<Napi::Number>().Int32Value();
   if (family != 4 && family != 6) throw Napi::RangeError::New(env, "family must be 4 or 6");
   conntrack::FlushRequest request;
@@ -165,16 +180,10 @@ Napi::Value ConntrackFlush(const Napi::CallbackInfo& info) {
     if (protocol < 0 || protocol > 255) throw Napi::RangeError::New(env, "protocols are 0-255");
     request.protocols.push_back(static_cast<uint8_t>(protocol));
   }
-  Napi::Buffer<uint8_t> ranges = info[2].As<Napi::Buffer<uint8_t>>();
   size_t width = family == 4 ? 4 : 16;
-  if (ranges.Length() % (2 * width) != 0)
-    throw Napi::RangeError::New(env, "ranges must hold first/last address pairs");
-  for (size_t at = 0; at < ranges.Length(); at += 2 * width) {  // copied before queueing
-    conntrack::Range range;
-    memcpy(range.first.data(), ranges.Data() + at, width);
-    memcpy(range.last.data(), ranges.Data() + at + width, width);
-    request.ranges.push_back(range);
-  }
+  request.ranges = RangesOf(env, info[2].As<Napi::Buffer<uint8_t>>(), width);
+  request.sources = RangesOf(env, info[4].As<Napi::Buffer<uint8_t>>(), width);
+  request.translated_only = info[5].As<Napi::Boolean>().Value();
   return Queue(env, [request = std::move(request)]() {
     conntrack::FlushResult result = conntrack::Flush(request);
     const int af = request.family;

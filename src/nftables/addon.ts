@@ -33,6 +33,8 @@ interface NativeAddon {
     protocols: number[],
     ranges: Buffer,
     listOnly: boolean,
+    sources: Buffer,
+    translatedOnly: boolean,
   ): Promise<NativeFlush>;
   releaseMemory(): boolean;
   version: string;
@@ -210,16 +212,29 @@ function port(value: number): number {
  * whose protocol is one of `protocols` (every one when empty), through libnetfilter_conntrack on a
  * pool thread. Never rejects for a kernel without conntrack.
  */
+/**
+ * Which entries a flush takes besides their destination (the reply's source): those whose sender
+ * is in `sources` (any when absent), and only the translated ones with `translatedOnly` (README,
+ * "Egress policy": a changed sourceCIDRs or snatAddress).
+ */
+export interface FlowSelection {
+  readonly sources?: ReadonlyArray<readonly [bigint, bigint]>;
+  readonly translatedOnly?: boolean;
+}
+
 export async function conntrackFlush(
   family: 4 | 6,
   protocols: readonly number[],
   ranges: ReadonlyArray<readonly [bigint, bigint]>,
+  selection: FlowSelection = {},
 ): Promise<ConntrackFlushResult> {
   const answer = await addon().conntrackFlush(
     family,
     [...protocols],
     rangeBuffer(family, ranges),
     false,
+    rangeBuffer(family, selection.sources ?? []),
+    selection.translatedOnly ?? false,
   );
   const { seen, deleted, error } = flushAnswer(answer);
   return { seen, deleted, error };
@@ -233,8 +248,16 @@ export async function conntrackFlush(
 export async function conntrackReplies(
   family: 4 | 6,
   ranges: ReadonlyArray<readonly [bigint, bigint]>,
+  selection: FlowSelection = {},
 ): Promise<ReplyTuple[]> {
-  const answer = await addon().conntrackFlush(family, [17], rangeBuffer(family, ranges), true);
+  const answer = await addon().conntrackFlush(
+    family,
+    [17],
+    rangeBuffer(family, ranges),
+    true,
+    rangeBuffer(family, selection.sources ?? []),
+    selection.translatedOnly ?? false,
+  );
   const { replies, error } = flushAnswer(answer);
   if (error !== undefined) throw new Error(error);
   return replies;

@@ -4,6 +4,7 @@ import {
   conntrackFlush,
   conntrackReplies,
   type ConntrackFlushResult,
+  type FlowSelection,
   NftError,
   nftGenerationId,
   nftTableNames,
@@ -35,14 +36,22 @@ export interface Kernel {
   removeLegacyChain(chain: string): Promise<number>;
   /** Whether the kernel's set holds `element` (for an interval set, a range containing it). */
   setHas(ref: TableRef, set: string, element: string): Promise<boolean>;
-  /** Deletes conntrack entries of flows to these ranges, of these protocols (all when empty). */
+  /**
+   * Deletes conntrack entries of flows to these ranges, of these protocols (all when empty), and
+   * as `selection` narrows them (by sender, translated only).
+   */
   flushConntrack(
     family: 4 | 6,
     protocols: readonly number[],
     ranges: readonly Range[],
+    selection?: FlowSelection,
   ): Promise<ConntrackFlushResult>;
   /** The replies to the pod's own address of the UDP flows flushConntrack would delete. */
-  conntrackReplies(family: 4 | 6, ranges: readonly Range[]): Promise<ReplyTuple[]>;
+  conntrackReplies(
+    family: 4 | 6,
+    ranges: readonly Range[],
+    selection?: FlowSelection,
+  ): Promise<ReplyTuple[]>;
 }
 
 const NAT_TABLE = 'ip nat';

@@ -3,8 +3,11 @@
 // flow's next packet is decided by the new rules. Never fatal to the write.
 import type { Logger } from 'pino';
 import { lateRepliesSet } from '../nftables/objects.js';
-import type { Range } from '../cidr/index.js';
-import type { Config } from '../config/types.js';
+import { symmetricDifference, type Range } from '../cidr/index.js';
+import { snatText } from '../config/egress.js';
+import type { AddressFamily, Config } from '../config/types.js';
+import { setRanges } from '../decisions.js';
+import type { FlowSelection } from '../nftables/addon.js';
 import { renderLateReplies } from '../nftables/render.js';
 import type { TableFamily } from '../nftables/types.js';
 import { changedRangesOffThread } from './changed-ranges.js';
@@ -51,6 +54,55 @@ export interface ConntrackDeps {
   readonly onCommit?: (before: number | undefined, after: number | undefined) => void;
 }
 
+/** One flush of a family's entries: those to `ranges`, narrowed by `selection`. */
+interface FlushPart {
+  readonly family: 4 | 6;
+  readonly ranges: readonly Range[];
+  readonly selection?: FlowSelection;
+}
+
+const EVERY: Record<4 | 6, Range[]> = {
+  4: [[0n, 2n ** 32n - 1n]],
+  6: [[0n, 2n ** 128n - 1n]],
+};
+
+/**
+ * The flushes an egress policy change needs (README, "Egress policy"), beside those of destinations
+ * whose decision flipped: a changed egressInterfaces, every flow of the family (conntrack does not
+ * record the interface a flow leaves through); a changed sourceCIDRs, the flows of the senders that
+ * joined or left it; a changed snatAddress, every translated flow, so that it is translated anew.
+ */
+export function policyFlushes(
+  before: Config,
+  after: Config,
+  families: readonly AddressFamily[],
+): FlushPart[] {
+  const parts: FlushPart[] = [];
+  for (const name of families) {
+    const family = name === 'ipv4' ? 4 : 6;
+    const interfaces = (c: Config) => (c.egress?.egressInterfaces ?? []).join();
+    if (interfaces(before) !== interfaces(after)) {
+      parts.push({ family, ranges: EVERY[family] });
+      continue;
+    }
+    // Without sourceCIDRs every sender is considered.
+    const senders = (c: Config) => {
+      const listed = c.egress?.sourceCIDRs;
+      return listed ? setRanges(listed[name], name) : EVERY[family];
+    };
+    const changed = symmetricDifference(senders(before), senders(after));
+    if (changed.length > 0)
+      parts.push({ family, ranges: EVERY[family], selection: { sources: changed } });
+    const snat = (c: Config) => {
+      const target = c.egress?.snat?.[name];
+      return target ? snatText(target) : '';
+    };
+    if (snat(before) !== snat(after))
+      parts.push({ family, ranges: EVERY[family], selection: { translatedOnly: true } });
+  }
+  return parts;
+}
+
 export class ConntrackFlush {
   private readonly deps: ConntrackDeps;
 
@@ -91,19 +143,21 @@ export class ConntrackFlush {
       );
       return [];
     });
-    if (changes.length === 0) return;
+    const parts: FlushPart[] = [...changes, ...policyFlushes(before, after, families)];
+    if (parts.length === 0) return;
     const protocols = mode === 'udp' ? [UDP, UDPLITE] : [];
     const deleted: Record<string, Record<string, number>> = {};
     let guarded = 0;
-    for (const { family, ranges } of changes) {
+    for (const { family, ranges, selection } of parts) {
       const label = family === 4 ? ('ipv4' as const) : ('ipv6' as const);
       try {
-        guarded += await this.dropLateReplies(family, ranges, generation);
-        const result = await kernel.flushConntrack(family, protocols, ranges);
-        deleted[label] = {};
+        guarded += await this.dropLateReplies(family, ranges, generation, selection);
+        const result = await kernel.flushConntrack(family, protocols, ranges, selection);
+        deleted[label] ??= {};
         for (const [protocol, count] of result.deleted) {
-          deleted[label][protocolName(protocol)] = count;
-          metrics.addConntrackFlushed(label, protocolName(protocol), count);
+          const name = protocolName(protocol);
+          deleted[label][name] = (deleted[label][name] ?? 0) + count;
+          metrics.addConntrackFlushed(label, name, count);
         }
         if (result.error !== undefined) throw new Error(result.error);
       } catch (err) {
@@ -134,11 +188,14 @@ export class ConntrackFlush {
     family: 4 | 6,
     ranges: readonly Range[],
     generation: number,
+    selection?: FlowSelection,
   ): Promise<number> {
     const { kernel, logger, table } = this.deps;
     const tableFamily: TableFamily = family === 4 ? 'ip' : 'ip6';
+    // A translated flow's replies go to the node's address, never the pod's: nothing to hold.
+    if (selection?.translatedOnly) return 0;
     try {
-      const replies = await kernel.conntrackReplies(family, ranges);
+      const replies = await kernel.conntrackReplies(family, ranges, selection);
       // The replies held back by an earlier flush go first: their flows may be exempt again now.
       const held = (this.heldUntil.get(family) ?? 0) > performance.now();
       if (replies.length === 0 && !held) return 0;

@@ -26,6 +26,8 @@ import {
   REMOTE_TARGETS_IPV4 as V4,
   REMOTE_TARGETS_IPV6 as V6,
   startEchoOn,
+  startStream,
+  type StreamAnswer,
   type Topology,
 } from '../../harness/topology.js';
 
@@ -119,14 +121,22 @@ async function agentOn(t: TapTest, topo: Topology, flags: string[] = []) {
   return {
     agent,
     put,
-    /** Renames `text` in and waits until the kernel holds it; flushes conntrack so probes decide anew. */
-    async write(text: string) {
+    /**
+     * Renames `text` in and waits until the kernel holds it; then (unless `keepFlows`) flushes
+     * conntrack so probes decide anew. Resolves with the time the new generation was seen.
+     */
+    async write(text: string, keepFlows = false) {
       put(text);
       generation++;
-      await waitFor(`generation ${generation}`, async () =>
-        (await generationNow()) >= generation ? true : undefined,
+      await waitFor(
+        `generation ${generation}`,
+        async () => ((await generationNow()) >= generation ? true : undefined),
+        10_000,
+        5,
       );
-      await inNetns(topo.node, 'conntrack', ['-F']).catch(() => undefined);
+      const at = Date.now();
+      if (!keepFlows) await inNetns(topo.node, 'conntrack', ['-F']).catch(() => undefined);
+      return at;
     },
     async health() {
       return JSON.parse((await httpGet(topo.node, 9410, '/healthz')).body) as {
@@ -279,6 +289,39 @@ if (requireRoot(t)) {
         once.stdout + once.stderr,
         /ip-masq-n1: nodeNames: .*set --node-name or the NODE_NAME/,
       );
+    },
+  );
+
+  t.test(
+    'existing UDP flows follow a policy change within 1 s (--conntrack-flush udp)',
+    async (t) => {
+      const topo = await egressTopology(t);
+      const { write } = await agentOn(t, topo);
+      const from = (address: string) => (a: StreamAnswer) => a.address === address;
+      const stream = startStream(t, topo, 'udp', V4.outsideDefaultsA, 0.05, 30);
+      await stream.until(0, from(NODE_IPV4), 3_000);
+      const follows = async (text: string, address: string, what: string) => {
+        const wrote = await write(text, true);
+        const first = await stream.until(wrote, from(address), 3_000);
+        t.ok(
+          first.at - wrote <= 1_000,
+          `${what}: ${address} ${first.at - wrote} ms after the write`,
+        );
+      };
+      await follows(`${base}snatAddress: ${SNAT_IPV4[0]}\n`, SNAT_IPV4[0]!, 'snatAddress given');
+      await follows(`${base}snatAddress: ${SNAT_IPV4[1]}\n`, SNAT_IPV4[1]!, 'snatAddress changed');
+      await follows(`${base}sourceCIDRs: [10.250.0.0/16]\n`, POD_IPV4, 'the pod left sourceCIDRs');
+      await follows(
+        `${base}sourceCIDRs: [10.244.0.0/16]\n`,
+        NODE_IPV4,
+        'the pod back in sourceCIDRs',
+      );
+      await follows(
+        `${base}egressInterfaces: [ext1]\n`,
+        POD_IPV4,
+        'its interface left egressInterfaces',
+      );
+      await follows(base, NODE_IPV4, 'the policy removed');
     },
   );
 }

@@ -289,5 +289,21 @@ t.test(
     const byBackend = await addon.conntrackFlush(4, [17], [[backend, backend]]);
     t.same(byBackend.deleted, [[17, 1]], 'by its backend');
     t.same(await listed(), ['udp 10.1.0.0', 'udp 9.255.255.255']);
+
+    // A changed sourceCIDRs (README, "Egress policy"): only the flows of the senders it concerns.
+    await insert('-p', 'udp', '-s', '10.244.1.2', '-d', '198.19.0.4');
+    await insert('-p', 'udp', '-s', '10.250.1.2', '-d', '198.19.0.4');
+    const pods: [bigint, bigint] = [v4(10, 244, 0, 0), v4(10, 244, 255, 255)];
+    const bySender = await addon.conntrackFlush(4, [17], [[0n, 2n ** 32n - 1n]], {
+      sources: [pods],
+    });
+    t.same(bySender.deleted, [[17, 1]], 'the pod range sender only');
+    t.same(await listed(), ['udp 10.1.0.0', 'udp 198.19.0.4', 'udp 9.255.255.255']);
+    // A changed snatAddress: only translated flows, and none of these is.
+    const translated = await addon.conntrackFlush(4, [17], [[0n, 2n ** 32n - 1n]], {
+      translatedOnly: true,
+    });
+    t.same(translated.deleted, [], 'no untranslated flow is deleted');
+    t.equal((await listed()).length, 3);
   },
 );

@@ -8,6 +8,7 @@ import type { CompileOptions } from '../../src/compile.js';
 import { parseConfigText, type Config } from '../../src/config/index.js';
 import { diffConfigs, diffText } from '../../src/diff.js';
 import { explain, explanationText } from '../../src/explain.js';
+import { policyFlushes } from '../../src/reconcile/conntrack.js';
 
 const options: CompileOptions = {
   table: 'ipmasq',
@@ -142,4 +143,48 @@ t.test('--diff reports a changed policy even where no destination flips', async 
     /^egress policy sourceCIDRs: \(not given: every source\) → 10\.244\.0\.0\/16$/m,
   );
   t.same(diffConfigs(proposed, proposed, options).policy, [], 'the same policy: no change');
+});
+
+t.test('the flushes a policy change needs (conntrack)', async (t) => {
+  const families = ['ipv4', 'ipv6'] as const;
+  const base = 'nonMasqueradeCIDRs: [10.0.0.0/8]\n';
+  const parts = (a: string, b: string) => policyFlushes(load(base + a), load(base + b), families);
+  t.same(parts('', ''), [], 'no policy, no change: nothing beyond the destinations');
+  t.same(parts('snatAddress: 192.0.2.1\n', 'snatAddress: 192.0.2.1\n'), [], 'the same policy');
+  const snat = parts('', 'snatAddress: 192.0.2.1\n');
+  t.same(
+    snat.map((p) => [p.family, p.selection]),
+    [[4, { translatedOnly: true }]],
+    'a new snatAddress: the translated IPv4 flows',
+  );
+  const sources = parts('sourceCIDRs: [10.244.0.0/16]\n', 'sourceCIDRs: [10.244.0.0/17]\n');
+  t.same(
+    sources.map((p) => [p.family, p.selection?.sources?.map(([a, b]) => [a, b])]),
+    [[4, [[BigInt(0x0af48000), BigInt(0x0af4ffff)]]]],
+    'the senders that left; IPv6 had no sender listed before or after',
+  );
+  const appears = parts('', 'sourceCIDRs: [10.244.0.0/16]\n');
+  t.same(
+    appears.map((p) => [p.family, p.selection?.sources]),
+    [
+      [
+        4,
+        [
+          [0n, BigInt(0x0af3ffff)],
+          [BigInt(0x0af50000), 2n ** 32n - 1n],
+        ],
+      ],
+      [6, [[0n, 2n ** 128n - 1n]]],
+    ],
+    'the key appearing: every sender but the pods, and every IPv6 sender (none listed now)',
+  );
+  const interfaces = parts('egressInterfaces: [eth0]\n', 'egressInterfaces: [eth1]\n');
+  t.same(
+    interfaces.map((p) => [p.family, p.selection, p.ranges.length]),
+    [
+      [4, undefined, 1],
+      [6, undefined, 1],
+    ],
+    'a changed interface list: every flow of both families (conntrack keeps no interface)',
+  );
 });
