@@ -5,21 +5,11 @@ import { tmpdir } from 'node:os';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import {
-  type Config,
-  type LoadOptions,
-  type LoadResult,
-  MAX_CONFIG_BYTES,
-  loadConfig,
-} from '../../src/config/index.js';
+import { type LoadOptions, MAX_CONFIG_BYTES, loadConfig } from '../../src/config/index.js';
+import { ok } from '../helpers/results.js';
 
 const run = promisify(execFile);
 const V6: LoadOptions = { enableIPv6: true, nomasqAllReservedRanges: false };
-
-function ok(t: Test, result: LoadResult): Config {
-  if (!result.ok) t.fail(`unexpected error: ${result.error.message}`);
-  return (result as { config: Config }).config;
-}
 
 async function tempDir(t: Test): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'ipmasq-dir-'));

@@ -1,24 +1,11 @@
 // Key handling, type checks and the Go duration grammar of resyncInterval.
-import t, { type Test } from 'tap';
-import {
-  type Config,
-  type LoadOptions,
-  type LoadResult,
-  parseConfigText,
-} from '../../src/config/index.js';
+import t from 'tap';
+import { type LoadOptions, parseConfigText } from '../../src/config/index.js';
+import { error, ok } from '../helpers/results.js';
 
 const V4: LoadOptions = { enableIPv6: false, nomasqAllReservedRanges: false };
 const FILE = 'cfg';
 const parse = (text: string) => parseConfigText(text, FILE, V4);
-
-function ok(t: Test, result: LoadResult): Config {
-  if (!result.ok) t.fail(`unexpected error: ${result.error.message}`);
-  return (result as { config: Config }).config;
-}
-function error(t: Test, result: LoadResult): string {
-  t.notOk(result.ok, 'config is rejected');
-  return result.ok ? '' : result.error.message;
-}
 
 t.test('keys match case-insensitively; unknown keys give one warning', async (t) => {
   const result = parse(

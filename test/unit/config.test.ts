@@ -14,15 +14,12 @@ import {
   loadConfig,
   parseConfigText,
 } from '../../src/config/index.js';
+import { ok } from '../helpers/results.js';
 
 const V4: LoadOptions = { enableIPv6: false, nomasqAllReservedRanges: false };
 const V6: LoadOptions = { enableIPv6: true, nomasqAllReservedRanges: false };
 const FILE = '/etc/config/ip-masq-agent';
 
-function ok(t: Test, result: LoadResult): Config {
-  if (!result.ok) t.fail(`unexpected error: ${result.error.message}`);
-  return (result as { config: Config }).config;
-}
 function failed(t: Test, result: LoadResult): string {
   t.notOk(result.ok, 'config is rejected');
   if (result.ok) return '';

@@ -5,26 +5,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import t, { type Test } from 'tap';
-import {
-  type Config,
-  type LoadOptions,
-  type LoadResult,
-  loadConfig,
-  parseConfigText,
-} from '../../src/config/index.js';
+import { type LoadOptions, loadConfig, parseConfigText } from '../../src/config/index.js';
+import { error, ok } from '../helpers/results.js';
 
 const V4: LoadOptions = { enableIPv6: false, nomasqAllReservedRanges: false };
 const V6: LoadOptions = { enableIPv6: true, nomasqAllReservedRanges: false };
 const parse = (text: string, options: LoadOptions = V6) => parseConfigText(text, 'cfg', options);
-
-function ok(t: Test, result: LoadResult): Config {
-  if (!result.ok) t.fail(`unexpected error: ${result.error.message}`);
-  return (result as { config: Config }).config;
-}
-function error(t: Test, result: LoadResult): string {
-  t.notOk(result.ok, 'config is rejected');
-  return result.ok ? '' : result.error.message;
-}
 
 async function directory(t: Test, files: Record<string, string>): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), 'ipmasq-egress-'));
