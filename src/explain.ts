@@ -60,6 +60,8 @@ export interface PolicyStep {
   readonly listed: readonly string[];
   readonly given: string | null;
   readonly matches: boolean | null;
+  /** The entries that list it, as `file key[index] value` (with provenance). */
+  readonly decidedBy?: readonly string[];
 }
 
 /** The flow besides its destination: --from and --via of --explain. */
@@ -79,25 +81,36 @@ function policyAnswer(config: Config, family: Family, flow: FlowContext): Policy
   const egress = config.egress;
   if (!egress) return undefined;
   const answer: { -readonly [K in keyof PolicyAnswer]: PolicyAnswer[K] } = {};
+  const entry = (key: string, o: { file: string; index: number }, value: string) =>
+    `${escapeUnprintable(o.file)} ${key}[${o.index}] ${quote(value)}`;
   if (egress.egressInterfaces) {
     const via = flow.via ?? null;
+    const matches = via === null ? null : interfaceListed(egress.egressInterfaces, via);
+    const by = (config.provenance?.policy?.egressInterfaces ?? []).filter(
+      (o) => via !== null && interfaceListed([o.value], via),
+    );
     answer.interfaces = {
       listed: egress.egressInterfaces,
       given: via,
-      matches: via === null ? null : interfaceListed(egress.egressInterfaces, via),
+      matches,
+      ...(by.length > 0 ? { decidedBy: by.map((o) => entry('egressInterfaces', o, o.value)) } : {}),
     };
   }
   if (egress.sourceCIDRs) {
     const listed = egress.sourceCIDRs[familyName(family)];
     const from = flow.from === undefined ? undefined : parseAddress(flow.from.trim());
+    // A source of the other family is no flow to this destination: not judged.
+    const judged = from !== undefined && from.family === family ? from : undefined;
+    const by = (config.provenance?.policy?.sourceCIDRs ?? []).filter(
+      (o) => judged !== undefined && inRanges([prefixRange(o.value)], judged.addr),
+    );
     answer.sources = {
       listed,
       given: from ? formatAddress(from.family, from.addr) : null,
-      // A source of the other family is no flow to this destination: not judged.
-      matches:
-        from === undefined || from.family !== family
-          ? null
-          : inRanges(setRanges(listed, familyName(family)), from.addr),
+      matches: judged ? inRanges(setRanges(listed, familyName(family)), judged.addr) : null,
+      ...(by.length > 0
+        ? { decidedBy: by.map((o) => entry('sourceCIDRs', o, formatPrefix(o.value))) }
+        : {}),
     };
   }
   const snat = egress.snat?.[familyName(family)];
@@ -295,7 +308,7 @@ function policyLines(e: Explanation): string[] {
     lines.push(
       interfaces.given === null
         ? `  only traffic leaving through ${list} is considered (give --via to judge an interface)`
-        : `  leaves through ${escapeUnprintable(interfaces.given)}: listed in egressInterfaces (${list})`,
+        : `  leaves through ${escapeUnprintable(interfaces.given)}: listed, because of ${interfaces.decidedBy?.[0] ?? `egressInterfaces (${list})`}`,
     );
   }
   if (sources && sources.matches !== false) {
@@ -303,7 +316,7 @@ function policyLines(e: Explanation): string[] {
     lines.push(
       sources.given === null || sources.matches === null
         ? `  only traffic from ${list} is considered (give --from to judge a source)`
-        : `  from ${sources.given}: in sourceCIDRs (${list})`,
+        : `  from ${sources.given}: in sourceCIDRs, because of ${sources.decidedBy?.[0] ?? list}`,
     );
   }
   if (snat && e.masqueraded)

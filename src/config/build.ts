@@ -76,7 +76,14 @@ function provenanceOf(
   }
   if (defaults) origins.push(...defaultOrigins(options));
   for (const prefix of linkLocal) origins.push({ kind: 'link-local', prefix });
-  return { origins };
+  const listed = <T>(list: (f: ConfigFragment) => readonly T[] | undefined) =>
+    fragments.flatMap((f) =>
+      (list(f) ?? []).map((value, index) => ({ file: f.file, index, value })),
+    );
+  const sourceCIDRs = listed((f) => f.sourceCIDRs);
+  const egressInterfaces = listed((f) => f.egressInterfaces);
+  if (sourceCIDRs.length === 0 && egressInterfaces.length === 0) return { origins };
+  return { origins, policy: { sourceCIDRs, egressInterfaces } };
 }
 
 /** The lists one after another; concat copies a 100 000-entry list in one go, flat() entry by entry. */

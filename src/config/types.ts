@@ -65,6 +65,18 @@ export type Origin =
 export interface Provenance {
   /** Every origin, in the order of files and entries; merging keeps them all. */
   readonly origins: readonly Origin[];
+  /** The egress policy's entries, in the same order (README, "Egress policy"). */
+  readonly policy?: {
+    readonly sourceCIDRs: readonly PolicyOrigin<Prefix>[];
+    readonly egressInterfaces: readonly PolicyOrigin<string>[];
+  };
+}
+
+/** One entry of an egress policy list, where it was written. */
+export interface PolicyOrigin<T> {
+  readonly file: string;
+  readonly index: number;
+  readonly value: T;
 }
 
 /** Flags that change how a config is read. */

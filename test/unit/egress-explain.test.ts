@@ -116,6 +116,14 @@ t.test('the text names the step that decides, and what was not judged', async (t
     ).split('\n')[0],
     '198.19.0.4: not touched: its source 10.9.9.9 is not in sourceCIDRs (10.244.0.0/16)',
   );
+  const judged = explanationText(
+    explain(config, options, '198.19.0.4', { via: 'ens5', from: '10.244.3.3' }),
+  );
+  t.match(judged, /leaves through ens5: listed, because of cfg egressInterfaces\[1\] "ens\*"/);
+  t.match(
+    judged,
+    /from 10\.244\.3\.3: in sourceCIDRs, because of cfg sourceCIDRs\[0\] "10\.244\.0\.0\/16"/,
+  );
   const text = explanationText(explain(config, options, '198.19.0.4'));
   t.match(text, /only traffic leaving through ens\*, eth1 is considered \(give --via/);
   t.match(text, /only traffic from 10\.244\.0\.0\/16 is considered \(give --from/);
