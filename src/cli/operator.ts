@@ -183,6 +183,17 @@ async function liveAnswers(
       );
       continue;
     }
+    // Left alone by the egress policy's first steps: the destination sets do not decide it, and the
+    // rules that do are as the agent writes them (objectDrift just said so).
+    if (e.reason === 'egressInterfaces' || e.reason === 'sourceCIDRs') {
+      answers.push({
+        masqueraded: false,
+        generation,
+        drift: false,
+        text: `generation ${generation} in the kernel leaves it alone: its ${e.reason} rule is as the agent writes it`,
+      });
+      continue;
+    }
     // The element as the agent formats it; the concatenated layout pairs it with a protocol.
     const parsed = parseAddress(e.address);
     const concat = table?.sets.find((set) => set.name === NONMASQ_SET)?.key.elementSuffix;

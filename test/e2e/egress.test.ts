@@ -120,6 +120,7 @@ async function agentOn(t: TapTest, topo: Topology, flags: string[] = []) {
   };
   return {
     agent,
+    file: () => file,
     put,
     /**
      * Renames `text` in and waits until the kernel holds it; then (unless `keepFlows`) flushes
@@ -196,12 +197,21 @@ if (requireRoot(t)) {
 
   t.test('egressInterfaces: only traffic leaving through them, names and wildcards', async (t) => {
     const topo = await egressTopology(t);
-    const { write } = await agentOn(t, topo);
+    const { write, file } = await agentOn(t, topo);
     const viaEth0 = V4.outsideDefaultsA;
     const both = async () => [await seen(topo, viaEth0), await seen(topo, OTHER_REMOTE_TARGET)];
     t.same(await both(), [NODE_IPV4, EXT_NODE], 'without the key: both ways out masqueraded');
     await write(`${base}egressInterfaces: ["ext*"]\n`);
     t.same(await both(), [POD_IPV4, EXT_NODE], 'ext*: only ext1');
+    const live = await runAgentOnce(topo.node, [
+      ...['--config', file(), '--enable-ipv6', '--explain', viaEth0, '--via', 'eth0', '--live'],
+    ]);
+    t.match(live.stdout, /not touched: it leaves through eth0, which egressInterfaces \(ext\*\)/);
+    t.match(
+      live.stdout,
+      /live: generation \d+ in the kernel leaves it alone: its egressInterfaces rule/,
+    );
+    t.notMatch(live.stdout, /DRIFT/, '--live agrees with the kernel');
     await write(`${base}egressInterfaces: [eth0]\n`);
     t.same(await both(), [NODE_IPV4, POD_IPV4], 'eth0: only eth0');
     t.equal(await seen(topo, V6.uniqueLocalOther), NODE_IPV6, 'IPv6 through eth0 as well');
