@@ -3,7 +3,7 @@ import { constants } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { buildConfig } from './build.js';
 import { type ConfigFragment, parseFragment } from './fragment.js';
-import { type ConfigSource, errnoText, findConfigSource } from './source.js';
+import { type ConfigSource, errnoText, findConfigSource, sourceFile } from './source.js';
 import type { ParseBudget } from './yaml.js';
 import { ConfigError, type LoadOptions, type LoadResult } from './types.js';
 
@@ -53,13 +53,14 @@ export async function readBounded(file: string): Promise<string> {
 
 async function readFragment(
   file: string,
+  readFrom: string,
   options: LoadOptions,
   warnings: string[],
   budget: ParseBudget | undefined,
 ): Promise<ConfigFragment | ConfigError> {
   let text: string;
   try {
-    text = await readBounded(file);
+    text = await readBounded(readFrom);
   } catch (err) {
     if (err instanceof ReadFailure) return new ConfigError(file, err.message);
     return new ConfigError(file, errnoText(err), 'unreadable');
@@ -94,7 +95,7 @@ export async function loadSource(
   const warnings = [...source.warnings];
   const fragments: ConfigFragment[] = [];
   for (const file of source.files) {
-    const fragment = await readFragment(file, options, warnings, budget);
+    const fragment = await readFragment(file, sourceFile(source, file), options, warnings, budget);
     if (fragment instanceof ConfigError) {
       return Object.freeze({ ok: false, error: fragment, warnings: Object.freeze(warnings) });
     }

@@ -57,11 +57,16 @@ function worthCaching(result: LoadResult): boolean {
 export function configLoader(load: SourceLoader = loadAdaptive): Loader {
   let last: { path: string; options: LoadOptions; stamp: string; result: LoadResult } | undefined;
   return async (path, options) => {
-    const source = await findConfigSource(path);
-    const { stamp } = source;
-    if (last && last.path === path && last.options === options && last.stamp === stamp)
+    let source = await findConfigSource(path);
+    if (last && last.path === path && last.options === options && last.stamp === source.stamp)
       return last.result;
-    const result = await load(source, options);
+    let result = await load(source, options);
+    // A ConfigMap version removed while its files were read: kubelet swapped in the next one.
+    if (!result.ok && result.error.kind === 'unreadable' && 'snapshot' in source) {
+      source = await findConfigSource(path);
+      result = await load(source, options);
+    }
+    const { stamp } = source;
     last = worthCaching(result) ? { path, options, stamp, result } : undefined;
     return result;
   };

@@ -2,8 +2,8 @@
 // regular `ip-masq*` files in name order. Found once per read, with a stamp of each, and used by
 // the loader, the resync cache, the in-thread/worker size choice and the watcher alike.
 import { statSync, type Stats } from 'node:fs';
-import { readdir, stat } from 'node:fs/promises';
-import { dirname, join } from 'node:path';
+import { lstat, readdir, realpath, stat } from 'node:fs/promises';
+import { basename, dirname, join } from 'node:path';
 import { escapeUnprintable } from '../cidr/index.js';
 
 /** The files a config directory's merge reads: `ip-masq*`. */
@@ -34,12 +34,17 @@ export type ConfigSource =
       readonly path: string;
       /** Identity of every file read and every candidate skipped: equal stamps, equal input. */
       readonly stamp: string;
-      /** The regular files to read, in order. */
+      /** The regular files to read, in order (in `snapshot` when there is one: sourceFile()). */
       readonly files: readonly string[];
       /** Their total size in bytes. */
       readonly bytes: number;
       /** Candidates skipped (dangling symlinks, non-regular files). */
       readonly warnings: readonly string[];
+      /**
+       * A ConfigMap volume's current version (kubelet's `..data` resolved): the files were found
+       * there, so they are of one version whatever kubelet swaps meanwhile.
+       */
+      readonly snapshot?: string;
     };
 
 export function errnoText(err: unknown): string {
@@ -56,10 +61,36 @@ function stampOf(info: Stats): string {
   return `${info.dev}:${info.ino}:${info.size}:${info.mtimeMs}:${info.ctimeMs}:${info.mode}`;
 }
 
+/**
+ * Where a directory's current files are: a ConfigMap volume's `..data` symlink resolved to the
+ * version it points at (kubelet swaps it atomically, then adds and removes the keys' own symlinks
+ * one by one: read there, a swap is seen whole or not at all, however slow its steps), else the
+ * directory itself.
+ */
+async function currentVersion(path: string): Promise<{ dir: string; names: string[] }> {
+  const data = join(path, '..data');
+  const link = await lstat(data).catch(() => undefined);
+  if (link?.isSymbolicLink()) {
+    // A version removed between resolving and listing is a swap under way: resolve again.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const dir = await realpath(data);
+        return { dir, names: await readdir(dir) };
+      } catch (err) {
+        if ((err as NodeJS.ErrnoException).code !== 'ENOENT' || attempt >= 2) throw err;
+      }
+    }
+  }
+  return { dir: path, names: await readdir(path) };
+}
+
 async function directorySource(path: string): Promise<ConfigSource> {
   let names: string[];
+  let dir: string;
   try {
-    names = (await readdir(path)).filter((name) => name.startsWith(FILE_PREFIX));
+    const current = await currentVersion(path);
+    dir = current.dir;
+    names = current.names.filter((name) => name.startsWith(FILE_PREFIX));
   } catch (err) {
     return unreadable(path, errnoText(err));
   }
@@ -74,10 +105,11 @@ async function directorySource(path: string): Promise<ConfigSource> {
   const stamps: string[] = [];
   let bytes = 0;
   for (const name of names) {
+    // Named as the directory shows it, found in the version read.
     const file = join(path, name);
     let info: Stats;
     try {
-      info = await stat(file); // follows the ConfigMap's ..data symlinks
+      info = await stat(join(dir, name)); // a key's own symlink would follow ..data anew
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       if (code !== 'ENOENT' && code !== 'ELOOP') {
@@ -97,7 +129,16 @@ async function directorySource(path: string): Promise<ConfigSource> {
     files.push(file);
     bytes += info.size;
   }
-  return { kind: 'directory', path, stamp: `dir|${stamps.join('|')}`, files, bytes, warnings };
+  const snapshot = dir === path ? {} : { snapshot: dir };
+  const stamp = `dir|${dir === path ? '' : dir}|${stamps.join('|')}`;
+  return { kind: 'directory', path, stamp, files, bytes, warnings, ...snapshot };
+}
+
+/** Where to read one of the source's files: in the ConfigMap version found, when there is one. */
+export function sourceFile(source: ConfigSource, file: string): string {
+  return source.kind === 'directory' && source.snapshot
+    ? join(source.snapshot, basename(file))
+    : file;
 }
 
 /** Looks at `path` once. Never rejects: an unusable path is a source of kind `error`. */

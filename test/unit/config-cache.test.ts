@@ -105,10 +105,41 @@ t.test('directory: a ConfigMap symlink swap and a new ip-masq file are seen', as
   const swapped = await load(dir, options);
   t.equal(reads(), 2);
   t.ok(swapped.ok && swapped.config.nonMasquerade.ipv4.includes('10.0.0.0/9'));
-  writeFileSync(join(dir, 'ip-masq-extra'), 'masqueradeCIDRs: [10.1.0.0/16]\n');
-  await load(dir, options);
+  // A key added the way kubelet adds one: in a new version, then its own symlink.
+  mkdirSync(join(dir, '..v3'));
+  writeFileSync(join(dir, '..v3', 'ip-masq-agent'), 'nonMasqueradeCIDRs: [10.0.0.0/9]\n');
+  writeFileSync(join(dir, '..v3', 'ip-masq-extra'), 'masqueradeCIDRs: [10.1.0.0/16]\n');
+  symlinkSync('..v3', join(dir, '..data_tmp'));
+  renameSync(join(dir, '..data_tmp'), join(dir, '..data'));
+  const added = await load(dir, options);
   t.equal(reads(), 3);
+  t.ok(added.ok && added.config.masquerade.ipv4.includes('10.1.0.0/16'), 'read before its symlink');
   writeFileSync(join(dir, 'unrelated'), 'x');
-  await load(dir, options);
-  t.equal(reads(), 3, 'a file the loader ignores does not matter');
+  writeFileSync(join(dir, 'ip-masq-beside'), 'masqueradeCIDRs: [10.2.0.0/16]\n');
+  const beside = await load(dir, options);
+  t.equal(reads(), 3, 'files beside the ConfigMap version are not part of it');
+  t.ok(beside.ok && !beside.config.masquerade.ipv4.includes('10.2.0.0/16'));
+});
+
+t.test('a ConfigMap swap is read whole, whichever of its steps came so far', async (t) => {
+  const dir = tempDir(t, 'swap');
+  mkdirSync(join(dir, '..v1'));
+  writeFileSync(join(dir, '..v1', 'ip-masq-a'), 'nonMasqueradeCIDRs: [10.0.0.0/8]\n');
+  symlinkSync('..v1', join(dir, '..data'));
+  symlinkSync('..data/ip-masq-a', join(dir, 'ip-masq-a'));
+  const { load } = counted();
+  // The next version renames key a to key b; kubelet has swapped ..data but not yet moved the
+  // keys' own symlinks: a still points into the new version, where it is gone; b has none yet.
+  mkdirSync(join(dir, '..v2'));
+  writeFileSync(join(dir, '..v2', 'ip-masq-b'), 'nonMasqueradeCIDRs: [192.168.0.0/16]\n');
+  symlinkSync('..v2', join(dir, '..data_tmp'));
+  renameSync(join(dir, '..data_tmp'), join(dir, '..data'));
+  const midway = await load(dir, options);
+  t.ok(midway.ok, 'valid');
+  t.same(
+    midway.ok ? midway.config.nonMasquerade.ipv4 : [],
+    ['169.254.0.0/16', '192.168.0.0/16'],
+    "the new version's keys, not the defaults of a directory with no file",
+  );
+  t.same(midway.warnings, [], 'no dangling symlink to warn about');
 });
