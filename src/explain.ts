@@ -107,7 +107,9 @@ function policyAnswer(config: Config, family: Family, flow: FlowContext): Policy
     answer.sources = {
       listed,
       given: from ? formatAddress(from.family, from.addr) : null,
-      matches: judged ? inRanges(setRanges(listed, familyName(family)), judged.addr) : null,
+      matches: judged
+        ? inRanges(cachedRanges(config, 'sources', listed, family), judged.addr)
+        : null,
       ...(by.length > 0
         ? { decidedBy: by.map((o) => entry('sourceCIDRs', o, formatPrefix(o.value))) }
         : {}),
@@ -151,18 +153,28 @@ export function describeOrigin(origin: Origin): string {
 /** Each config's sets as ranges, worked out once however many addresses are explained. */
 const setCache = new WeakMap<Config, Map<string, Range[]>>();
 
+function cachedRanges(
+  config: Config,
+  name: string,
+  cidrs: readonly string[],
+  family: Family | AddressFamily,
+): Range[] {
+  const familyKey = typeof family === 'number' ? familyName(family) : family;
+  let sets = setCache.get(config);
+  if (!sets) setCache.set(config, (sets = new Map()));
+  const key = `${name} ${familyKey}`;
+  let ranges = sets.get(key);
+  if (!ranges) sets.set(key, (ranges = setRanges(cidrs, familyKey)));
+  return ranges;
+}
+
 function covers(
   config: Config,
   set: 'nonMasquerade' | 'masquerade',
   family: AddressFamily,
   addr: bigint,
 ): boolean {
-  let sets = setCache.get(config);
-  if (!sets) setCache.set(config, (sets = new Map()));
-  const key = `${set} ${family}`;
-  let ranges = sets.get(key);
-  if (!ranges) sets.set(key, (ranges = setRanges(config[set][family], family)));
-  return inRanges(ranges, addr);
+  return inRanges(cachedRanges(config, set, config[set][family], family), addr);
 }
 
 /**

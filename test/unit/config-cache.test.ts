@@ -88,29 +88,31 @@ t.test('an errno is an unreadable config, by its kind and not its wording', asyn
   t.match(invalid, { ok: false, error: { kind: 'invalid' } });
 });
 
+/** A ConfigMap version `name` with these files, swapped in as kubelet does (`..data` renamed over). */
+function swapTo(dir: string, name: string, files: Record<string, string>): void {
+  mkdirSync(join(dir, name));
+  for (const [file, text] of Object.entries(files)) writeFileSync(join(dir, name, file), text);
+  symlinkSync(name, join(dir, '..data_tmp'));
+  renameSync(join(dir, '..data_tmp'), join(dir, '..data'));
+}
+
 t.test('directory: a ConfigMap symlink swap and a new ip-masq file are seen', async (t) => {
   const dir = tempDir(t, 'cache');
-  mkdirSync(join(dir, '..v1'));
-  writeFileSync(join(dir, '..v1', 'ip-masq-agent'), 'nonMasqueradeCIDRs: [10.0.0.0/8]\n');
-  symlinkSync('..v1', join(dir, '..data'));
+  swapTo(dir, '..v1', { 'ip-masq-agent': 'nonMasqueradeCIDRs: [10.0.0.0/8]\n' });
   symlinkSync('..data/ip-masq-agent', join(dir, 'ip-masq-agent'));
   const { load, reads } = counted();
   await load(dir, options);
   await load(dir, options);
   t.equal(reads(), 1);
-  mkdirSync(join(dir, '..v2'));
-  writeFileSync(join(dir, '..v2', 'ip-masq-agent'), 'nonMasqueradeCIDRs: [10.0.0.0/9]\n');
-  symlinkSync('..v2', join(dir, '..data_tmp'));
-  renameSync(join(dir, '..data_tmp'), join(dir, '..data'));
+  swapTo(dir, '..v2', { 'ip-masq-agent': 'nonMasqueradeCIDRs: [10.0.0.0/9]\n' });
   const swapped = await load(dir, options);
   t.equal(reads(), 2);
   t.ok(swapped.ok && swapped.config.nonMasquerade.ipv4.includes('10.0.0.0/9'));
   // A key added the way kubelet adds one: in a new version, then its own symlink.
-  mkdirSync(join(dir, '..v3'));
-  writeFileSync(join(dir, '..v3', 'ip-masq-agent'), 'nonMasqueradeCIDRs: [10.0.0.0/9]\n');
-  writeFileSync(join(dir, '..v3', 'ip-masq-extra'), 'masqueradeCIDRs: [10.1.0.0/16]\n');
-  symlinkSync('..v3', join(dir, '..data_tmp'));
-  renameSync(join(dir, '..data_tmp'), join(dir, '..data'));
+  swapTo(dir, '..v3', {
+    'ip-masq-agent': 'nonMasqueradeCIDRs: [10.0.0.0/9]\n',
+    'ip-masq-extra': 'masqueradeCIDRs: [10.1.0.0/16]\n',
+  });
   const added = await load(dir, options);
   t.equal(reads(), 3);
   t.ok(added.ok && added.config.masquerade.ipv4.includes('10.1.0.0/16'), 'read before its symlink');
@@ -123,17 +125,12 @@ t.test('directory: a ConfigMap symlink swap and a new ip-masq file are seen', as
 
 t.test('a ConfigMap swap is read whole, whichever of its steps came so far', async (t) => {
   const dir = tempDir(t, 'swap');
-  mkdirSync(join(dir, '..v1'));
-  writeFileSync(join(dir, '..v1', 'ip-masq-a'), 'nonMasqueradeCIDRs: [10.0.0.0/8]\n');
-  symlinkSync('..v1', join(dir, '..data'));
+  swapTo(dir, '..v1', { 'ip-masq-a': 'nonMasqueradeCIDRs: [10.0.0.0/8]\n' });
   symlinkSync('..data/ip-masq-a', join(dir, 'ip-masq-a'));
   const { load } = counted();
   // The next version renames key a to key b; kubelet has swapped ..data but not yet moved the
   // keys' own symlinks: a still points into the new version, where it is gone; b has none yet.
-  mkdirSync(join(dir, '..v2'));
-  writeFileSync(join(dir, '..v2', 'ip-masq-b'), 'nonMasqueradeCIDRs: [192.168.0.0/16]\n');
-  symlinkSync('..v2', join(dir, '..data_tmp'));
-  renameSync(join(dir, '..data_tmp'), join(dir, '..data'));
+  swapTo(dir, '..v2', { 'ip-masq-b': 'nonMasqueradeCIDRs: [192.168.0.0/16]\n' });
   const midway = await load(dir, options);
   t.ok(midway.ok, 'valid');
   t.same(
