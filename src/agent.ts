@@ -4,7 +4,8 @@ import type { Logger } from 'pino';
 import { AUTO_LAYOUT_CROSSOVER } from './compile.js';
 import { configLoader } from './config/loader.js';
 import { libnftablesVersion, releaseMemory } from './nftables/addon.js';
-import { plan, type AgentOptions } from './options.js';
+import { plan, usesApi, type AgentOptions } from './options.js';
+import type { KubernetesSession } from './kubernetes/index.js';
 import { nftKernel, type Kernel } from './nftables/kernel.js';
 import { AgentMetrics } from './reconcile/metrics.js';
 import { Reconciler } from './reconcile/reconciler.js';
@@ -13,6 +14,7 @@ import { watchConfig } from './reconcile/watcher.js';
 import { buildServer } from './server/index.js';
 import { handleSignals } from './signals.js';
 import { version } from './version.js';
+import { errorText } from './errors.js';
 
 /** The agent's metrics, labelled with what it is built from. */
 export function agentMetrics(): AgentMetrics {
@@ -30,9 +32,11 @@ export function makeReconciler(
   logger: Logger,
   metrics: AgentMetrics,
   kernel: Kernel = nftKernel,
+  api?: KubernetesSession,
 ): Reconciler {
   const stages = plan(options);
   return new Reconciler({
+    ...(api ? { cluster: api.cluster, events: api.events } : {}),
     configPath: stages.configPath,
     loadOptions: stages.load,
     compileOptions: stages.compile,
@@ -46,25 +50,34 @@ export function makeReconciler(
   });
 }
 
+/**
+ * --kubernetes / --kubeconfig: connects and starts watching this Node (src/kubernetes, loaded only
+ * then). `onChange` is called whenever the labels or the Nodes' pod CIDRs change.
+ */
+export async function connectApi(
+  options: AgentOptions,
+  logger: Logger,
+  metrics: AgentMetrics,
+  onChange: () => void,
+): Promise<KubernetesSession | undefined> {
+  if (!usesApi(options)) return undefined;
+  const { startKubernetes } = await import('./kubernetes/index.js');
+  return startKubernetes({
+    kubeconfig: options.kubeconfig,
+    nodeName: options.nodeName,
+    enableIPv6: options.enableIPv6,
+    logger,
+    metrics: metrics.kubernetes(),
+    onChange,
+  });
+}
+
 /** Runs until SIGTERM/SIGINT; then exits 0 within 5 s, leaving the tables in place. */
 export async function runAgent(options: AgentOptions, logger: Logger): Promise<void> {
-  const metrics = agentMetrics();
-  const reconciler = makeReconciler(options, logger, metrics);
-  const runner = new SyncRunner({
-    sync: async () => {
-      const outcome = await reconciler.sync();
-      // Whatever the sync parsed and rendered is garbage now: give the C heap's share back.
-      releaseMemory();
-      return outcome;
-    },
-    intervalMs: () => reconciler.resyncIntervalMs,
-    // The reconciler logs each distinct failure once; every retry is still here at debug.
-    onError: (err) => logger.debug({ err }, 'sync failed; retrying with backoff'),
-  });
-
   // Signals before any I/O (src/signals.ts): a SIGTERM during the start ends it with exit 0 like
   // any other, a SIGHUP before the runner starts is absorbed (its first sync reads the config).
-  let started = false;
+  /** Asks for a sync once the runner has started; before that its first sync reads everything. */
+  let trigger: (why: string) => void = () => {};
   let stop: () => Promise<unknown> = async () => undefined;
   let stopping = false;
   const shutdown = (signal: string) => {
@@ -76,15 +89,41 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   };
   handleSignals((signal) => {
     if (signal !== 'SIGHUP') shutdown(signal);
-    else if (started) runner.trigger('SIGHUP');
+    else trigger('SIGHUP');
+  });
+
+  const metrics = agentMetrics();
+  let api: KubernetesSession | undefined;
+  try {
+    api = await connectApi(options, logger, metrics, () => {
+      trigger('cluster changed');
+    });
+  } catch (err) {
+    logger.fatal(`cannot reach the Kubernetes API: ${errorText(err)}`);
+    process.exitCode = 1;
+    return;
+  }
+  stop = async () => api?.stop();
+  if (stopping) return;
+  const reconciler = makeReconciler(options, logger, metrics, nftKernel, api);
+  const syncs = new SyncRunner({
+    sync: async () => {
+      const outcome = await reconciler.sync();
+      // Whatever the sync parsed and rendered is garbage now: give the C heap's share back.
+      releaseMemory();
+      return outcome;
+    },
+    intervalMs: () => reconciler.resyncIntervalMs,
+    // The reconciler logs each distinct failure once; every retry is still here at debug.
+    onError: (err) => logger.debug({ err }, 'sync failed; retrying with backoff'),
   });
 
   const server = await buildServer({
-    status: () => reconciler.status(runner.alive),
+    status: () => reconciler.status(syncs.alive),
     metrics,
     logger,
   });
-  stop = () => Promise.allSettled([runner.stop(), server.close()]);
+  stop = () => Promise.allSettled([syncs.stop(), server.close(), api?.stop()]);
   await server.listen({ host: options.listen.host, port: options.listen.port });
   if (stopping) return;
   logger.info(
@@ -94,13 +133,13 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
 
   // A ConfigMap swap or a rename-write is a burst of events well under a millisecond apart: 10 ms
   // of quiet coalesces it into one read (docs/bench.md measures the latency this leaves).
-  const watcher = watchConfig(plan(options).configPath, () => runner.trigger('config changed'), {
+  const watcher = watchConfig(plan(options).configPath, () => syncs.trigger('config changed'), {
     debounceMs: CONFIG_QUIET_MS,
   });
   stop = () => {
     watcher.close();
-    return Promise.allSettled([runner.stop(), server.close()]);
+    return Promise.allSettled([syncs.stop(), server.close(), api?.stop()]);
   };
-  started = true;
-  runner.start();
+  trigger = (why) => syncs.trigger(why);
+  syncs.start();
 }

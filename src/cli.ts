@@ -1,13 +1,16 @@
 // Entry point: flags → one of the modes of README, "Flags". Every mode takes its stage options from
 // plan() (options.ts).
 import { pino, type Logger } from 'pino';
-import { agentMetrics, makeReconciler, runAgent } from './agent.js';
+import { agentMetrics, connectApi, makeReconciler, runAgent } from './agent.js';
+import type { LoadResult } from './config/types.js';
+import { errorText } from './errors.js';
+import type { KubernetesSession } from './kubernetes/index.js';
 import { parseArgs } from './cli/flags.js';
 import { compile } from './compile.js';
 import { loadConfig } from './config/index.js';
 import { needOptimizer } from './memory.js';
 import { renderReplace } from './nftables/render.js';
-import { plan, type AgentOptions } from './options.js';
+import { plan, usesApi, type AgentOptions } from './options.js';
 import { cleanup } from './cli/cleanup.js';
 import { nftKernel } from './nftables/kernel.js';
 import { version } from './version.js';
@@ -16,7 +19,16 @@ import { version } from './version.js';
 async function render(options: AgentOptions, flagWarnings: readonly string[]): Promise<number> {
   for (const warning of flagWarnings) process.stderr.write(`warning: ${warning}\n`);
   const stages = plan(options);
-  const result = await loadConfig(stages.configPath, stages.load);
+  let result: LoadResult;
+  if (usesApi(options)) {
+    const { loadWithCluster } = await import('./cli/cluster-config.js');
+    try {
+      result = await loadWithCluster(stages.configPath, stages.load, options);
+    } catch (err) {
+      process.stderr.write(`cannot read the cluster from the API server: ${errorText(err)}\n`);
+      return 1;
+    }
+  } else result = await loadConfig(stages.configPath, stages.load);
   for (const warning of result.warnings) process.stderr.write(`warning: ${warning}\n`);
   if (!result.ok) {
     process.stderr.write(`invalid config: ${result.error.message}\n`);
@@ -26,11 +38,39 @@ async function render(options: AgentOptions, flagWarnings: readonly string[]): P
   return 0;
 }
 
+/** How long --once --kubernetes waits for the Node data its config needs. */
+const ONCE_API_WAIT_MS = 30_000;
+
 async function once(options: AgentOptions, logger: Logger): Promise<number> {
-  const reconciler = makeReconciler(options, logger, agentMetrics());
-  const outcome = await reconciler.sync();
-  if (!outcome.ok) return 1; // the reconciler has logged why
-  return reconciler.status(true).configError === null ? 0 : 1;
+  const metrics = agentMetrics();
+  let changed = () => {};
+  let api: KubernetesSession | undefined;
+  try {
+    api = await connectApi(options, logger, metrics, () => changed());
+  } catch (err) {
+    logger.fatal(`cannot reach the Kubernetes API: ${errorText(err)}`);
+    return 1;
+  }
+  try {
+    const reconciler = makeReconciler(options, logger, metrics, nftKernel, api);
+    const deadline = Date.now() + ONCE_API_WAIT_MS;
+    for (;;) {
+      const outcome = await reconciler.sync();
+      if (!outcome.ok) return 1; // the reconciler has logged why
+      const status = reconciler.status(true);
+      if (status.waiting === null) return status.configError === null ? 0 : 1;
+      if (Date.now() > deadline) {
+        logger.error(`gave up after ${ONCE_API_WAIT_MS / 1000} s: ${status.waiting}`);
+        return 1;
+      }
+      await new Promise<void>((resolve) => {
+        changed = resolve;
+        setTimeout(resolve, 1_000).unref();
+      });
+    }
+  } finally {
+    await api?.stop();
+  }
 }
 
 export async function main(argv: readonly string[]): Promise<number | undefined> {

@@ -25,6 +25,8 @@ export type Reason =
   | 'nonMasqueradeCIDRs'
   | 'default list'
   | 'link-local default'
+  /** nonMasqueradeNodePodCIDRs: a Node's pod CIDRs (README, "Kubernetes API (opt-in)"). */
+  | 'node podCIDRs'
   | 'no match'
   /** The egress policy (README, "Egress policy"): another way out, or another source. */
   | 'egressInterfaces'
@@ -147,6 +149,7 @@ export function describeOrigin(origin: Origin): string {
     const list = origin.list === 'reserved' ? ' (--nomasq-all-reserved-ranges)' : '';
     return `the built-in default list${list}: ${prefix}`;
   }
+  if (origin.kind === 'node') return `Node ${escapeUnprintable(origin.node)}'s podCIDRs ${prefix}`;
   return `the link-local default ${prefix} (masqLinkLocal${origin.prefix.family === 6 ? 'IPv6' : ''} is false)`;
 }
 
@@ -284,7 +287,9 @@ export function explain(
         ? 'default list'
         : first?.kind === 'link-local'
           ? 'link-local default'
-          : 'nonMasqueradeCIDRs';
+          : first?.kind === 'node'
+            ? 'node podCIDRs'
+            : 'nonMasqueradeCIDRs';
     return {
       ...base,
       masqueraded: false,

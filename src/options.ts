@@ -53,6 +53,15 @@ export interface AgentOptions {
   readonly via: string;
   /** --node-labels: the node's labels --explain and --diff evaluate with (null when not given). */
   readonly nodeLabels: readonly (readonly [string, string])[] | null;
+  /** --kubernetes: read the cluster from the API server with the pod's service account. */
+  readonly kubernetes: boolean;
+  /** --kubeconfig: as --kubernetes with this kubeconfig ('' when not given). */
+  readonly kubeconfig: string;
+}
+
+/** The agent reads the API server (README, "Kubernetes API (opt-in)"). */
+export function usesApi(options: Pick<AgentOptions, 'kubernetes' | 'kubeconfig'>): boolean {
+  return options.kubernetes || options.kubeconfig !== '';
 }
 
 export interface Plan {

@@ -273,6 +273,24 @@ export const FLAGS: readonly Flag[] = [
     env: 'NODE_NAME',
   }),
 
+  bool(
+    'kubernetes',
+    'kubernetes',
+    false,
+    "read this Node's labels and (when the config asks) every Node's pod CIDRs from the API server " +
+      "with the pod's service account, and post Events on the Node",
+  ),
+  value(
+    'kubeconfig',
+    'kubeconfig',
+    '',
+    (text) => {
+      if (text === '') throw new FlagError('--kubeconfig: the path is empty');
+      return text;
+    },
+    { arg: 'PATH', help: 'as --kubernetes, with this kubeconfig instead of the service account' },
+  ),
+
   mode('once', 'apply the config once, exit 0 on success, 1 on failure'),
   mode('render', 'print the nftables script for the current config, exit'),
   listMode(
@@ -503,6 +521,13 @@ export function parseArgs(
     for (const flag of ['from', 'via', 'node-labels'] as const) {
       if (given.has(flag) && !draft.modes.some((m) => m === 'explain' || m === 'diff'))
         throw new FlagError(`--${flag} goes with --explain or --diff`);
+    }
+    const api = draft.kubernetes || draft.kubeconfig !== '';
+    const onNode = draft.modes.length === 0 || draft.modes.includes('once');
+    if (api && onNode && draft.nodeName === '') {
+      throw new FlagError(
+        "--kubernetes and --kubeconfig need the node's name: --node-name, or NODE_NAME (the DaemonSet sets it from spec.nodeName)",
+      );
     }
     if (draft.configMapsGiven && !draft.modes.includes('check')) {
       throw new FlagError('--configmap goes with --check');

@@ -10,10 +10,10 @@ import { tableOwner } from '../nftables/ownership.js';
 import { checkPath } from '../config/check.js';
 import { loadConfig } from '../config/index.js';
 import { findConfigSource } from '../config/source.js';
-import type { Config, LoadOptions } from '../config/types.js';
+import type { Config, LoadOptions, LoadResult } from '../config/types.js';
 import { diffConfigs, diffText } from '../diff.js';
 import { explain, explanationText, LOCAL_NOTE, type Explanation } from '../explain.js';
-import { plan, type AgentOptions } from '../options.js';
+import { plan, usesApi, type AgentOptions } from '../options.js';
 import type { Kernel } from '../nftables/kernel.js';
 import { errorText } from '../errors.js';
 
@@ -37,12 +37,34 @@ async function present(path: string, given: boolean, flag: string): Promise<bool
   return true;
 }
 
-async function load(path: string, options: LoadOptions): Promise<Config | undefined> {
-  const result = await loadConfig(path, { ...options, provenance: true });
+async function load(
+  path: string,
+  options: LoadOptions,
+  agent: AgentOptions,
+): Promise<Config | undefined> {
+  const withProvenance = { ...options, provenance: true };
+  let result: LoadResult;
+  if (usesApi(agent)) {
+    // Loaded only with --kubernetes/--kubeconfig (README, "Kubernetes API (opt-in)").
+    const { loadWithCluster } = await import('./cluster-config.js');
+    try {
+      result = await loadWithCluster(path, withProvenance, agent);
+    } catch (e) {
+      err(`cannot read the cluster from the API server: ${escapeUnprintable(errorText(e))}`);
+      return undefined;
+    }
+  } else result = await loadConfig(path, withProvenance);
   for (const warning of result.warnings) err(`warning: ${warning}`);
-  if (result.ok) return result.config;
-  err(`invalid config: ${result.error.message}`);
-  return undefined;
+  if (!result.ok) {
+    err(`invalid config: ${result.error.message}`);
+    return undefined;
+  }
+  if (result.config.nodePodCIDRs && !result.config.nodesJoined) {
+    err(
+      "note: nonMasqueradeNodePodCIDRs: the Nodes' pod CIDRs are not included (give --kubeconfig or --kubernetes to read them)",
+    );
+  }
+  return result.config;
 }
 
 /** Exit 2 when an argument is not an address; the message says which and why. */
@@ -69,7 +91,7 @@ export async function explainCommand(
   }
   const stages = plan(options);
   if (!(await present(stages.configPath, options.configGiven, '--config'))) return 2;
-  const config = await load(stages.configPath, stages.load);
+  const config = await load(stages.configPath, stages.load, options);
   if (!config) return 1;
   const flow = {
     ...(options.from ? { from: options.from } : {}),
@@ -221,8 +243,8 @@ export async function diffCommand(options: AgentOptions): Promise<number> {
   const stages = plan(options);
   if (!(await present(stages.configPath, options.configGiven, '--config'))) return 2;
   if (!(await present(options.proposed, true, '--diff'))) return 2;
-  const current = await load(stages.configPath, stages.load);
-  const proposed = await load(options.proposed, stages.load);
+  const current = await load(stages.configPath, stages.load, options);
+  const proposed = await load(options.proposed, stages.load, options);
   if (!current || !proposed) return 2;
   const diff = diffConfigs(current, proposed, stages.compile);
   if (options.output === 'json') json(diff);

@@ -137,6 +137,15 @@ function scope(fragments: readonly ConfigFragment[], options: LoadOptions): Scop
     if (nodeSelector !== undefined) {
       const labels = options.nodeLabels;
       if (labels === undefined) {
+        if (!describe && options.kubernetes) {
+          return {
+            error: new ConfigError(
+              file,
+              "nodeSelector: waiting for this Node's labels from the API server",
+              'pending',
+            ),
+          };
+        }
         if (!describe) {
           return {
             error: new ConfigError(
@@ -227,7 +236,7 @@ export function buildConfig(
   if ('error' in scoped) return invalid(scoped.error);
   const fragments = scoped.applies;
   const podCidrs = fragments.find((f) => f.nonMasqueradeNodePodCIDRs === true);
-  if (podCidrs && options.scoping !== 'describe') {
+  if (podCidrs && options.scoping !== 'describe' && !options.kubernetes) {
     return invalid(
       new ConfigError(
         podCidrs.file,
@@ -278,9 +287,43 @@ export function buildConfig(
     hash: hashOf(meaning),
     sources: Object.freeze(fragments.map((f) => f.file)),
     ...(scoped.skipped.length > 0 ? { skipped: Object.freeze(scoped.skipped) } : {}),
+    ...(podCidrs ? { nodePodCIDRs: true as const } : {}),
     ...(options.provenance
       ? { provenance: provenanceOf(fragments, options, nonMasqLists.length === 0, linkLocal) }
       : {}),
   });
   return Object.freeze({ ok: true, config, warnings: Object.freeze([...warnings]) });
+}
+
+/** What withNodePodCIDRs needs of one Node: its pod CIDRs, parsed by the agent. */
+export interface NodePrefixes {
+  readonly prefixes: readonly Prefix[];
+}
+
+/**
+ * The config with every Node's pod CIDRs joined to its non-masquerade set (nonMasqueradeNodePodCIDRs,
+ * README "Kubernetes API (opt-in)"): merged like any entry, the hash following what the kernel gets.
+ * They do not count against cidrLimit, which bounds what the files list.
+ */
+export function withNodePodCIDRs(config: Config, nodes: ReadonlyMap<string, NodePrefixes>): Config {
+  const pods: Prefix[] = [];
+  const origins: Origin[] = [];
+  for (const [node, { prefixes }] of nodes) {
+    for (const prefix of prefixes) {
+      pods.push(prefix);
+      if (config.provenance) origins.push({ kind: 'node', node, prefix });
+    }
+  }
+  const current = [...config.nonMasquerade.ipv4, ...config.nonMasquerade.ipv6].map(parseCidr);
+  const nonMasquerade = mergedSets(current.concat(pods));
+  const meaning = { ...config, nonMasquerade };
+  const { provenance } = config;
+  return Object.freeze({
+    ...meaning,
+    hash: hashOf(meaning),
+    nodesJoined: true as const,
+    ...(provenance
+      ? { provenance: { ...provenance, origins: provenance.origins.concat(origins) } }
+      : {}),
+  });
 }

@@ -29,6 +29,13 @@ export interface Config {
   readonly egress?: EgressPolicy;
   /** Files that node scoping (nodeNames, nodeSelector) left out, with why. */
   readonly skipped?: readonly SkippedFile[];
+  /**
+   * nonMasqueradeNodePodCIDRs: the Nodes' pod CIDRs join nonMasquerade (withNodePodCIDRs, once the
+   * API server listed them). True on the config as the files give it and on the joined one.
+   */
+  readonly nodePodCIDRs?: true;
+  /** The Nodes' pod CIDRs are joined in (withNodePodCIDRs). */
+  readonly nodesJoined?: true;
 }
 
 /** What the egress policy keys add to the decision; each left out when no file that applies gives it. */
@@ -60,7 +67,9 @@ export type Origin =
   /** The built-in non-masquerade list, used when no file sets nonMasqueradeCIDRs. */
   | { readonly kind: 'default'; readonly list: 'private' | 'reserved'; readonly prefix: Prefix }
   /** 169.254.0.0/16 (and fe80::/10 with IPv6) unless masqLinkLocal(IPv6). */
-  | { readonly kind: 'link-local'; readonly prefix: Prefix };
+  | { readonly kind: 'link-local'; readonly prefix: Prefix }
+  /** A Node's spec.podCIDRs, with nonMasqueradeNodePodCIDRs (README, "Kubernetes API (opt-in)"). */
+  | { readonly kind: 'node'; readonly node: string; readonly prefix: Prefix };
 
 export interface Provenance {
   /** Every origin, in the order of files and entries; merging keeps them all. */
@@ -87,8 +96,13 @@ export interface LoadOptions {
   readonly provenance?: boolean;
   /** This node's name (--node-name), for files with nodeNames; undefined or empty: not known. */
   readonly nodeName?: string;
-  /** This node's labels, for files with nodeSelector; undefined: not known (no --kubernetes). */
+  /** This node's labels, for files with nodeSelector; undefined: not known (yet). */
   readonly nodeLabels?: ReadonlyMap<string, string>;
+  /**
+   * The agent reads its cluster from the API server (--kubernetes, --kubeconfig): nodeSelector and
+   * nonMasqueradeNodePodCIDRs can be judged, once the data is there (until then: `pending`).
+   */
+  readonly kubernetes?: boolean;
   /**
    * `agent` (the default): a scoped file that cannot be judged for lack of the node's name or labels
    * makes the config invalid. `describe` (--explain, --diff, --check): it is skipped, saying why.
@@ -102,9 +116,10 @@ export type LoadResult =
 
 /**
  * Why a config cannot be applied: `invalid` is a verdict on what was read (it stays while the files
- * are unchanged), `unreadable` a failure to read (EACCES, EMFILE, …), worth trying again.
+ * are unchanged), `unreadable` a failure to read (EACCES, EMFILE, …), worth trying again, `pending`
+ * a config that needs data from the API server not read yet (README, "Kubernetes API (opt-in)").
  */
-export type ConfigErrorKind = 'invalid' | 'unreadable';
+export type ConfigErrorKind = 'invalid' | 'unreadable' | 'pending';
 
 /** A config that must not be applied. The message names the file, key, index and value. */
 export class ConfigError extends Error {

@@ -3,6 +3,7 @@
 // in the kernel, so no flow goes out unmasqueraded meanwhile. Never fatal.
 import type { Logger } from 'pino';
 import type { Kernel } from '../nftables/kernel.js';
+import type { NodeEvents } from '../kubernetes/events.js';
 import type { AgentMetrics } from './metrics.js';
 
 /** Where to look for the original agent's chain, and whether to remove it. */
@@ -19,6 +20,7 @@ export interface LegacyDeps {
   readonly logger: Logger;
   /** Where `ipmasq_legacy_chain_present` is set; a one-shot --cleanup has none to serve. */
   readonly metrics?: AgentMetrics;
+  readonly events?: NodeEvents;
 }
 
 export class LegacyChain {
@@ -58,6 +60,10 @@ export class LegacyChain {
       remaining = await kernel.legacyChains(options.chains);
       for (const chain of [...remaining]) {
         if (!remove) {
+          this.deps.events?.(
+            'LegacyChainPresent',
+            `the original ip-masq-agent's chain ${chain} is still in table ip nat: traffic we exempt may still be masqueraded there`,
+          );
           logger.warn(
             { chain },
             "the original ip-masq-agent's chain is still in table ip nat: traffic we exempt may still be masqueraded there; " +

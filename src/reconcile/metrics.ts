@@ -175,6 +175,36 @@ export class AgentMetrics {
     return text;
   }
 
+  /**
+   * The Kubernetes API's series (README, "Kubernetes API (opt-in)"), registered only when the agent
+   * reads the API: a file-driven agent does not export a gauge saying "down".
+   */
+  kubernetes(): { setUp(up: boolean): void; incError(op: string): void } {
+    const registers = [this.registry];
+    const up = new Gauge({
+      name: 'ipmasq_kubernetes_up',
+      help: "1 while the agent's watches of the API server are live, else 0.",
+      registers,
+    });
+    const errors = new Counter({
+      name: 'ipmasq_kubernetes_errors_total',
+      help: 'Failed calls to the API server, by operation (list, watch, event).',
+      labelNames: ['op'],
+      registers,
+    });
+    for (const op of ['list', 'watch', 'event']) errors.inc({ op }, 0);
+    return {
+      setUp: (on) => {
+        this.version++;
+        up.set(on ? 1 : 0);
+      },
+      incError: (op) => {
+        this.version++;
+        errors.inc({ op });
+      },
+    };
+  }
+
   setConflictingWriter(on: boolean): void {
     this.version++;
     this.conflictingWriter.set(on ? 1 : 0);

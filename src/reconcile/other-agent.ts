@@ -7,6 +7,7 @@
 // intervals before writing its own again, instead of rewriting at every resync.
 import type { Logger } from 'pino';
 import { isNewerWriter, type WriteMark } from '../nftables/ownership.js';
+import type { NodeEvents } from '../kubernetes/events.js';
 import type { AgentMetrics } from './metrics.js';
 
 /** What a table's mark says wrote it. */
@@ -22,6 +23,7 @@ export interface OtherAgentDeps {
   readonly intervalMs: () => number;
   /** This process's writer id. */
   readonly writer: string;
+  readonly events?: NodeEvents;
 }
 
 export class OtherAgentWatch {
@@ -90,6 +92,12 @@ export class OtherAgentWatch {
         : 'another ipmasq-agent is writing our table with another config; it started before this one, so ours wins',
     );
     this.deps.metrics.setConflictingWriter(true);
+    this.deps.events?.(
+      'ConflictingWriter',
+      newer
+        ? 'another ipmasq-agent is writing our table with another config; this one holds back (the newer agent wins)'
+        : 'another ipmasq-agent is writing our table with another config; this one started later and keeps its own',
+    );
   }
 
   /**

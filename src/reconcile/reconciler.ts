@@ -6,7 +6,8 @@ import { DEFAULT_RESYNC_INTERVAL_MS } from '../config/build.js';
 import type { Loader } from '../config/loader.js';
 import type { Config, LoadOptions } from '../config/types.js';
 import { newWriterId } from '../nftables/ownership.js';
-import { ConfigReader } from './config-reader.js';
+import { ConfigReader, type ClusterData } from './config-reader.js';
+import type { NodeEvents } from '../kubernetes/events.js';
 import { ConntrackFlush, type ConntrackFlushMode } from './conntrack.js';
 import { Converger, type Converged, type Timed } from './converge.js';
 import type { Kernel } from '../nftables/kernel.js';
@@ -37,6 +38,10 @@ export interface ReconcilerDeps {
   readonly now?: () => number;
   /** This process's writer id in every write's mark (default: made from the start time). */
   readonly writer?: string;
+  /** --kubernetes: the Node's labels and the Nodes' pod CIDRs (src/kubernetes/cluster.ts). */
+  readonly cluster?: ClusterData;
+  /** --kubernetes: Events on this Node (src/kubernetes/events.ts). */
+  readonly events?: NodeEvents;
 }
 
 export class Reconciler {
@@ -62,6 +67,8 @@ export class Reconciler {
       load: deps.loadConfig,
       logger,
       metrics,
+      ...(deps.cluster ? { cluster: deps.cluster } : {}),
+      ...(deps.events ? { events: deps.events } : {}),
     });
     this.otherAgent = new OtherAgentWatch({
       logger,
@@ -69,6 +76,7 @@ export class Reconciler {
       now: deps.now ?? Date.now,
       intervalMs: () => this.resyncIntervalMs,
       writer,
+      ...(deps.events ? { events: deps.events } : {}),
     });
     this.converger = new Converger({
       kernel,
@@ -78,7 +86,13 @@ export class Reconciler {
       otherAgent: this.otherAgent,
       writer,
     });
-    this.legacy = new LegacyChain({ kernel, options: deps.legacy, logger, metrics });
+    this.legacy = new LegacyChain({
+      kernel,
+      options: deps.legacy,
+      logger,
+      metrics,
+      ...(deps.events ? { events: deps.events } : {}),
+    });
     this.sizes = new SetSizes({
       compileOptions: deps.compileOptions,
       logger,
@@ -142,6 +156,7 @@ export class Reconciler {
     this.facts = {
       ...this.facts,
       configError: this.config.error,
+      waiting: this.config.waiting,
       configHash: config?.hash ?? null,
     };
     if (!config) {
@@ -193,15 +208,16 @@ export class Reconciler {
     if (failure.kind) metrics.incNftFailure(failure.kind);
     this.record({ kernel: 'failed', kernelError: failure.message, lastError: failure.message });
     metrics.recordSync('error', seconds());
-    this.logFailure(failure.message, () =>
+    this.logFailure(failure.message, () => {
+      this.deps.events?.('KernelWriteFailed', `kernel write failed: ${failure.message}`);
       logger.error(
         {
           kind: failure.kind,
           unreadableTables: failure.unreadable.map((ref) => `${ref.family} ${ref.name}`),
         },
         `kernel write failed: ${failure.message}`,
-      ),
-    );
+      );
+    });
     return { ok: false, error: err };
   }
 

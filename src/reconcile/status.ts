@@ -8,6 +8,8 @@ export interface SyncFacts {
   readonly configHash: string | null;
   /** Why the last config read was invalid; null when it was valid (or none was read yet). */
   readonly configError: string | null;
+  /** What the config waits for from the API server (README, "Kubernetes API (opt-in)"); null: nothing. */
+  readonly waiting: string | null;
   /** The kernel: not written or confirmed yet, holding the last good config, or the last write failed. */
   readonly kernel: 'unknown' | 'in-sync' | 'failed';
   /** Why the last kernel write failed, while kernel is 'failed'. */
@@ -25,6 +27,7 @@ export interface SyncFacts {
 export const initialFacts: SyncFacts = {
   configHash: null,
   configError: null,
+  waiting: null,
   kernel: 'unknown',
   kernelError: null,
   lastError: null,
@@ -45,6 +48,8 @@ export interface AgentStatus {
   lastSyncTime: Date | null;
   lastError: string | null;
   configError: string | null;
+  /** What the config waits for from the API server; null when nothing. */
+  waiting: string | null;
   /** Entries in the kernel's non-masquerade sets. */
   nonMasqueradeCIDRs: { ipv4: number; ipv6: number };
   /** The kernel holds the ruleset of the current, valid config. */
@@ -55,6 +60,7 @@ export interface AgentStatus {
 /** Why the agent is not ready, most fundamental first; null when it is. */
 function notReadyReason(facts: SyncFacts): string | null {
   if (facts.configHash === null) {
+    if (facts.waiting !== null) return `nothing applied yet: ${facts.waiting}`;
     return facts.configError === null
       ? 'no sync yet'
       : `config invalid, nothing applied: ${facts.configError}`;
@@ -63,6 +69,9 @@ function notReadyReason(facts: SyncFacts): string | null {
   if (facts.kernel === 'unknown') return 'no sync yet';
   if (facts.configError !== null) {
     return `config invalid, the kernel keeps the last good ruleset: ${facts.configError}`;
+  }
+  if (facts.waiting !== null) {
+    return `the kernel keeps the last good ruleset while the config waits: ${facts.waiting}`;
   }
   if (facts.otherAgent) {
     return 'another ipmasq-agent is writing our table with another config; holding back';
@@ -80,6 +89,7 @@ export function agentStatus(facts: SyncFacts, alive: boolean): AgentStatus {
     lastSyncTime: facts.lastSyncTime,
     lastError: facts.lastError,
     configError: facts.configError,
+    waiting: facts.waiting,
     nonMasqueradeCIDRs: { ...facts.counts },
     ready: reason === null,
     notReadyReason: reason,

@@ -14,6 +14,7 @@ const status: AgentStatus = {
   lastSyncTime: null,
   lastError: null,
   configError: null,
+  waiting: null,
   nonMasqueradeCIDRs: { ipv4: 0, ipv6: 0 },
   ready: false,
   notReadyReason: 'starting',

@@ -18,6 +18,7 @@ function healthyStatus(): AgentStatus {
     lastSyncTime: new Date('2024-05-06T07:08:09.123Z'),
     lastError: null,
     configError: null,
+    waiting: null,
     nonMasqueradeCIDRs: { ipv4: 4, ipv6: 2 },
     ready: true,
     notReadyReason: null,

@@ -1,0 +1,192 @@
+// What the agent knows of its cluster (README, "Kubernetes API (opt-in)"): its own Node's labels and,
+// when a config asks, every Node's pod CIDRs. Each from a reflector that keeps only those fields; the
+// last known data stays while the API is away. Pod CIDRs are parsed here: only prefixes the agent
+// formatted itself go further.
+import type { Logger } from 'pino';
+import { escapeUnprintable, parseCidr, type Prefix } from '../cidr/index.js';
+import { errorText } from '../errors.js';
+import type { ApiClient } from './client.js';
+import { DEFAULT_TIMINGS, Reflector, type ReflectorTimings, type WatchOp } from './reflector.js';
+
+/** One Node's pod CIDRs, parsed; the ones left out are named in `rejected`. */
+export interface NodePodCIDRs {
+  readonly prefixes: readonly Prefix[];
+  readonly rejected: readonly string[];
+}
+
+export interface ClusterMetrics {
+  setUp(up: boolean): void;
+  incError(op: string): void;
+}
+
+export interface ClusterOptions {
+  readonly client: ApiClient;
+  readonly nodeName: string;
+  readonly enableIPv6: boolean;
+  readonly logger: Logger;
+  readonly metrics: ClusterMetrics;
+  /** Something the config depends on changed: labels, or the Nodes' pod CIDRs. */
+  readonly onChange: () => void;
+  readonly timings?: ReflectorTimings;
+}
+
+/** A Node's spec.podCIDRs has one per family; more is not a Node the API server would store. */
+const MAX_POD_CIDRS = 8;
+const MAX_LABELS = 512;
+
+function record(value: unknown): Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value)
+    ? (value as Record<string, unknown>)
+    : {};
+}
+
+/** spec.podCIDRs (or the older spec.podCIDR), parsed strictly; IPv6 only with --enable-ipv6. */
+export function podCIDRsOf(node: Record<string, unknown>, enableIPv6: boolean): NodePodCIDRs {
+  const spec = record(node.spec);
+  let texts: unknown[] = [];
+  if (Array.isArray(spec.podCIDRs)) texts = spec.podCIDRs as unknown[];
+  else if (typeof spec.podCIDR === 'string') texts = [spec.podCIDR];
+  const prefixes: Prefix[] = [];
+  const rejected: string[] = [];
+  for (const text of texts.slice(0, MAX_POD_CIDRS)) {
+    if (typeof text !== 'string') {
+      rejected.push(`${typeof text} is not a CIDR`);
+      continue;
+    }
+    try {
+      const prefix = parseCidr(text.slice(0, 64));
+      if (text.length > 64) throw new Error(`${escapeUnprintable(text.slice(0, 64))}… is too long`);
+      // A single-stack IPv4 agent leaves the IPv6 half of a dual-stack Node out, as it would a file's.
+      if (prefix.family === 6 && !enableIPv6) continue;
+      prefixes.push(prefix);
+    } catch (err) {
+      rejected.push(errorText(err));
+    }
+  }
+  if (texts.length > MAX_POD_CIDRS) rejected.push(`${texts.length - MAX_POD_CIDRS} more left out`);
+  return { prefixes, rejected };
+}
+
+/** metadata.labels, strings only, bounded. */
+export function labelsOf(node: Record<string, unknown>): ReadonlyMap<string, string> {
+  const labels = new Map<string, string>();
+  for (const [key, value] of Object.entries(record(record(node.metadata).labels))) {
+    if (labels.size >= MAX_LABELS) break;
+    if (typeof value === 'string') labels.set(key, value);
+  }
+  return labels;
+}
+
+function sameLabels(a: ReadonlyMap<string, string> | undefined, b: ReadonlyMap<string, string>) {
+  if (!a || a.size !== b.size) return false;
+  for (const [key, value] of b) if (a.get(key) !== value) return false;
+  return true;
+}
+
+export class Cluster {
+  private readonly own: Reflector<ReadonlyMap<string, string>>;
+  private readonly nodes: Reflector<NodePodCIDRs>;
+  private nodesStarted = false;
+  private labelsNow: ReadonlyMap<string, string> | undefined;
+  /** Moves whenever the pod CIDRs may have changed: callers cache on it. */
+  podCIDRsVersion = 0;
+  private readonly warned = new Map<string, string>();
+  private readonly lastError = new Map<string, string>();
+  private readonly up = { own: false, nodes: false };
+
+  constructor(private readonly options: ClusterOptions) {
+    const timings = options.timings ?? DEFAULT_TIMINGS;
+    const common = { client: options.client, path: '/api/v1/nodes', timings };
+    this.own = new Reflector({
+      ...common,
+      fieldSelector: `metadata.name=${options.nodeName}`,
+      extract: labelsOf,
+      onChange: () => {
+        const labels = this.own.items.get(options.nodeName) ?? new Map<string, string>();
+        if (sameLabels(this.labelsNow, labels)) return;
+        this.labelsNow = labels;
+        options.onChange();
+      },
+      onError: (op, err) => this.failed(`this Node's ${op}`, op, err),
+      onUp: (up) => this.setUp('own', up),
+    });
+    this.nodes = new Reflector({
+      ...common,
+      extract: (node) => this.podCIDRs(node),
+      onChange: () => {
+        this.podCIDRsVersion += 1;
+        options.onChange();
+      },
+      onError: (op, err) => this.failed(`the Nodes' ${op}`, op, err),
+      onUp: (up) => this.setUp('nodes', up),
+    });
+  }
+
+  /** Watches this Node; every Node too once a config asks for their pod CIDRs. */
+  start(): void {
+    this.own.start();
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all([this.own.stop(), this.nodes.stop()]);
+  }
+
+  /** This Node's labels; undefined until it was first read. A Node not found has none. */
+  get labels(): ReadonlyMap<string, string> | undefined {
+    return this.labelsNow;
+  }
+
+  /** Every Node's pod CIDRs; undefined until the first list succeeded (it starts the watch). */
+  podCIDRs(): ReadonlyMap<string, NodePodCIDRs> | undefined;
+  podCIDRs(node: Record<string, unknown>): NodePodCIDRs;
+  podCIDRs(
+    node?: Record<string, unknown>,
+  ): ReadonlyMap<string, NodePodCIDRs> | NodePodCIDRs | undefined {
+    if (node !== undefined) return this.parseNode(node);
+    if (!this.nodesStarted) {
+      this.nodesStarted = true;
+      this.nodes.start();
+    }
+    return this.nodes.listed ? this.nodes.items : undefined;
+  }
+
+  private parseNode(node: Record<string, unknown>): NodePodCIDRs {
+    const parsed = podCIDRsOf(node, this.options.enableIPv6);
+    const name = String(record(node.metadata).name);
+    const said = parsed.rejected.join('; ');
+    if (said === '') this.warned.delete(name);
+    else if (this.warned.get(name) !== said) {
+      this.warned.set(name, said);
+      this.options.logger.warn(
+        { node: escapeUnprintable(name) },
+        `Node ${escapeUnprintable(name)}'s podCIDRs: left out: ${escapeUnprintable(said)}`,
+      );
+    }
+    return parsed;
+  }
+
+  /** One line per distinct cause while it lasts; every failure counted. */
+  private failed(what: string, op: WatchOp, err: unknown): void {
+    this.options.metrics.incError(op);
+    const text = escapeUnprintable(errorText(err));
+    if (this.lastError.get(what) === text) return;
+    this.lastError.set(what, text);
+    this.options.logger.warn(
+      { op },
+      `Kubernetes API: ${what} failed: ${text}; the last known data stays, retrying with backoff`,
+    );
+  }
+
+  private setUp(which: 'own' | 'nodes', up: boolean): void {
+    this.up[which] = up;
+    const whose = which === 'own' ? "this Node's" : "the Nodes'";
+    if (up && [...this.lastError.keys()].some((what) => what.startsWith(whose))) {
+      for (const op of ['list', 'watch']) this.lastError.delete(`${whose} ${op}`);
+      this.options.logger.info(
+        `Kubernetes API: watching ${which === 'own' ? 'this Node' : 'the Nodes'} again`,
+      );
+    }
+    const live = this.up.own && (!this.nodesStarted || this.up.nodes);
+    this.options.metrics.setUp(live);
+  }
+}

@@ -1,0 +1,134 @@
+// The opt-in Kubernetes API (README, "Kubernetes API (opt-in)"). Imported only with --kubernetes or
+// --kubeconfig: the file-driven agent never loads this code.
+import type { Logger } from 'pino';
+import { escapeUnprintable } from '../cidr/index.js';
+import { ApiClient } from './client.js';
+import {
+  Cluster,
+  labelsOf,
+  podCIDRsOf,
+  type ClusterMetrics,
+  type NodePodCIDRs,
+} from './cluster.js';
+import { fromKubeconfig, inCluster, type Connection } from './connection.js';
+import { EventRecorder, type NodeEvents } from './events.js';
+import { DEFAULT_TIMINGS, Reflector, type ReflectorTimings } from './reflector.js';
+
+export { ConnectionError } from './connection.js';
+export type { NodePodCIDRs } from './cluster.js';
+
+export interface KubernetesOptions {
+  /** '' for the pod's service account. */
+  readonly kubeconfig: string;
+  readonly nodeName: string;
+  readonly enableIPv6: boolean;
+  readonly logger: Logger;
+  readonly metrics: ClusterMetrics;
+  readonly onChange: () => void;
+}
+
+export interface KubernetesSession {
+  readonly cluster: Cluster;
+  readonly events: NodeEvents;
+  stop(): Promise<void>;
+}
+
+export function connection(kubeconfig: string): Promise<Connection> {
+  return kubeconfig === '' ? inCluster() : fromKubeconfig(kubeconfig);
+}
+
+/**
+ * Timings from IPMASQ_KUBERNETES_TIMINGS (JSON, milliseconds and seconds as in ReflectorTimings):
+ * the tests shorten the stall detection and the backoff; an operator has no reason to.
+ */
+export function timingsFromEnv(env = process.env): ReflectorTimings {
+  const text = env.IPMASQ_KUBERNETES_TIMINGS;
+  if (!text) return DEFAULT_TIMINGS;
+  const given = JSON.parse(text) as Partial<Record<keyof ReflectorTimings, unknown>>;
+  const timings: Record<string, number> = { ...DEFAULT_TIMINGS };
+  for (const key of Object.keys(DEFAULT_TIMINGS)) {
+    const value = given[key as keyof ReflectorTimings];
+    if (typeof value === 'number' && Number.isFinite(value) && value > 0) timings[key] = value;
+  }
+  return timings as unknown as ReflectorTimings;
+}
+
+/** Connects, starts watching this Node, and is ready to post Events. Throws ConnectionError. */
+export async function startKubernetes(options: KubernetesOptions): Promise<KubernetesSession> {
+  const client = new ApiClient(await connection(options.kubeconfig));
+  const timings = timingsFromEnv();
+  const cluster = new Cluster({ ...options, client, timings });
+  const recorder = new EventRecorder({
+    client,
+    nodeName: options.nodeName,
+    logger: options.logger,
+    onError: () => options.metrics.incError('event'),
+    ...(process.env.IPMASQ_KUBERNETES_EVENT_INTERVAL_MS
+      ? { intervalMs: Number(process.env.IPMASQ_KUBERNETES_EVENT_INTERVAL_MS) }
+      : {}),
+  });
+  cluster.start();
+  return {
+    cluster,
+    events: recorder.emit,
+    stop: async () => {
+      await Promise.all([cluster.stop(), recorder.stop()]);
+      client.close();
+    },
+  };
+}
+
+/**
+ * For one-shot commands: what the API says now, read once (a list, no watch): the Node's labels
+ * when a name is given, every Node's pod CIDRs when asked. Rejects on the first failure.
+ */
+export async function clusterSnapshot(options: {
+  kubeconfig: string;
+  nodeName: string;
+  enableIPv6: boolean;
+  podCIDRs: boolean;
+  logger: Logger;
+}): Promise<{
+  labels: ReadonlyMap<string, string> | undefined;
+  nodes: ReadonlyMap<string, NodePodCIDRs> | undefined;
+}> {
+  const client = new ApiClient(await connection(options.kubeconfig));
+  try {
+    const once = async <T>(
+      fieldSelector: string | undefined,
+      extract: (o: Record<string, unknown>) => T,
+    ) => {
+      const reflector = new Reflector<T>({
+        client,
+        path: '/api/v1/nodes',
+        ...(fieldSelector ? { fieldSelector } : {}),
+        extract,
+        onChange: () => undefined,
+        onError: () => undefined,
+        onUp: () => undefined,
+        timings: DEFAULT_TIMINGS,
+      });
+      await reflector.listOnce();
+      return reflector.items;
+    };
+    const labels = options.nodeName
+      ? ((await once(`metadata.name=${options.nodeName}`, labelsOf)).get(options.nodeName) ??
+        new Map<string, string>())
+      : undefined;
+    const nodes = options.podCIDRs
+      ? await once(undefined, (node) => {
+          const parsed = podCIDRsOf(node, options.enableIPv6);
+          if (parsed.rejected.length > 0) {
+            const name = escapeUnprintable(String((node.metadata as { name?: unknown }).name));
+            options.logger.warn(
+              `Node ${name}'s podCIDRs: left out: ${escapeUnprintable(parsed.rejected.join('; '))}`,
+            );
+          }
+          return parsed;
+        })
+      : undefined;
+    return { labels, nodes };
+  } finally {
+    client.close();
+  }
+}

@@ -1,0 +1,253 @@
+// List, then watch from the list's resourceVersion, forever (README, "Kubernetes API (opt-in)"):
+// what client-go calls a reflector, for one kind (Nodes) and a small extract of each object. The
+// last known items stay whatever the API does; a 410 Gone relists; every failure waits a backoff
+// with full jitter, or the server's Retry-After.
+import { ApiError, type ApiClient } from './client.js';
+
+export type WatchOp = 'list' | 'watch';
+
+export interface ReflectorTimings {
+  /** First backoff; doubled per failure in a row up to backoffMaxMs, a random part of it waited. */
+  readonly backoffBaseMs: number;
+  readonly backoffMaxMs: number;
+  /** Asked of the server per watch (it ends the watch then, and we watch again). */
+  readonly watchTimeoutSeconds: number;
+  /** No byte, not even a bookmark, for this long: the watch is stalled. */
+  readonly idleMs: number;
+  /** Items per list page (limit/continue). */
+  readonly pageSize: number;
+}
+
+export const DEFAULT_TIMINGS: ReflectorTimings = {
+  backoffBaseMs: 1_000,
+  backoffMaxMs: 60_000,
+  watchTimeoutSeconds: 300,
+  // The server ends a watch at its timeout and sends a bookmark about every minute.
+  idleMs: 330_000,
+  pageSize: 250,
+};
+
+export interface ReflectorOptions<T> {
+  readonly client: ApiClient;
+  /** The collection, e.g. /api/v1/nodes. */
+  readonly path: string;
+  readonly fieldSelector?: string;
+  /** What is kept of one object (undefined: nothing, the object is left out). */
+  readonly extract: (object: Record<string, unknown>) => T | undefined;
+  /** After a list or a watch event changed the items. */
+  readonly onChange: () => void;
+  /** Each failure, with the call it failed in. */
+  readonly onError: (op: WatchOp, err: unknown) => void;
+  /** The watch went live (true) or was lost (false). */
+  readonly onUp: (up: boolean) => void;
+  readonly timings: ReflectorTimings;
+  readonly random?: () => number;
+}
+
+function record(value: unknown): Record<string, unknown> {
+  return value !== null && typeof value === 'object' && !Array.isArray(value)
+    ? (value as Record<string, unknown>)
+    : {};
+}
+
+function nameOf(object: Record<string, unknown>): string | undefined {
+  const name = record(object.metadata).name;
+  return typeof name === 'string' ? name : undefined;
+}
+
+function resourceVersionOf(object: unknown): string | undefined {
+  const rv = record(record(object).metadata).resourceVersion;
+  return typeof rv === 'string' && rv !== '' ? rv : undefined;
+}
+
+/**
+ * How long to wait after `failures` failures in a row: full jitter, a random wait up to the base
+ * doubled per failure (at most backoffMaxMs), so that thousands of agents do not come back in step;
+ * at least the server's Retry-After. The first 410 relists at once: the data is not wrong, only old.
+ */
+export function backoffDelay(
+  failures: number,
+  err: unknown,
+  timings: Pick<ReflectorTimings, 'backoffBaseMs' | 'backoffMaxMs'>,
+  random: () => number = Math.random,
+): number {
+  if (err instanceof ApiError && err.status === 410 && failures <= 1) return 0;
+  const exponent = Math.min(Math.max(failures - 1, 0), 20);
+  const ceiling = Math.min(timings.backoffMaxMs, timings.backoffBaseMs * 2 ** exponent);
+  const jittered = Math.round(random() * ceiling);
+  const asked = err instanceof ApiError ? err.retryAfterMs : undefined;
+  return asked !== undefined ? Math.max(asked, jittered) : jittered;
+}
+
+/** A watch open this long was a working one: the backoff starts again from its base. */
+const WATCH_LASTED_MS = 5_000;
+
+/** A watch ERROR event carries a Status; 410 means our resourceVersion is compacted away. */
+class WatchStatus extends ApiError {}
+
+export class Reflector<T> {
+  /** name → what was kept of it; the last known, kept while the API is away. */
+  readonly items = new Map<string, T>();
+  /** The first list succeeded: items describe the cluster. */
+  listed = false;
+  private resourceVersion: string | undefined;
+  private failures = 0;
+  /** When the current watch was answered; a watch that lasted ends a run of failures. */
+  private openedAt: number | undefined;
+  private readonly stopper = new AbortController();
+  private wake: (() => void) | undefined;
+  private running: Promise<void> | undefined;
+
+  constructor(private readonly options: ReflectorOptions<T>) {}
+
+  start(): void {
+    this.running ??= this.loop();
+  }
+
+  /** One list and no watch (the one-shot commands); rejects with the first failure. */
+  listOnce(): Promise<void> {
+    return this.list();
+  }
+
+  async stop(): Promise<void> {
+    this.stopper.abort();
+    this.wake?.();
+    await this.running;
+  }
+
+  private get stopped(): boolean {
+    return this.stopper.signal.aborted;
+  }
+
+  private query(extra: Record<string, string>): string {
+    const params = new URLSearchParams();
+    if (this.options.fieldSelector) params.set('fieldSelector', this.options.fieldSelector);
+    for (const [key, value] of Object.entries(extra)) params.set(key, value);
+    return `${this.options.path}?${params.toString()}`;
+  }
+
+  private async loop(): Promise<void> {
+    while (!this.stopped) {
+      let op: WatchOp = 'list';
+      this.openedAt = undefined;
+      try {
+        if (this.resourceVersion === undefined) await this.list();
+        op = 'watch';
+        await this.watchOnce();
+        // A server that ends watches at once must not be asked again in a tight loop.
+        if (this.lastedLong()) this.failures = 0;
+        else {
+          this.failures += 1;
+          await this.sleep(this.delayAfter(undefined));
+        }
+      } catch (err) {
+        if (this.stopped) break;
+        if (this.lastedLong()) this.failures = 0;
+        this.options.onUp(false);
+        this.options.onError(op, err);
+        if (err instanceof ApiError && err.status === 410) this.resourceVersion = undefined;
+        this.failures += 1;
+        await this.sleep(this.delayAfter(err));
+      }
+    }
+    this.options.onUp(false);
+  }
+
+  private lastedLong(): boolean {
+    return this.openedAt !== undefined && Date.now() - this.openedAt >= WATCH_LASTED_MS;
+  }
+
+  private delayAfter(err: unknown): number {
+    return backoffDelay(this.failures, err, this.options.timings, this.options.random);
+  }
+
+  private sleep(ms: number): Promise<void> {
+    if (ms <= 0 || this.stopped) return Promise.resolve();
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.wake = done;
+    });
+  }
+
+  /** Every page, then the items replaced at once: a failed page changes nothing. */
+  private async list(): Promise<void> {
+    const fresh = new Map<string, T>();
+    let token: string | undefined;
+    let version: string | undefined;
+    do {
+      const extra: Record<string, string> = { limit: String(this.options.timings.pageSize) };
+      if (token) extra.continue = token;
+      const page = record(
+        await this.options.client.json('GET', this.query(extra), {
+          signal: this.stopper.signal,
+        }),
+      );
+      const items = Array.isArray(page.items) ? (page.items as unknown[]) : [];
+      for (const item of items) this.keep(fresh, record(item));
+      const meta = record(page.metadata);
+      token = typeof meta.continue === 'string' && meta.continue !== '' ? meta.continue : undefined;
+      version = resourceVersionOf(page) ?? version;
+    } while (token !== undefined && !this.stopped);
+    if (version === undefined) throw new Error('list: the answer has no resourceVersion');
+    this.items.clear();
+    for (const [name, value] of fresh) this.items.set(name, value);
+    this.resourceVersion = version;
+    this.listed = true;
+    this.options.onChange();
+  }
+
+  private keep(into: Map<string, T>, object: Record<string, unknown>): void {
+    const name = nameOf(object);
+    if (name === undefined) return;
+    const value = this.options.extract(object);
+    if (value === undefined) into.delete(name);
+    else into.set(name, value);
+  }
+
+  private async watchOnce(): Promise<void> {
+    const { timings } = this.options;
+    const path = this.query({
+      watch: '1',
+      resourceVersion: this.resourceVersion ?? '',
+      allowWatchBookmarks: 'true',
+      // Spread over the agents so that their watches do not all end together.
+      timeoutSeconds: String(
+        Math.round(timings.watchTimeoutSeconds * (1 + (this.options.random ?? Math.random)())),
+      ),
+    });
+    await this.options.client.watch(path, (event) => this.apply(record(event)), {
+      idleMs: timings.idleMs,
+      signal: this.stopper.signal,
+      onOpen: () => {
+        this.openedAt = Date.now();
+        this.options.onUp(true);
+      },
+    });
+  }
+
+  private apply(event: Record<string, unknown>): void {
+    const object = record(event.object);
+    const type = event.type;
+    if (type === 'ERROR') {
+      const code = typeof object.code === 'number' ? object.code : 500;
+      const message = typeof object.message === 'string' ? object.message.slice(0, 300) : '';
+      throw new WatchStatus(code, `${code}: ${message}`);
+    }
+    const version = resourceVersionOf(object);
+    if (type === 'BOOKMARK') {
+      if (version) this.resourceVersion = version;
+      return;
+    }
+    const name = nameOf(object);
+    if (name === undefined) return;
+    if (type === 'DELETED') this.items.delete(name);
+    else if (type === 'ADDED' || type === 'MODIFIED') this.keep(this.items, object);
+    else return;
+    if (version) this.resourceVersion = version;
+    this.options.onChange();
+  }
+}

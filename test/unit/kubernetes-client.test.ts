@@ -1,0 +1,329 @@
+// The opt-in Kubernetes API client (src/kubernetes) against the fake API server: lists in chunks,
+// watches, 410 Gone, cut and stalled watches, 5xx/429 with Retry-After, 401/403, backoff with jitter,
+// and what is kept of a Node. No kernel: src/kubernetes never touches one.
+import t, { type Test } from 'tap';
+import { pino, type Logger } from 'pino';
+import { Writable } from 'node:stream';
+import { ApiClient, ApiError } from '../../src/kubernetes/client.js';
+import { Cluster, labelsOf, podCIDRsOf } from '../../src/kubernetes/cluster.js';
+import { backoffDelay, Reflector, type ReflectorTimings } from '../../src/kubernetes/reflector.js';
+import { formatPrefix } from '../../src/cidr/index.js';
+import { FakeApiServer } from '../helpers/fake-apiserver.js';
+
+const FAST: ReflectorTimings = {
+  backoffBaseMs: 20,
+  backoffMaxMs: 200,
+  watchTimeoutSeconds: 30,
+  idleMs: 600,
+  pageSize: 2,
+};
+
+async function fake(t: Test, options = {}): Promise<FakeApiServer> {
+  const server = new FakeApiServer(options);
+  await server.listen();
+  t.teardown(() => server.close());
+  return server;
+}
+
+function client(t: Test, server: FakeApiServer, token = server.token): ApiClient {
+  const c = new ApiClient({ server: new URL(server.url), token: async () => token });
+  t.teardown(() => c.close());
+  return c;
+}
+
+async function until<T>(what: string, check: () => T | undefined, timeoutMs = 10_000): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = check();
+    if (value !== undefined && value !== false) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
+
+function logs(): { logger: Logger; lines: Array<{ msg: string; level: number }> } {
+  const lines: Array<{ msg: string; level: number }> = [];
+  const stream = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      for (const line of chunk.toString('utf8').split('\n').filter(Boolean))
+        lines.push(JSON.parse(line));
+      done();
+    },
+  });
+  return { logger: pino({ level: 'debug' }, stream), lines };
+}
+
+function podReflector(t: Test, c: ApiClient, extra: Partial<ReflectorTimings> = {}) {
+  const state = { changes: 0, up: false, errors: [] as Array<{ op: string; err: unknown }> };
+  const reflector = new Reflector({
+    client: c,
+    path: '/api/v1/nodes',
+    extract: (node) => podCIDRsOf(node, true).prefixes.map(formatPrefix),
+    onChange: () => (state.changes += 1),
+    onError: (op, err) => state.errors.push({ op, err }),
+    onUp: (up) => (state.up = up),
+    timings: { ...FAST, ...extra },
+  });
+  t.teardown(() => reflector.stop());
+  return { reflector, state };
+}
+
+t.test('lists in chunks, keeps only each Node’s pod CIDRs, then follows the watch', async (t) => {
+  const server = await fake(t);
+  for (let i = 0; i < 5; i++) server.setNode(`node-${i}`, { podCIDRs: [`10.244.${i}.0/24`] });
+  const { reflector, state } = podReflector(t, client(t, server));
+  reflector.start();
+  await until('listed', () => reflector.listed);
+  t.equal(server.countOf('list'), 3, 'five Nodes in pages of two: three requests');
+  t.same(reflector.items.get('node-3'), ['10.244.3.0/24']);
+  t.equal(reflector.items.size, 5);
+  // What is kept is the extract, not the object: no status.images anywhere.
+  t.notOk(JSON.stringify([...reflector.items]).includes('images'));
+  await until('watching', () => state.up);
+  server.setNode('node-5', { podCIDRs: ['10.244.5.0/24'] });
+  server.setNode('node-0', { podCIDRs: ['10.244.100.0/24'] });
+  server.deleteNode('node-1');
+  await until(
+    'events applied',
+    () => reflector.items.has('node-5') && !reflector.items.has('node-1'),
+  );
+  t.same(reflector.items.get('node-0'), ['10.244.100.0/24'], 'MODIFIED replaces');
+  t.equal(server.countOf('list'), 3, 'no relist for watch events');
+});
+
+t.test(
+  'a cut watch resumes from its resourceVersion; a compacted one relists (410 Gone)',
+  async (t) => {
+    const server = await fake(t);
+    server.setNode('a', { podCIDRs: ['10.244.0.0/24'] });
+    const { reflector, state } = podReflector(t, client(t, server));
+    reflector.start();
+    await until('watching', () => state.up && server.watchCount() === 1);
+    const lists = server.countOf('list');
+    t.equal(server.dropWatches(), 1);
+    server.setNode('b', { podCIDRs: ['10.244.1.0/24'] }); // made while no watch is open
+    await until('b seen', () => reflector.items.has('b'));
+    t.equal(server.countOf('list'), lists, 'a cut watch is resumed, not relisted');
+    t.ok(
+      state.errors.some((e) => e.op === 'watch'),
+      'the cut is counted as a watch error',
+    );
+
+    await until('watching again', () => server.watchCount() === 1);
+    server.compact();
+    server.setNode('c', { podCIDRs: ['10.244.2.0/24'] });
+    server.dropWatches();
+    server.compact(); // c's event is gone too: only a relist finds it
+    await until('relisted', () => reflector.items.has('c'));
+    t.ok(server.countOf('list') > lists, 'relisted after 410');
+    t.ok(
+      state.errors.some((e) => e.err instanceof ApiError && e.err.status === 410),
+      'the 410 is reported',
+    );
+  },
+);
+
+t.test('a stalled watch is given up after idleMs and the data stays meanwhile', async (t) => {
+  const server = await fake(t, { bookmarkMs: 100 });
+  server.setNode('a', { podCIDRs: ['10.244.0.0/24'] });
+  const { reflector, state } = podReflector(t, client(t, server), { idleMs: 400 });
+  reflector.start();
+  await until('watching', () => state.up);
+  const watches = server.countOf('watch');
+  server.stall(true);
+  await until('stall noticed', () =>
+    state.errors.some((e) => String(e.err).includes('stalled')) ? true : undefined,
+  );
+  t.same(reflector.items.get('a'), ['10.244.0.0/24'], 'the last known data stays');
+  server.setNode('b', { podCIDRs: ['10.244.1.0/24'] });
+  server.stall(false);
+  await until('b seen after the stall', () => reflector.items.has('b'));
+  t.ok(server.countOf('watch') > watches, 'watched again');
+});
+
+t.test('bookmarks keep a quiet watch alive past idleMs', async (t) => {
+  const server = await fake(t, { bookmarkMs: 100 });
+  const { reflector, state } = podReflector(t, client(t, server), { idleMs: 400 });
+  reflector.start();
+  await until('watching', () => state.up);
+  const watches = server.countOf('watch');
+  await new Promise((resolve) => setTimeout(resolve, 1_500));
+  t.equal(server.countOf('watch'), watches, 'no reconnect while bookmarks arrive');
+  t.same(state.errors, []);
+});
+
+t.test(
+  '500, 429 with Retry-After, 401 and 403: errors counted by op, data kept, retried',
+  async (t) => {
+    const server = await fake(t);
+    server.setNode('a', { podCIDRs: ['10.244.0.0/24'] });
+    server.failNext(2, 500);
+    const { reflector, state } = podReflector(t, client(t, server));
+    reflector.start();
+    await until('listed after two 500s', () => reflector.listed);
+    t.equal(state.errors.filter((e) => e.op === 'list').length, 2);
+
+    await until('watching', () => state.up);
+    server.failNext(1, 429, 1, 'nodes');
+    server.dropWatches();
+    const cut = Date.now();
+    const watches = server.countOf('watch');
+    await until('watching after 429', () => (server.countOf('watch') > watches ? true : undefined));
+    t.ok(Date.now() - cut >= 900, 'Retry-After: 1 is waited');
+
+    server.setForbidden(true);
+    server.dropWatches();
+    await until('403 seen', () =>
+      state.errors.some((e) => e.err instanceof ApiError && e.err.status === 403)
+        ? true
+        : undefined,
+    );
+    t.equal(state.up, false, 'not up while forbidden');
+    t.same(reflector.items.get('a'), ['10.244.0.0/24'], 'the data stays while forbidden');
+    server.setForbidden(false);
+    await until('up again', () => state.up);
+
+    const wrong = podReflector(t, client(t, server, 'wrong-token'));
+    wrong.reflector.start();
+    await until('401 seen', () =>
+      wrong.state.errors.some((e) => e.err instanceof ApiError && e.err.status === 401)
+        ? true
+        : undefined,
+    );
+    t.equal(wrong.reflector.listed, false);
+  },
+);
+
+t.test('the API server unreachable, then back: the watch resumes', async (t) => {
+  const server = await fake(t);
+  server.setNode('a', { podCIDRs: ['10.244.0.0/24'] });
+  const { reflector, state } = podReflector(t, client(t, server));
+  reflector.start();
+  await until('watching', () => state.up);
+  await server.down();
+  server.deleteNode('a');
+  await until('down noticed', () => (state.up ? undefined : true));
+  t.same(reflector.items.get('a'), ['10.244.0.0/24'], 'kept while down');
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  await server.up();
+  await until('deletion seen', () => (reflector.items.has('a') ? undefined : true));
+  t.ok(state.errors.length >= 1);
+});
+
+t.test(
+  'backoff: full jitter under a doubling ceiling, Retry-After as a floor, 410 at once',
+  async (t) => {
+    const timings = { backoffBaseMs: 1_000, backoffMaxMs: 60_000 };
+    t.equal(
+      backoffDelay(1, new Error('x'), timings, () => 1),
+      1_000,
+    );
+    t.equal(
+      backoffDelay(3, new Error('x'), timings, () => 1),
+      4_000,
+    );
+    t.equal(
+      backoffDelay(30, new Error('x'), timings, () => 1),
+      60_000,
+      'capped',
+    );
+    t.equal(
+      backoffDelay(3, new Error('x'), timings, () => 0.25),
+      1_000,
+      'a random part of it',
+    );
+    t.equal(
+      backoffDelay(1, new ApiError(429, 'slow down', 5_000), timings, () => 0),
+      5_000,
+    );
+    t.equal(
+      backoffDelay(1, new ApiError(410, 'gone'), timings, () => 1),
+      0,
+    );
+    t.equal(
+      backoffDelay(2, new ApiError(410, 'gone'), timings, () => 1),
+      2_000,
+    );
+    // Thousands of agents failing together spread over the whole window.
+    const delays = Array.from({ length: 1000 }, () => backoffDelay(6, new Error('x'), timings));
+    const buckets = new Set(delays.map((d) => Math.floor(d / 4_000)));
+    t.ok(buckets.size >= 7, `spread over the window (${buckets.size} of 8 buckets)`);
+  },
+);
+
+t.test(
+  'pod CIDRs: parsed by the agent, bad ones left out with one warning naming the Node',
+  async (t) => {
+    const node = (podCIDRs: unknown[]) => ({ metadata: { name: 'n' }, spec: { podCIDRs } });
+    t.same(
+      podCIDRsOf(node(['10.244.1.0/24', 'fd00:1::/64']), false).prefixes.map(formatPrefix),
+      ['10.244.1.0/24'],
+      'IPv6 left out without --enable-ipv6',
+    );
+    t.same(podCIDRsOf(node(['10.244.1.0/24', 'fd00:1::/64']), true).prefixes.map(formatPrefix), [
+      '10.244.1.0/24',
+      'fd00:1::/64',
+    ]);
+    const bad = podCIDRsOf(
+      node(['10.244.1.5/24', 'not-a-cidr', 7, '10.0.0.0/8;flush ruleset']),
+      true,
+    );
+    t.same(bad.prefixes, []);
+    t.equal(bad.rejected.length, 4);
+    t.match(bad.rejected[0], /aligned/);
+    t.same(
+      podCIDRsOf({ metadata: { name: 'n' }, spec: { podCIDR: '10.1.0.0/16' } }, false).prefixes.map(
+        formatPrefix,
+      ),
+      ['10.1.0.0/16'],
+      'the older spec.podCIDR',
+    );
+    t.same(
+      [...labelsOf({ metadata: { labels: { a: 'b', n: 3, 'x\ny': 'v\nw' } } })],
+      [
+        ['a', 'b'],
+        ['x\ny', 'v\nw'],
+      ],
+      'labels: strings only, kept as they are (compared, never written anywhere)',
+    );
+
+    const server = await fake(t);
+    server.setNode('good', { podCIDRs: ['10.244.1.0/24'] });
+    server.setNode('bad\nnode', { podCIDRs: ['10.244.2.7/24'] });
+    const { logger, lines } = logs();
+    const cluster = new Cluster({
+      client: client(t, server),
+      nodeName: 'good',
+      enableIPv6: false,
+      logger,
+      metrics: { setUp: () => undefined, incError: () => undefined },
+      onChange: () => undefined,
+      timings: FAST,
+    });
+    t.teardown(() => cluster.stop());
+    cluster.start();
+    await until('listed', () => cluster.podCIDRs());
+    await until('labels', () => cluster.labels);
+    t.equal(cluster.labels?.get('kubernetes.io/hostname'), 'good');
+    const nodes = cluster.podCIDRs()!;
+    t.same(nodes.get('bad\nnode')?.prefixes, []);
+    const version = cluster.podCIDRsVersion;
+    server.setNode('bad\nnode', { podCIDRs: ['10.244.2.7/24'], labels: { touched: 'yes' } });
+    await until('modified seen', () => (cluster.podCIDRsVersion > version ? true : undefined));
+    const warnings = lines.filter((l) => l.msg.includes('podCIDRs'));
+    t.equal(warnings.length, 1, 'one warning while the same bad value stays');
+    t.match(warnings[0]!.msg, /Node bad\\u000anode's podCIDRs: left out: .*10\.244\.2\.7\/24/);
+  },
+);
+
+t.test('a 10 MiB Node object is read without ending anything', async (t) => {
+  const server = await fake(t);
+  server.setNode('huge', { podCIDRs: ['10.244.9.0/24'], padBytes: 10 * 1024 * 1024 });
+  const { reflector, state } = podReflector(t, client(t, server));
+  reflector.start();
+  await until('listed', () => reflector.listed);
+  await until('watching', () => state.up);
+  server.setNode('huge', { podCIDRs: ['10.244.10.0/24'], padBytes: 10 * 1024 * 1024 });
+  await until('modified', () => reflector.items.get('huge')?.[0] === '10.244.10.0/24' || undefined);
+  t.same(state.errors, []);
+});
