@@ -1,0 +1,366 @@
+// The opt-in Kubernetes API on real packets (README, "Kubernetes API (opt-in)"), the agent against
+// the fake API server in its node's namespace: two Nodes' pod CIDRs join the non-masquerade set and
+// pod traffic to them keeps its source; a Node deleted is masqueraded again; a label change
+// switches a nodeSelector file; nothing is written before the first list; the API server going
+// away changes nothing in the kernel and the agent catches up when it returns; bad input from the
+// API never reaches nftables; Events on the Node.
+import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import t from 'tap';
+import {
+  generationOf,
+  httpGet,
+  listTable,
+  metricValue,
+  startAgent,
+  waitFor,
+  type RunningAgent,
+} from '../../harness/agent.js';
+import { inNetns, requireRoot, type TapTest } from '../../harness/netns.js';
+import {
+  makeTopology,
+  NODE_IPV4,
+  POD_IPV4,
+  probeSources,
+  REMOTE_TARGETS_IPV4 as V4,
+  type Topology,
+} from '../../harness/topology.js';
+import { startFakeApiServerInNetns, type RemoteFake } from '../helpers/fake-apiserver-remote.js';
+
+// Two other Nodes' pod CIDRs, routed to the remote in this topology; neither is exempt by default.
+const NODE_A_PODS = '198.19.0.0/24';
+const NODE_B_PODS = '198.18.255.0/24';
+const TO_A = V4.outsideDefaultsA; // 198.19.0.4
+const TO_B = V4.outsideDefaultsB; // 198.18.255.1
+const SELF = 'node-self';
+
+const TIMINGS = JSON.stringify({ backoffBaseMs: 100, backoffMaxMs: 1_000, idleMs: 3_000 });
+
+async function seen(topo: Topology, dst: string): Promise<string> {
+  await inNetns(topo.node, 'conntrack', ['-F']).catch(() => undefined);
+  const [answer] = await probeSources(topo, [dst], 'udp');
+  return answer!.address;
+}
+
+async function nonMasqSet(ns: string): Promise<string[]> {
+  const { stdout } = await inNetns(ns, 'nft', ['-j', 'list', 'set', 'ip', 'ipmasq', 'nonmasq']);
+  const parsed = JSON.parse(stdout) as { nftables: Array<{ set?: { elem?: unknown[] } }> };
+  const elems = parsed.nftables.find((item) => item.set)?.set?.elem ?? [];
+  return elems.map((e) => {
+    const prefix = (e as { prefix?: { addr: string; len: number } }).prefix;
+    return prefix ? `${prefix.addr}/${prefix.len}` : JSON.stringify(e);
+  });
+}
+
+interface Setup {
+  topo: Topology;
+  fake: RemoteFake;
+  agent: RunningAgent;
+  dir: string;
+  put(name: string, text: string): void;
+  generation(): Promise<number>;
+}
+
+async function setup(
+  t: TapTest,
+  files: Record<string, string>,
+  before?: (fake: RemoteFake) => Promise<void>,
+): Promise<Setup> {
+  const topo = await makeTopology(t, { ipv6: false });
+  const fake = await startFakeApiServerInNetns(t, topo.node, { bookmarkMs: 500 });
+  await fake.call('setNode', SELF, { podCIDRs: ['10.244.1.0/24'], labels: { pool: 'general' } });
+  await fake.call('setNode', 'node-a', { podCIDRs: [NODE_A_PODS] });
+  await fake.call('setNode', 'node-b', { podCIDRs: [NODE_B_PODS] });
+  if (before) await before(fake);
+  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-kube-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const put = (name: string, text: string) => {
+    writeFileSync(join(dir, `.${name}.tmp`), text);
+    renameSync(join(dir, `.${name}.tmp`), join(dir, name));
+  };
+  for (const [name, text] of Object.entries(files)) put(name, text);
+  const agent = startAgent(
+    t,
+    topo.node,
+    [
+      '--config',
+      dir,
+      '--listen',
+      '127.0.0.1:9410',
+      '--kubeconfig',
+      fake.kubeconfig,
+      '--node-name',
+      SELF,
+    ],
+    ['env', `IPMASQ_KUBERNETES_TIMINGS=${TIMINGS}`],
+  );
+  const generation = async () => generationOf(await listTable(topo.node, 'ip')) ?? 0;
+  return { topo, fake, agent, dir, put, generation };
+}
+
+async function readyz(ns: string): Promise<{ code: number; body: string }> {
+  const reply = await httpGet(ns, 9410, '/readyz');
+  return { code: reply.status, body: reply.body };
+}
+
+async function metric(ns: string, series: string): Promise<number | undefined> {
+  return metricValue((await httpGet(ns, 9410, '/metrics')).body, series);
+}
+
+const BASE =
+  'nonMasqueradeCIDRs: [10.0.0.0/8]\nnonMasqueradeNodePodCIDRs: true\nresyncInterval: 1s\n';
+
+if (requireRoot(t)) {
+  t.test(
+    'the Nodes’ pod CIDRs keep their source; a deleted Node is masqueraded again',
+    async (t) => {
+      const s = await setup(t, { 'ip-masq-agent': BASE });
+      await waitFor(
+        'first write',
+        async () => ((await s.generation()) >= 1 ? true : undefined),
+        15_000,
+      );
+      t.same(
+        (await nonMasqSet(s.topo.node)).sort(),
+        ['10.0.0.0/8', '169.254.0.0/16', NODE_B_PODS, NODE_A_PODS].sort(),
+        'both Nodes’ pod CIDRs in the set, merged with the files’ entries',
+      );
+      t.same([await seen(s.topo, TO_A), await seen(s.topo, TO_B)], [POD_IPV4, POD_IPV4]);
+      t.equal(await metric(s.topo.node, 'ipmasq_kubernetes_up'), 1);
+
+      const deleted = Date.now();
+      await s.fake.call('deleteNode', 'node-b');
+      await waitFor(
+        'node-b out of the set',
+        async () => ((await nonMasqSet(s.topo.node)).includes(NODE_B_PODS) ? undefined : true),
+        10_000,
+        10,
+      );
+      t.comment(`Node deleted → out of the kernel in ${Date.now() - deleted} ms`);
+      t.same([await seen(s.topo, TO_A), await seen(s.topo, TO_B)], [POD_IPV4, NODE_IPV4]);
+
+      await s.fake.call('setNode', 'node-c', { podCIDRs: [NODE_B_PODS] });
+      await waitFor(
+        'node-c in the set',
+        async () => ((await nonMasqSet(s.topo.node)).includes(NODE_B_PODS) ? true : undefined),
+        10_000,
+        10,
+      );
+      t.equal(await seen(s.topo, TO_B), POD_IPV4, 'a Node added keeps its pods’ source');
+    },
+  );
+
+  t.test('nothing is written before the first list; /readyz says why', async (t) => {
+    const s = await setup(t, { 'ip-masq-agent': BASE }, (fake) => fake.call('setForbidden', true));
+    await waitFor(
+      'not ready, waiting',
+      async () => {
+        const r = await readyz(s.topo.node).catch(() => undefined);
+        return r && r.code === 503 && r.body.includes('waiting for the first list') ? r : undefined;
+      },
+      15_000,
+    );
+    t.equal(await listTable(s.topo.node, 'ip'), null, 'no table while the Nodes are not listed');
+    const errors = await waitFor('list errors counted', async () => {
+      const n = await metric(s.topo.node, 'ipmasq_kubernetes_errors_total{op="list"}');
+      return n !== undefined && n >= 1 ? n : undefined;
+    });
+    t.ok(errors >= 1, 'forbidden lists counted');
+    t.equal(await metric(s.topo.node, 'ipmasq_kubernetes_up'), 0);
+    const warned = s.agent.logs.filter((l) =>
+      String(l.msg).includes("the Nodes' list failed: 403"),
+    );
+    t.equal(warned.length, 1, 'the cause logged once however often it is retried');
+    await s.fake.call('setForbidden', false);
+    await waitFor(
+      'first write',
+      async () => ((await s.generation()) >= 1 ? true : undefined),
+      15_000,
+    );
+    t.ok((await nonMasqSet(s.topo.node)).includes(NODE_A_PODS));
+    await waitFor('ready', async () =>
+      (await readyz(s.topo.node)).code === 200 ? true : undefined,
+    );
+  });
+
+  t.test('a label change on this Node switches a nodeSelector file', async (t) => {
+    const s = await setup(t, {
+      'ip-masq-agent': BASE,
+      // On gpu Nodes, node-a's pods are reached through the node's address anyway.
+      'ip-masq-gpu': `nodeSelector: {pool: gpu}\nmasqueradeCIDRs: [${NODE_A_PODS}]\n`,
+    });
+    await waitFor(
+      'first write',
+      async () => ((await s.generation()) >= 1 ? true : undefined),
+      15_000,
+    );
+    t.equal(await seen(s.topo, TO_A), POD_IPV4, 'pool=general: the gpu file skipped');
+    const g = await s.generation();
+    const changed = Date.now();
+    await s.fake.call('setNode', SELF, { podCIDRs: ['10.244.1.0/24'], labels: { pool: 'gpu' } });
+    await waitFor(
+      'written',
+      async () => ((await s.generation()) > g ? true : undefined),
+      10_000,
+      10,
+    );
+    t.comment(`label changed → in the kernel in ${Date.now() - changed} ms`);
+    t.equal(await seen(s.topo, TO_A), NODE_IPV4, 'pool=gpu: the gpu file applies');
+    await s.fake.call('setNode', SELF, {
+      podCIDRs: ['10.244.1.0/24'],
+      labels: { pool: 'general' },
+    });
+    await waitFor(
+      'switched back',
+      async () => ((await s.generation()) > g + 1 ? true : undefined),
+      10_000,
+      10,
+    );
+    t.equal(await seen(s.topo, TO_A), POD_IPV4);
+  });
+
+  t.test(
+    'the API server away: the kernel keeps its ruleset, the agent stays healthy, then catches up',
+    async (t) => {
+      const s = await setup(t, { 'ip-masq-agent': BASE });
+      await waitFor(
+        'first write',
+        async () => ((await s.generation()) >= 1 ? true : undefined),
+        15_000,
+      );
+      const before = await listTable(s.topo.node, 'ip');
+      await s.fake.call('down');
+      await s.fake.call('deleteNode', 'node-a'); // the API changes while the agent cannot see it
+      await waitFor('down seen', async () =>
+        (await metric(s.topo.node, 'ipmasq_kubernetes_up')) === 0 ? true : undefined,
+      );
+      // Several resyncs (1 s) and reconnect attempts while the API is away.
+      const syncs = (await metric(s.topo.node, 'ipmasq_syncs_total{result="unchanged"}')) ?? 0;
+      await waitFor(
+        'three resyncs',
+        async () =>
+          ((await metric(s.topo.node, 'ipmasq_syncs_total{result="unchanged"}')) ?? 0) >= syncs + 3
+            ? true
+            : undefined,
+        10_000,
+      );
+      t.equal(
+        await listTable(s.topo.node, 'ip'),
+        before,
+        'the kernel unchanged while the API is away',
+      );
+      t.equal((await httpGet(s.topo.node, 9410, '/healthz')).status, 200, 'healthy');
+      t.equal((await readyz(s.topo.node)).code, 200, 'ready: the last known data is applied');
+      t.equal(await seen(s.topo, TO_A), POD_IPV4, 'node-a still exempt from what was last known');
+      // Drift is still repaired while the API is away.
+      await inNetns(s.topo.node, 'nft', [
+        'delete',
+        'element',
+        'ip',
+        'ipmasq',
+        'nonmasq',
+        `{ ${NODE_A_PODS} }`,
+      ]);
+      await waitFor(
+        'repaired',
+        async () => ((await nonMasqSet(s.topo.node)).includes(NODE_A_PODS) ? true : undefined),
+        10_000,
+      );
+      t.pass('drift repaired without the API');
+      await s.fake.call('up');
+      await waitFor(
+        'caught up',
+        async () => ((await nonMasqSet(s.topo.node)).includes(NODE_A_PODS) ? undefined : true),
+        15_000,
+        20,
+      );
+      t.equal(await seen(s.topo, TO_A), NODE_IPV4, 'the deletion made while away is applied');
+      t.equal(await metric(s.topo.node, 'ipmasq_kubernetes_up'), 1);
+      t.equal(s.agent.child.exitCode, null, 'still running');
+    },
+  );
+
+  t.test('bad input from the API never reaches nftables and ends nothing', async (t) => {
+    const s = await setup(t, { 'ip-masq-agent': BASE });
+    await waitFor(
+      'first write',
+      async () => ((await s.generation()) >= 1 ? true : undefined),
+      15_000,
+    );
+    await s.fake.call('setNode', 'bad-text', { podCIDRs: ['10.96.0.0/12; flush ruleset'] });
+    await s.fake.call('setNode', 'host-bits', { podCIDRs: ['198.51.100.7/24'] });
+    await s.fake.call('setNode', 'ipv6-only', { podCIDRs: ['fd00:99::/64'] });
+    await s.fake.call('setNode', 'not-a-string', { podCIDRs: [{ cidr: '203.0.113.0/24' }] });
+    await s.fake.call('setNode', 'huge', {
+      podCIDRs: ['192.0.2.128/25'],
+      padBytes: 10 * 1024 * 1024,
+    });
+    await s.fake.call('setNode', SELF, {
+      podCIDRs: ['10.244.1.0/24'],
+      labels: { pool: 'a\nb', 'x/y': '"; flush ruleset' },
+    });
+    await waitFor(
+      'the huge Node applied',
+      async () => ((await nonMasqSet(s.topo.node)).includes('192.0.2.128/25') ? true : undefined),
+      20_000,
+    );
+    const set = await nonMasqSet(s.topo.node);
+    t.same(
+      set.sort(),
+      ['10.0.0.0/8', '169.254.0.0/16', '192.0.2.128/25', NODE_B_PODS, NODE_A_PODS].sort(),
+      'only well-formed IPv4 pod CIDRs in the kernel',
+    );
+    const ruleset = (await inNetns(s.topo.node, 'nft', ['list', 'ruleset'])).stdout;
+    t.notMatch(ruleset, /flush|198\.51\.100|fd00:99/, 'no text from the API in the ruleset');
+    const warnings = s.agent.logs.filter((l) => String(l.msg).includes("'s podCIDRs: left out"));
+    t.same(
+      warnings.map((l) => String(l.msg).split("'s")[0]).sort(),
+      ['Node bad-text', 'Node host-bits', 'Node not-a-string'],
+      'one warning per bad Node, naming it (IPv6 without --enable-ipv6 is left out quietly)',
+    );
+    t.equal(s.agent.child.exitCode, null, 'still running');
+    t.equal((await httpGet(s.topo.node, 9410, '/healthz')).status, 200);
+  });
+
+  t.test('Events on the Node: ConfigInvalid, then ConfigRecovered', async (t) => {
+    const s = await setup(t, { 'ip-masq-agent': BASE });
+    await waitFor(
+      'first write',
+      async () => ((await s.generation()) >= 1 ? true : undefined),
+      15_000,
+    );
+    s.put('ip-masq-agent', BASE.replace('10.0.0.0/8', '10.0.0.0/33'));
+    const invalid = await waitFor(
+      'ConfigInvalid',
+      async () => {
+        const events = (await s.fake.call('eventList')) as unknown as Array<{
+          reason: string;
+          message: string;
+          type: string;
+          involvedObject: { kind: string; name: string };
+          source: { component: string };
+        }>;
+        return events.find((e) => e.reason === 'ConfigInvalid');
+      },
+      15_000,
+    );
+    t.equal(invalid.type, 'Warning');
+    t.same([invalid.involvedObject.kind, invalid.involvedObject.name], ['Node', SELF]);
+    t.equal(invalid.source.component, 'ipmasq-agent');
+    t.match(invalid.message, /10\.0\.0\.0\/33/);
+    s.put('ip-masq-agent', BASE);
+    const recovered = await waitFor(
+      'ConfigRecovered',
+      async () => {
+        const events = (await s.fake.call('eventList')) as unknown as Array<{
+          reason: string;
+          type: string;
+        }>;
+        return events.find((e) => e.reason === 'ConfigRecovered');
+      },
+      15_000,
+    );
+    t.equal(recovered.type, 'Normal');
+  });
+}
