@@ -45,6 +45,8 @@ t.test('defaults', async (t) => {
       from: '',
       via: '',
       nodeLabels: null,
+      kubernetes: false,
+      kubeconfig: '',
     },
   });
 });

@@ -153,21 +153,18 @@ t.test('kubeconfig: token, token file, CA data; exec plugins refused', async (t)
   await t.rejects(fromKubeconfig(join(d, 'missing')), /--kubeconfig .*missing/);
 });
 
-t.test(
-  'in-cluster: KUBERNETES_SERVICE_HOST/PORT, its CA and its token',
-  async (t) => {
-    const d = dir(t);
-    await t.rejects(inCluster({}, d), /KUBERNETES_SERVICE_HOST/);
-    const env = { KUBERNETES_SERVICE_HOST: 'fd00::1', KUBERNETES_SERVICE_PORT: '443' };
-    await t.rejects(inCluster(env, d), /CA/);
-    writeFileSync(join(d, 'ca.crt'), 'CA');
-    await t.rejects(inCluster(env, d), /token/);
-    writeFileSync(join(d, 'token'), 'one');
-    const c = await inCluster(env, d);
-    t.equal(c.server.href, 'https://[fd00::1]/', 'an IPv6 host bracketed, 443 the default');
-    t.equal(await c.token(), 'one');
-  },
-);
+t.test('in-cluster: KUBERNETES_SERVICE_HOST/PORT, its CA and its token', async (t) => {
+  const d = dir(t);
+  await t.rejects(inCluster({}, d), /KUBERNETES_SERVICE_HOST/);
+  const env = { KUBERNETES_SERVICE_HOST: 'fd00::1', KUBERNETES_SERVICE_PORT: '443' };
+  await t.rejects(inCluster(env, d), /CA/);
+  writeFileSync(join(d, 'ca.crt'), 'CA');
+  await t.rejects(inCluster(env, d), /token/);
+  writeFileSync(join(d, 'token'), 'one');
+  const c = await inCluster(env, d);
+  t.equal(c.server.href, 'https://[fd00::1]/', 'an IPv6 host bracketed, 443 the default');
+  t.equal(await c.token(), 'one');
+});
 
 t.test('TLS: the API server is verified against the given CA', async (t) => {
   const d = dir(t);

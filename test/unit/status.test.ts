@@ -64,6 +64,7 @@ t.test('the other fields are the facts, copied', async (t) => {
       lastSyncTime: new Date(0),
       lastError: null,
       configError: null,
+      waiting: null,
       nonMasqueradeCIDRs: { ipv4: 4, ipv6: 1 },
       ready: true,
       notReadyReason: null,
@@ -71,3 +72,21 @@ t.test('the other fields are the facts, copied', async (t) => {
   );
   t.not(ok.nonMasqueradeCIDRs, synced.counts, 'a copy: the server cannot change the facts');
 });
+
+t.test(
+  'waiting for the API server: not ready, and why, with or without a ruleset applied',
+  async (t) => {
+    const waiting =
+      'nonMasqueradeNodePodCIDRs: waiting for the first list of Nodes from the API server';
+    const before = agentStatus({ ...initialFacts, waiting }, true);
+    t.equal(before.ready, false);
+    t.equal(before.notReadyReason, `nothing applied yet: ${waiting}`);
+    const applied = agentStatus(
+      { ...initialFacts, configHash: 'a'.repeat(64), kernel: 'in-sync', generation: 2, waiting },
+      true,
+    );
+    t.equal(applied.ready, false);
+    t.match(applied.notReadyReason, /keeps the last good ruleset while the config waits/);
+    t.equal(applied.lastWriteOk, true, 'healthy all the same');
+  },
+);
