@@ -1,6 +1,6 @@
 // Offline checks of deploy/: the manifests against the Kubernetes API schemas and against the agent's
 // own flag parser, and the Dockerfile against the repository layout (no Docker engine runs here).
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { execFile } from 'node:child_process';
 import {
   existsSync,
@@ -19,6 +19,14 @@ import { parseAllDocuments, parse as parseYaml } from 'yaml';
 import { DaemonSet, type IDaemonSet } from 'kubernetes-models/apps/v1/DaemonSet';
 import { ConfigMap, type IConfigMap } from 'kubernetes-models/v1/ConfigMap';
 import { ServiceAccount, type IServiceAccount } from 'kubernetes-models/v1/ServiceAccount';
+import {
+  ClusterRole,
+  type IClusterRole,
+} from 'kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRole';
+import {
+  ClusterRoleBinding,
+  type IClusterRoleBinding,
+} from 'kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRoleBinding';
 import type { IContainer } from 'kubernetes-models/v1/Container';
 import { parseArgs } from '../../src/cli/flags.js';
 import { checkPath } from '../../src/config/check.js';
@@ -51,6 +59,9 @@ const validators: Record<string, (obj: Manifest) => void> = {
   DaemonSet: (obj) => new DaemonSet(obj as unknown as IDaemonSet).validate(),
   ConfigMap: (obj) => new ConfigMap(obj as unknown as IConfigMap).validate(),
   ServiceAccount: (obj) => new ServiceAccount(obj as unknown as IServiceAccount).validate(),
+  ClusterRole: (obj) => new ClusterRole(obj as unknown as IClusterRole).validate(),
+  ClusterRoleBinding: (obj) =>
+    new ClusterRoleBinding(obj as unknown as IClusterRoleBinding).validate(),
 };
 
 function validateManifest(obj: Manifest): void {
@@ -454,3 +465,78 @@ t.test('the egress policy example renders and checks as the agent would mount it
   const args = egressDaemonSet.spec?.template.spec?.containers[0]?.args ?? [];
   t.ok(args.includes('--config=/etc/config'), 'the agent reads the directory');
 });
+
+/** `kubectl kustomize DIR`, parsed; undefined where no kubectl is installed (a failure under CI). */
+async function kustomize(t: Test, dir: string): Promise<Manifest[] | undefined> {
+  const kubectl = ['/usr/bin/kubectl', '/usr/local/bin/kubectl'].find((p) => existsSync(p));
+  if (!kubectl) {
+    if (process.env.CI === 'true') t.fail('kubectl is needed to render the overlays');
+    else t.comment('no kubectl here: the rendering is not checked');
+    return undefined;
+  }
+  const rendered = await promisify(execFile)(kubectl, ['kustomize', join(root, dir)]);
+  return parseAllDocuments(rendered.stdout).map((doc) => doc.toJS() as Manifest);
+}
+
+t.test(
+  'the base renders without any API access; the api overlay with exactly its RBAC',
+  async (t) => {
+    const base = await kustomize(t, 'deploy/kubernetes');
+    const api = await kustomize(t, 'deploy/overlays/api');
+    if (!base || !api) return;
+    for (const doc of [...base, ...api]) validateManifest(doc);
+    const kinds = (docs: Manifest[]) => docs.map((d) => String(d.kind)).sort();
+    t.same(kinds(base), ['ConfigMap', 'DaemonSet', 'ServiceAccount']);
+    t.same(kinds(api), [
+      'ClusterRole',
+      'ClusterRoleBinding',
+      'ConfigMap',
+      'DaemonSet',
+      'ServiceAccount',
+    ]);
+    const podOf = (docs: Manifest[]) =>
+      (docs.find((d) => d.kind === 'DaemonSet') as unknown as IDaemonSet).spec!.template.spec!;
+    t.equal(podOf(base).automountServiceAccountToken, false, 'base: no token in the pod');
+    t.notOk(podOf(base).containers[0]!.args?.includes('--kubernetes'));
+
+    const pod = podOf(api);
+    t.equal(pod.automountServiceAccountToken, true, 'api: the token is mounted');
+    const apiArgs = pod.containers[0]!.args ?? [];
+    t.ok(apiArgs.includes('--kubernetes'));
+    const env = pod.containers[0]!.env?.find((e) => e.name === 'NODE_NAME');
+    t.equal(
+      env?.valueFrom?.fieldRef?.fieldPath,
+      'spec.nodeName',
+      'NODE_NAME from the downward API',
+    );
+    const parsed = parseArgs(apiArgs, { NODE_NAME: 'node-1' });
+    t.ok(parsed.ok && parsed.options.kubernetes, "the agent's own parser takes the args");
+
+    const role = api.find((d) => d.kind === 'ClusterRole') as unknown as IClusterRole;
+    t.same(
+      role.rules?.map((r) => [r.apiGroups, r.resources, [...(r.verbs ?? [])].sort()]),
+      [
+        [[''], ['nodes'], ['get', 'list', 'watch']],
+        [[''], ['events'], ['create', 'patch']],
+      ],
+      'exactly get/list/watch on nodes and create/patch on events',
+    );
+    const binding = api.find(
+      (d) => d.kind === 'ClusterRoleBinding',
+    ) as unknown as IClusterRoleBinding;
+    const account = api.find((d) => d.kind === 'ServiceAccount') as unknown as IServiceAccount;
+    t.same(binding.roleRef, {
+      apiGroup: 'rbac.authorization.k8s.io',
+      kind: 'ClusterRole',
+      name: role.metadata?.name,
+    });
+    t.same(binding.subjects, [
+      {
+        kind: 'ServiceAccount',
+        name: account.metadata?.name,
+        namespace: account.metadata?.namespace,
+      },
+    ]);
+    t.equal(pod.serviceAccountName, account.metadata?.name, 'the pod runs as the bound account');
+  },
+);
