@@ -52,9 +52,12 @@ export class AgentSession {
     count: number,
     extraArgs: string[] = [],
     timeoutMs = 120_000,
+    /** Runs in the new namespace before the agent starts; returns more arguments for it. */
+    prepare?: (ns: string) => Promise<string[]>,
   ): Promise<AgentSession> {
     const ns = await netns(scope, 'bench-agent');
     await timedIn(ns, 'ip', ['link', 'set', 'lo', 'up']);
+    if (prepare) extraArgs = [...extraArgs, ...(await prepare(ns))];
     const dir = await tempDir(scope);
     await mkdir(join(dir, 'config'));
     await mkdir(join(dir, 'staging'));

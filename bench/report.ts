@@ -14,6 +14,7 @@ import { renderChart, type Series } from './chart.js';
 import { concatName, LINEAR, OURS, type DataPathResults } from './dataplane.js';
 import { arrivalLatencies, fmt, median, percentile, type Machine } from './harness.js';
 import type { IdleRow } from './idle.js';
+import type { KubernetesRow } from './kubernetes.js';
 import { NONE, type NeighbourRow } from './neighbour.js';
 import { CONCAT_LAYOUTS } from './scripts.js';
 import type { WriteResults } from './write.js';
@@ -35,6 +36,8 @@ export interface BenchResults {
   workerRssMiB: number | undefined;
   /** One agent through a sequence of writes (bench/churn.ts); absent in results from before it. */
   churn?: ChurnResult;
+  /** The opt-in Kubernetes API at 5 000 Nodes (bench/kubernetes.ts), with when it was measured. */
+  kubernetes?: KubernetesRow & { date: string };
 }
 
 const CONCAT = concatName(CONCAT_LAYOUTS[0]?.name ?? 'addr . l4proto');
@@ -161,6 +164,7 @@ function goals(r: BenchResults): Goal[] {
     rss(64, 64),
     rss(bigIdle, 160),
     ...churnGoals(r.churn),
+    ...kubernetesGoals(r.kubernetes),
     [
       `/healthz p99 ≤ 50 ms while ${n(r.writes.busyCidrs)} CIDRs apply`,
       'responsiveness',
@@ -179,6 +183,26 @@ function goals(r: BenchResults): Goal[] {
       'no neighbour slowed',
       cross === undefined ? 'never, at the sizes measured' : `from about ${n(cross)} CIDRs`,
       cross === undefined || cross >= AUTO_LAYOUT_CROSSOVER,
+    ],
+  ];
+}
+
+/** The Kubernetes API (issue "The agent knows its cluster"): RSS beside the file-driven agent, latency. */
+function kubernetesGoals(k: BenchResults['kubernetes']): Goal[] {
+  if (!k) return [];
+  const delta = k.allNodesRssMiB - k.withoutRssMiB;
+  return [
+    [
+      `RSS with ${n(k.nodes)} Nodes watched ≤ ~30 MiB above the agent without the feature`,
+      'Kubernetes API: scale',
+      `+${fmt(delta)} MiB (${fmt(k.allNodesRssMiB)} vs ${fmt(k.withoutRssMiB)}); +${fmt(k.listedRssMiB - k.withoutRssMiB)} MiB 3 s after the list`,
+      delta <= 30,
+    ],
+    [
+      'a Node added → in the kernel within 1 s',
+      'Kubernetes API: every Node’s pod CIDRs',
+      `${ms(k.addToKernelMs)} (median, during ${fmt(k.eventsPerSecond)} events/s)`,
+      k.addToKernelMs <= 1000,
     ],
   ];
 }
@@ -228,7 +252,45 @@ function values(r: BenchResults): Record<string, string> {
     ms(Math.max(...v)),
   ];
   const churn = r.churn;
+  const k = r.kubernetes;
   return {
+    kubernetes: k
+      ? [
+          `Measured ${k.date.slice(0, 16).replace('T', ' ')} UTC with \`node --import=tsx bench/kubernetes.ts\`: the fake API server (test/helpers/fake-apiserver.ts) in the agent's namespace holds ${n(k.nodes)} Nodes of ~16 KiB each (most of it \`status.images\`), listed in pages, then sends ${fmt(k.eventsPerSecond)} status updates a second for ${k.eventSeconds} s while five Nodes are added one by one.`,
+          '',
+          table(
+            ['', 'agent RSS'],
+            [
+              ['the same agent and file, without `--kubeconfig`', `${fmt(k.withoutRssMiB)} MiB`],
+              ['with `--kubeconfig`, watching its own Node only', `${fmt(k.ownNodeRssMiB)} MiB`],
+              [
+                `3 s after \`nonMasqueradeNodePodCIDRs: true\`: ${n(k.nodes)} Nodes listed and written`,
+                `${fmt(k.listedRssMiB)} MiB`,
+              ],
+              ['15 s after, every Node watched', `${fmt(k.allNodesRssMiB)} MiB`],
+              [
+                `after ${k.eventSeconds} s of ${fmt(k.eventsPerSecond)} events/s`,
+                `${fmt(k.afterEventsRssMiB)} MiB`,
+              ],
+            ],
+          ),
+          '',
+          table(
+            ['', ''],
+            [
+              [
+                `config switched → ${n(k.nodes)} Nodes listed and in the kernel`,
+                ms(k.listToKernelMs),
+              ],
+              ['agent CPU during the events', `${fmt(k.eventsCpuPercent)} % of one core`],
+              [
+                'a Node added → its pod CIDR in the kernel',
+                `${ms(k.addToKernelMs)} median (${k.addSamples.map((v) => fmt(v)).join(', ')})`,
+              ],
+            ],
+          ),
+        ].join('\n')
+      : 'Not measured in this run.',
     measured:
       `Measured ${m.date.slice(0, 16).replace('T', ' ')} UTC${r.quick ? ' (--quick)' : ''} in ${Math.round(r.durationS)} s: ` +
       `${m.cpus} vCPU (${m.cpuModel}), kernel ${m.kernel}, ${m.nft}, ${m.iptables}, Node ${m.node}; load ${m.loadBefore.join(' / ')} before, ` +

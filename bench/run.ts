@@ -1,7 +1,7 @@
 // `npm run bench [-- --quick]`: every driver in one run, as root, in the bench's own namespaces;
 // writes their data to docs/bench.json and renders docs/bench.md and docs/bench.svg from it
 // (bench/report.ts; --quick prints the report instead).
-import { writeFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { format, resolveConfig } from 'prettier';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
@@ -12,6 +12,7 @@ import { benchConntrack } from './conntrack.js';
 import { benchDataPath } from './dataplane.js';
 import { describeMachine } from './harness.js';
 import { benchIdle } from './idle.js';
+import { benchKubernetes } from './kubernetes.js';
 import { benchNeighbour } from './neighbour.js';
 import { renderMarkdown, writeReport, type BenchResults } from './report.js';
 import { workerRssMiB } from './worker-rss.js';
@@ -58,7 +59,23 @@ async function section<T>(name: string, fn: () => Promise<T>): Promise<T> {
   return result;
 }
 
+/**
+ * `--only kubernetes`: measures that section alone and puts it into docs/bench.json beside the
+ * other sections' figures from their own run (each section says when it was measured).
+ */
+async function onlyKubernetes(): Promise<void> {
+  const json = join(packageRoot, 'docs', 'bench.json');
+  const results = JSON.parse(await readFile(json, 'utf8')) as BenchResults;
+  results.kubernetes = { ...(await benchKubernetes()), date: new Date().toISOString() };
+  const style = { ...(await resolveConfig(json)), parser: 'json' as const };
+  await writeFile(json, await format(JSON.stringify(results), style));
+  await writeReport(results);
+  console.error('bench: wrote the Kubernetes section into docs/bench.json and docs/bench.md');
+}
+
 async function main(argv: readonly string[]): Promise<void> {
+  if (argv.includes('--only') && argv[argv.indexOf('--only') + 1] === 'kubernetes')
+    return onlyKubernetes();
   const quick = argv.includes('--quick');
   if (process.getuid?.() !== 0)
     throw new Error('the bench needs root: it creates network namespaces');
@@ -97,6 +114,10 @@ async function main(argv: readonly string[]): Promise<void> {
         )
       : benchChurn(),
   );
+  const kubernetes = await section('Kubernetes API at 5 000 Nodes', async () => ({
+    ...(await benchKubernetes(quick ? 1_000 : 5_000, quick ? 5 : 20)),
+    date: new Date().toISOString(),
+  }));
   const results: BenchResults = {
     quick,
     machine,
@@ -115,6 +136,7 @@ async function main(argv: readonly string[]): Promise<void> {
     conntrack,
     workerRssMiB: workerRss,
     churn,
+    kubernetes,
   };
   if (quick && !argv.includes('--write')) {
     process.stdout.write(renderMarkdown(results));

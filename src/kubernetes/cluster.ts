@@ -113,6 +113,10 @@ export class Cluster {
     this.nodes = new Reflector({
       ...common,
       extract: (node) => this.podCIDRs(node),
+      // Most Node updates are status (heartbeats, conditions): they change nothing kept here.
+      same: (a, b) =>
+        a.prefixes.length === b.prefixes.length &&
+        a.prefixes.every((p, i) => p.addr === b.prefixes[i]!.addr && p.len === b.prefixes[i]!.len),
       onChange: () => {
         this.podCIDRsVersion += 1;
         options.onChange();

@@ -24,7 +24,7 @@ export const DEFAULT_TIMINGS: ReflectorTimings = {
   watchTimeoutSeconds: 300,
   // The server ends a watch at its timeout and sends a bookmark about every minute.
   idleMs: 330_000,
-  pageSize: 250,
+  pageSize: 100,
 };
 
 export interface ReflectorOptions<T> {
@@ -36,6 +36,8 @@ export interface ReflectorOptions<T> {
   readonly extract: (object: Record<string, unknown>) => T | undefined;
   /** After a list or a watch event changed the items. */
   readonly onChange: () => void;
+  /** Whether two extracts are the same: a MODIFIED that changes nothing kept is not a change. */
+  readonly same?: (a: T, b: T) => boolean;
   /** Each failure, with the call it failed in. */
   readonly onError: (op: WatchOp, err: unknown) => void;
   /** The watch went live (true) or was lost (false). */
@@ -244,10 +246,17 @@ export class Reflector<T> {
     }
     const name = nameOf(object);
     if (name === undefined) return;
-    if (type === 'DELETED') this.items.delete(name);
-    else if (type === 'ADDED' || type === 'MODIFIED') this.keep(this.items, object);
-    else return;
     if (version) this.resourceVersion = version;
+    if (type === 'DELETED') {
+      if (!this.items.delete(name)) return;
+    } else if (type === 'ADDED' || type === 'MODIFIED') {
+      const before = this.items.get(name);
+      this.keep(this.items, object);
+      const after = this.items.get(name);
+      const { same } = this.options;
+      if (before !== undefined && after !== undefined && same?.(before, after)) return;
+      if (before === undefined && after === undefined) return;
+    } else return;
     this.options.onChange();
   }
 }

@@ -221,6 +221,48 @@ export class FakeApiServer {
     this.compactedBefore = this.rv;
   }
 
+  /**
+   * `count` Nodes node-0… with one /24 pod CIDR each from 10.128.0.0/9, in order (as an IPAM
+   * controller hands them out), each a realistic object; without history.
+   */
+  seedPodNodes(count: number): void {
+    this.seedNodes(count, (i) => ({
+      name: `node-${i}`,
+      podCIDRs: [`10.${128 + (i >> 8)}.${i & 255}.0/24`],
+    }));
+  }
+
+  /**
+   * What a cluster's Node watch carries most: status updates (heartbeats, conditions) that leave
+   * spec.podCIDRs as it was, `perSecond` of them for `seconds`, on Nodes picked in turn.
+   */
+  churn(perSecond: number, seconds: number): Promise<number> {
+    const names = [...this.nodes.keys()];
+    const tickMs = 50;
+    const perTick = Math.max(1, Math.round((perSecond * tickMs) / 1000));
+    let sent = 0;
+    let next = 0;
+    return new Promise((resolve) => {
+      const started = Date.now();
+      const timer = setInterval(() => {
+        for (let i = 0; i < perTick && names.length > 0; i++) {
+          const name = names[next++ % names.length]!;
+          const stored = this.nodes.get(name);
+          if (!stored) continue;
+          const object = structuredClone(stored.object);
+          const status = object.status as { conditions: Array<{ lastHeartbeatTime: string }> };
+          for (const c of status.conditions) c.lastHeartbeatTime = new Date().toISOString();
+          this.store(name, object, 'MODIFIED');
+          sent++;
+        }
+        if (Date.now() - started >= seconds * 1000) {
+          clearInterval(timer);
+          resolve(sent);
+        }
+      }, tickMs);
+    });
+  }
+
   deleteNode(name: string): boolean {
     const stored = this.nodes.get(name);
     if (!stored) return false;

@@ -309,7 +309,15 @@ t.test(
     t.same(nodes.get('bad\nnode')?.prefixes, []);
     const version = cluster.podCIDRsVersion;
     server.setNode('bad\nnode', { podCIDRs: ['10.244.2.7/24'], labels: { touched: 'yes' } });
-    await until('modified seen', () => (cluster.podCIDRsVersion > version ? true : undefined));
+    server.setNode('good', { podCIDRs: ['10.244.1.0/24'], labels: { touched: 'yes' } });
+    server.setNode('later', { podCIDRs: ['10.244.3.0/24'] });
+    // Events arrive in order: once `later` is seen, the two updates before it were applied.
+    await until('later seen', () => (cluster.podCIDRs()?.has('later') ? true : undefined));
+    t.equal(
+      cluster.podCIDRsVersion,
+      version + 1,
+      'updates that leave the pod CIDRs as they were are not changes',
+    );
     const warnings = lines.filter((l) => l.msg.includes('podCIDRs'));
     t.equal(warnings.length, 1, 'one warning while the same bad value stays');
     t.match(warnings[0]!.msg, /Node bad\\u000anode's podCIDRs: left out: .*10\.244\.2\.7\/24/);
