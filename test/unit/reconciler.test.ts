@@ -856,3 +856,53 @@ t.test(
     t.same(order, ['start 1', 'end', 'start 2', 'end']);
   },
 );
+
+t.test('Events on the Node (--kubernetes): each cause once, where its log line is', async (t) => {
+  const events: Array<[string, string]> = [];
+  const kernel = new FakeKernel();
+  kernel.legacy.set('IP-MASQ', 1);
+  kernel.failWrites = new Error('Operation not permitted');
+  const { reconciler, setConfig } = setup(kernel, undefined, {
+    legacy: { chains: ['IP-MASQ'], remove: false },
+    events: (reason, message) => events.push([reason, message]),
+  });
+  await reconciler.sync();
+  await reconciler.sync();
+  kernel.failWrites = undefined;
+  await reconciler.sync();
+  setConfig(invalid);
+  await reconciler.sync();
+  await reconciler.sync();
+  setConfig({ ok: true, config: config(['10.0.0.0/8']), warnings: [] });
+  await reconciler.sync();
+  t.same(
+    events.map(([reason]) => reason),
+    ['LegacyChainPresent', 'KernelWriteFailed', 'ConfigInvalid', 'ConfigRecovered'],
+  );
+  t.match(events[0]![1], /IP-MASQ is still in table ip nat/);
+  t.match(events[1]![1], /kernel write failed: .*not permitted/);
+  t.match(events[2]![1], /"x" is not a CIDR/);
+});
+
+t.test('Events: another agent writing our table is a ConflictingWriter', async (t) => {
+  const kernel = new FakeKernel();
+  let now = 1_000_000;
+  const events: string[] = [];
+  const first = setup(kernel, undefined, {
+    now: () => now,
+    events: (reason) => events.push(reason),
+  });
+  const second = setup(
+    kernel,
+    { ok: true, config: config(['10.1.0.0/16']), warnings: [] },
+    {
+      now: () => now,
+    },
+  );
+  for (let round = 0; round < 3; round++) {
+    now += 60_000;
+    await first.reconciler.sync();
+    await second.reconciler.sync();
+  }
+  t.same(events, ['ConflictingWriter'], 'once while the conflict lasts');
+});
