@@ -99,6 +99,25 @@ async function setup(
   return { topo, fake, agent, dir, put, generation };
 }
 
+/** Until `cidr` is (or is not) in the kernel's nonmasq set; bounded. */
+function untilInSet(s: Setup, cidr: string, present: boolean, what: string): Promise<true> {
+  return waitFor(
+    what,
+    async () => ((await nonMasqSet(s.topo.node)).includes(cidr) === present ? true : undefined),
+    20_000,
+    10,
+  );
+}
+
+/** The agent's first write: its table in the kernel. */
+function untilFirstWrite(s: Setup): Promise<true> {
+  return waitFor(
+    'first write',
+    async () => ((await s.generation()) >= 1 ? true : undefined),
+    15_000,
+  );
+}
+
 async function readyz(ns: string): Promise<{ code: number; body: string }> {
   const reply = await httpGet(ns, 9410, '/readyz');
   return { code: reply.status, body: reply.body };
@@ -116,11 +135,7 @@ if (requireRoot(t)) {
     'the Nodes’ pod CIDRs keep their source; a deleted Node is masqueraded again',
     async (t) => {
       const s = await setup(t, { 'ip-masq-agent': BASE });
-      await waitFor(
-        'first write',
-        async () => ((await s.generation()) >= 1 ? true : undefined),
-        15_000,
-      );
+      await untilFirstWrite(s);
       t.same(
         (await nonMasqSet(s.topo.node)).sort(),
         ['10.0.0.0/8', '169.254.0.0/16', NODE_B_PODS, NODE_A_PODS].sort(),
@@ -131,22 +146,12 @@ if (requireRoot(t)) {
 
       const deleted = Date.now();
       await s.fake.call('deleteNode', 'node-b');
-      await waitFor(
-        'node-b out of the set',
-        async () => ((await nonMasqSet(s.topo.node)).includes(NODE_B_PODS) ? undefined : true),
-        10_000,
-        10,
-      );
+      await untilInSet(s, NODE_B_PODS, false, 'node-b out of the set');
       t.comment(`Node deleted → out of the kernel in ${Date.now() - deleted} ms`);
       t.same([await seen(s.topo, TO_A), await seen(s.topo, TO_B)], [POD_IPV4, NODE_IPV4]);
 
       await s.fake.call('setNode', 'node-c', { podCIDRs: [NODE_B_PODS] });
-      await waitFor(
-        'node-c in the set',
-        async () => ((await nonMasqSet(s.topo.node)).includes(NODE_B_PODS) ? true : undefined),
-        10_000,
-        10,
-      );
+      await untilInSet(s, NODE_B_PODS, true, 'node-c in the set');
       t.equal(await seen(s.topo, TO_B), POD_IPV4, 'a Node added keeps its pods’ source');
     },
   );
@@ -173,11 +178,7 @@ if (requireRoot(t)) {
     );
     t.equal(warned.length, 1, 'the cause logged once however often it is retried');
     await s.fake.call('setForbidden', false);
-    await waitFor(
-      'first write',
-      async () => ((await s.generation()) >= 1 ? true : undefined),
-      15_000,
-    );
+    await untilFirstWrite(s);
     t.ok((await nonMasqSet(s.topo.node)).includes(NODE_A_PODS));
     await waitFor('ready', async () =>
       (await readyz(s.topo.node)).code === 200 ? true : undefined,
@@ -190,11 +191,7 @@ if (requireRoot(t)) {
       // On gpu Nodes, node-a's pods are reached through the node's address anyway.
       'ip-masq-gpu': `nodeSelector: {pool: gpu}\nmasqueradeCIDRs: [${NODE_A_PODS}]\n`,
     });
-    await waitFor(
-      'first write',
-      async () => ((await s.generation()) >= 1 ? true : undefined),
-      15_000,
-    );
+    await untilFirstWrite(s);
     t.equal(await seen(s.topo, TO_A), POD_IPV4, 'pool=general: the gpu file skipped');
     const g = await s.generation();
     const changed = Date.now();
@@ -224,11 +221,7 @@ if (requireRoot(t)) {
     'the API server away: the kernel keeps its ruleset, the agent stays healthy, then catches up',
     async (t) => {
       const s = await setup(t, { 'ip-masq-agent': BASE });
-      await waitFor(
-        'first write',
-        async () => ((await s.generation()) >= 1 ? true : undefined),
-        15_000,
-      );
+      await untilFirstWrite(s);
       const before = await listTable(s.topo.node, 'ip');
       await s.fake.call('down');
       await s.fake.call('deleteNode', 'node-a'); // the API changes while the agent cannot see it
@@ -262,19 +255,10 @@ if (requireRoot(t)) {
         'nonmasq',
         `{ ${NODE_A_PODS} }`,
       ]);
-      await waitFor(
-        'repaired',
-        async () => ((await nonMasqSet(s.topo.node)).includes(NODE_A_PODS) ? true : undefined),
-        10_000,
-      );
+      await untilInSet(s, NODE_A_PODS, true, 'repaired');
       t.pass('drift repaired without the API');
       await s.fake.call('up');
-      await waitFor(
-        'caught up',
-        async () => ((await nonMasqSet(s.topo.node)).includes(NODE_A_PODS) ? undefined : true),
-        15_000,
-        20,
-      );
+      await untilInSet(s, NODE_A_PODS, false, 'caught up');
       t.equal(await seen(s.topo, TO_A), NODE_IPV4, 'the deletion made while away is applied');
       t.equal(await metric(s.topo.node, 'ipmasq_kubernetes_up'), 1);
       t.equal(s.agent.child.exitCode, null, 'still running');
@@ -283,11 +267,7 @@ if (requireRoot(t)) {
 
   t.test('bad input from the API never reaches nftables and ends nothing', async (t) => {
     const s = await setup(t, { 'ip-masq-agent': BASE });
-    await waitFor(
-      'first write',
-      async () => ((await s.generation()) >= 1 ? true : undefined),
-      15_000,
-    );
+    await untilFirstWrite(s);
     await s.fake.call('setNode', 'bad-text', { podCIDRs: ['10.96.0.0/12; flush ruleset'] });
     await s.fake.call('setNode', 'host-bits', { podCIDRs: ['198.51.100.7/24'] });
     await s.fake.call('setNode', 'ipv6-only', { podCIDRs: ['fd00:99::/64'] });
@@ -300,11 +280,7 @@ if (requireRoot(t)) {
       podCIDRs: ['10.244.1.0/24'],
       labels: { pool: 'a\nb', 'x/y': '"; flush ruleset' },
     });
-    await waitFor(
-      'the huge Node applied',
-      async () => ((await nonMasqSet(s.topo.node)).includes('192.0.2.128/25') ? true : undefined),
-      20_000,
-    );
+    await untilInSet(s, '192.0.2.128/25', true, 'the huge Node applied');
     const set = await nonMasqSet(s.topo.node);
     t.same(
       set.sort(),
@@ -325,11 +301,7 @@ if (requireRoot(t)) {
 
   t.test('Events on the Node: ConfigInvalid, then ConfigRecovered', async (t) => {
     const s = await setup(t, { 'ip-masq-agent': BASE });
-    await waitFor(
-      'first write',
-      async () => ((await s.generation()) >= 1 ? true : undefined),
-      15_000,
-    );
+    await untilFirstWrite(s);
     s.put('ip-masq-agent', BASE.replace('10.0.0.0/8', '10.0.0.0/33'));
     const invalid = await waitFor(
       'ConfigInvalid',

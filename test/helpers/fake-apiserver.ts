@@ -615,3 +615,29 @@ export class FakeApiServer {
     return this.reply(res, 405, status(405, 'MethodNotAllowed', 'method not allowed'));
   }
 }
+
+/** A FakeApiServer on the loopback for the client's unit tests, closed at teardown. */
+export async function startFake(
+  t: { teardown(fn: () => unknown): void },
+  options: FakeOptions = {},
+): Promise<FakeApiServer> {
+  const server = new FakeApiServer(options);
+  await server.listen();
+  t.teardown(() => server.close());
+  return server;
+}
+
+/** Polls `check` every 10 ms until it answers something but undefined or false; bounded. */
+export async function until<T>(
+  what: string,
+  check: () => T | undefined,
+  timeoutMs = 10_000,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = check();
+    if (value !== undefined && value !== false) return value;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}

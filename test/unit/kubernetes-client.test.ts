@@ -8,7 +8,7 @@ import { ApiClient, ApiError } from '../../src/kubernetes/client.js';
 import { Cluster, labelsOf, podCIDRsOf } from '../../src/kubernetes/cluster.js';
 import { backoffDelay, Reflector, type ReflectorTimings } from '../../src/kubernetes/reflector.js';
 import { formatPrefix } from '../../src/cidr/index.js';
-import { FakeApiServer } from '../helpers/fake-apiserver.js';
+import { FakeApiServer, startFake, until } from '../helpers/fake-apiserver.js';
 
 const FAST: ReflectorTimings = {
   backoffBaseMs: 20,
@@ -18,27 +18,10 @@ const FAST: ReflectorTimings = {
   pageSize: 2,
 };
 
-async function fake(t: Test, options = {}): Promise<FakeApiServer> {
-  const server = new FakeApiServer(options);
-  await server.listen();
-  t.teardown(() => server.close());
-  return server;
-}
-
 function client(t: Test, server: FakeApiServer, token = server.token): ApiClient {
   const c = new ApiClient({ server: new URL(server.url), token: async () => token });
   t.teardown(() => c.close());
   return c;
-}
-
-async function until<T>(what: string, check: () => T | undefined, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = check();
-    if (value !== undefined && value !== false) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
 }
 
 function logs(): { logger: Logger; lines: Array<{ msg: string; level: number }> } {
@@ -69,7 +52,7 @@ function podReflector(t: Test, c: ApiClient, extra: Partial<ReflectorTimings> = 
 }
 
 t.test('lists in chunks, keeps only each Node’s pod CIDRs, then follows the watch', async (t) => {
-  const server = await fake(t);
+  const server = await startFake(t);
   for (let i = 0; i < 5; i++) server.setNode(`node-${i}`, { podCIDRs: [`10.244.${i}.0/24`] });
   const { reflector, state } = podReflector(t, client(t, server));
   reflector.start();
@@ -94,7 +77,7 @@ t.test('lists in chunks, keeps only each Node’s pod CIDRs, then follows the wa
 t.test(
   'a cut watch resumes from its resourceVersion; a compacted one relists (410 Gone)',
   async (t) => {
-    const server = await fake(t);
+    const server = await startFake(t);
     server.setNode('a', { podCIDRs: ['10.244.0.0/24'] });
     const { reflector, state } = podReflector(t, client(t, server));
     reflector.start();
@@ -124,7 +107,7 @@ t.test(
 );
 
 t.test('a stalled watch is given up after idleMs and the data stays meanwhile', async (t) => {
-  const server = await fake(t, { bookmarkMs: 100 });
+  const server = await startFake(t, { bookmarkMs: 100 });
   server.setNode('a', { podCIDRs: ['10.244.0.0/24'] });
   const { reflector, state } = podReflector(t, client(t, server), { idleMs: 400 });
   reflector.start();
@@ -142,7 +125,7 @@ t.test('a stalled watch is given up after idleMs and the data stays meanwhile', 
 });
 
 t.test('bookmarks keep a quiet watch alive past idleMs', async (t) => {
-  const server = await fake(t, { bookmarkMs: 100 });
+  const server = await startFake(t, { bookmarkMs: 100 });
   const { reflector, state } = podReflector(t, client(t, server), { idleMs: 1_500 });
   reflector.start();
   await until('watching', () => state.up);
@@ -155,7 +138,7 @@ t.test('bookmarks keep a quiet watch alive past idleMs', async (t) => {
 t.test(
   '500, 429 with Retry-After, 401 and 403: errors counted by op, data kept, retried',
   async (t) => {
-    const server = await fake(t);
+    const server = await startFake(t);
     server.setNode('a', { podCIDRs: ['10.244.0.0/24'] });
     server.failNext(2, 500);
     const { reflector, state } = podReflector(t, client(t, server));
@@ -195,7 +178,7 @@ t.test(
 );
 
 t.test('the API server unreachable, then back: the watch resumes', async (t) => {
-  const server = await fake(t);
+  const server = await startFake(t);
   server.setNode('a', { podCIDRs: ['10.244.0.0/24'] });
   const { reflector, state } = podReflector(t, client(t, server));
   reflector.start();
@@ -287,7 +270,7 @@ t.test(
       'labels: strings only, kept as they are (compared, never written anywhere)',
     );
 
-    const server = await fake(t);
+    const server = await startFake(t);
     server.setNode('good', { podCIDRs: ['10.244.1.0/24'] });
     server.setNode('bad\nnode', { podCIDRs: ['10.244.2.7/24'] });
     const { logger, lines } = logs();
@@ -325,7 +308,7 @@ t.test(
 );
 
 t.test('a 10 MiB Node object is read without ending anything', async (t) => {
-  const server = await fake(t);
+  const server = await startFake(t);
   server.setNode('huge', { podCIDRs: ['10.244.9.0/24'], padBytes: 10 * 1024 * 1024 });
   const { reflector, state } = podReflector(t, client(t, server));
   reflector.start();

@@ -10,7 +10,7 @@ import t, { type Test } from 'tap';
 import { ApiClient } from '../../src/kubernetes/client.js';
 import { fromKubeconfig, inCluster } from '../../src/kubernetes/connection.js';
 import { EventRecorder } from '../../src/kubernetes/events.js';
-import { FakeApiServer } from '../helpers/fake-apiserver.js';
+import { FakeApiServer, startFake, until } from '../helpers/fake-apiserver.js';
 
 function dir(t: Test): string {
   const path = mkdtempSync(join(tmpdir(), 'ipmasq-kube-unit-'));
@@ -18,40 +18,29 @@ function dir(t: Test): string {
   return path;
 }
 
-async function fake(t: Test, options = {}): Promise<FakeApiServer> {
-  const server = new FakeApiServer(options);
-  await server.listen();
-  t.teardown(() => server.close());
-  return server;
-}
-
-async function until<T>(what: string, check: () => T | undefined, timeoutMs = 10_000): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = check();
-    if (value !== undefined && value !== false) return value;
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
-  }
-}
-
 const silent = pino({ level: 'silent' });
+
+/** A recorder for node-1 posting to `server`, counting its failures; stopped at teardown. */
+function recorderFor(t: Test, server: FakeApiServer, intervalMs: number) {
+  const client = new ApiClient({ server: new URL(server.url), token: async () => server.token });
+  t.teardown(() => client.close());
+  const failures = { count: 0 };
+  const recorder = new EventRecorder({
+    client,
+    nodeName: 'node-1',
+    logger: silent,
+    onError: () => failures.count++,
+    intervalMs,
+  });
+  t.teardown(() => recorder.stop());
+  return { recorder, failures };
+}
 
 t.test(
   'one Event per cause, repeats counted on it, one write per reason per interval',
   async (t) => {
-    const server = await fake(t);
-    const client = new ApiClient({ server: new URL(server.url), token: async () => server.token });
-    t.teardown(() => client.close());
-    let errors = 0;
-    const recorder = new EventRecorder({
-      client,
-      nodeName: 'node-1',
-      logger: silent,
-      onError: () => errors++,
-      intervalMs: 300,
-    });
-    t.teardown(() => recorder.stop());
+    const server = await startFake(t);
+    const { recorder, failures } = recorderFor(t, server, 300);
     for (let i = 0; i < 5; i++) recorder.emit('ConfigInvalid', 'file: bad CIDR');
     await until('created', () => server.eventList().length === 1);
     const [first] = server.eventList();
@@ -91,25 +80,15 @@ t.test(
       2,
       'two distinct messages: two Events',
     );
-    t.equal(errors, 0);
+    t.equal(failures.count, 0);
   },
 );
 
 t.test(
   'an Event that expired is created anew; a failing API is counted, never thrown',
   async (t) => {
-    const server = await fake(t);
-    const client = new ApiClient({ server: new URL(server.url), token: async () => server.token });
-    t.teardown(() => client.close());
-    let errors = 0;
-    const recorder = new EventRecorder({
-      client,
-      nodeName: 'node-1',
-      logger: silent,
-      onError: () => errors++,
-      intervalMs: 50,
-    });
-    t.teardown(() => recorder.stop());
+    const server = await startFake(t);
+    const { recorder, failures } = recorderFor(t, server, 50);
     recorder.emit('LegacyChainPresent', 'chain IP-MASQ-AGENT');
     await until('created', () => server.eventList().length === 1);
     server.events.clear(); // expired (events have a TTL)
@@ -118,7 +97,7 @@ t.test(
     t.equal(server.eventList()[0]!.count, 2, 'the count goes on');
     server.setForbidden(true);
     t.doesNotThrow(() => recorder.emit('ConflictingWriter', 'another agent'));
-    await until('error counted', () => errors >= 1);
+    await until('error counted', () => failures.count >= 1);
   },
 );
 
@@ -215,7 +194,7 @@ t.test('TLS: the API server is verified against the given CA', async (t) => {
     'ext',
   ]);
   const { readFileSync } = await import('node:fs');
-  const server = await fake(t, {
+  const server = await startFake(t, {
     tls: {
       cert: readFileSync(join(d, 'server.crt'), 'utf8'),
       key: readFileSync(join(d, 'server.key'), 'utf8'),
