@@ -13,6 +13,7 @@ import {
   httpGet,
   listTable,
   metricValue,
+  runAgentOnce,
   startAgent,
   waitFor,
   type RunningAgent,
@@ -65,14 +66,14 @@ interface Setup {
 async function setup(
   t: TapTest,
   files: Record<string, string>,
-  before?: (fake: RemoteFake) => Promise<void>,
+  before?: (fake: RemoteFake, ns: string) => Promise<void>,
 ): Promise<Setup> {
   const topo = await makeTopology(t, { ipv6: false });
   const fake = await startFakeApiServerInNetns(t, topo.node, { bookmarkMs: 500 });
   await fake.call('setNode', SELF, { podCIDRs: ['10.244.1.0/24'], labels: { pool: 'general' } });
   await fake.call('setNode', 'node-a', { podCIDRs: [NODE_A_PODS] });
   await fake.call('setNode', 'node-b', { podCIDRs: [NODE_B_PODS] });
-  if (before) await before(fake);
+  if (before) await before(fake, topo.node);
   const dir = mkdtempSync(join(tmpdir(), 'ipmasq-kube-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const put = (name: string, text: string) => {
@@ -157,7 +158,18 @@ if (requireRoot(t)) {
   );
 
   t.test('nothing is written before the first list; /readyz says why', async (t) => {
-    const s = await setup(t, { 'ip-masq-agent': BASE }, (fake) => fake.call('setForbidden', true));
+    // A table from an earlier run is in the kernel, and the API forbids the list.
+    let earlier: string | null = null;
+    const s = await setup(t, { 'ip-masq-agent': BASE }, async (fake, ns) => {
+      await fake.call('setForbidden', true);
+      const dir = mkdtempSync(join(tmpdir(), 'ipmasq-kube-earlier-'));
+      t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+      writeFileSync(join(dir, 'ip-masq-agent'), 'nonMasqueradeCIDRs: [10.0.0.0/8]\n');
+      const once = await runAgentOnce(ns, ['--config', join(dir, 'ip-masq-agent'), '--once']);
+      if (once.code !== 0) throw new Error(`--once failed: ${once.stderr}`);
+      earlier = await listTable(ns, 'ip');
+    });
+    t.ok(earlier, 'a table from an earlier run');
     await waitFor(
       'not ready, waiting',
       async () => {
@@ -166,7 +178,11 @@ if (requireRoot(t)) {
       },
       15_000,
     );
-    t.equal(await listTable(s.topo.node, 'ip'), null, 'no table while the Nodes are not listed');
+    t.equal(
+      await listTable(s.topo.node, 'ip'),
+      earlier,
+      'the table already there stays as it was while the Nodes are not listed',
+    );
     const errors = await waitFor('list errors counted', async () => {
       const n = await metric(s.topo.node, 'ipmasq_kubernetes_errors_total{op="list"}');
       return n !== undefined && n >= 1 ? n : undefined;
@@ -178,8 +194,7 @@ if (requireRoot(t)) {
     );
     t.equal(warned.length, 1, 'the cause logged once however often it is retried');
     await s.fake.call('setForbidden', false);
-    await untilFirstWrite(s);
-    t.ok((await nonMasqSet(s.topo.node)).includes(NODE_A_PODS));
+    await untilInSet(s, NODE_A_PODS, true, 'the Nodes written once listed');
     await waitFor('ready', async () =>
       (await readyz(s.topo.node)).code === 200 ? true : undefined,
     );
@@ -334,5 +349,29 @@ if (requireRoot(t)) {
       15_000,
     );
     t.equal(recovered.type, 'Normal');
+  });
+}
+
+if (requireRoot(t)) {
+  t.test('--once --kubeconfig waits for the first list and writes the Nodes', async (t) => {
+    const topo = await makeTopology(t, { ipv6: false });
+    const fake = await startFakeApiServerInNetns(t, topo.node);
+    await fake.call('setNode', SELF, { podCIDRs: ['10.244.1.0/24'] });
+    await fake.call('setNode', 'node-a', { podCIDRs: [NODE_A_PODS] });
+    const dir = mkdtempSync(join(tmpdir(), 'ipmasq-kube-once-'));
+    t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+    writeFileSync(join(dir, 'ip-masq-agent'), BASE);
+    const once = await runAgentOnce(topo.node, [
+      '--config',
+      join(dir, 'ip-masq-agent'),
+      '--kubeconfig',
+      fake.kubeconfig,
+      '--node-name',
+      SELF,
+      '--once',
+    ]);
+    t.equal(once.code, 0, once.stderr);
+    t.ok((await nonMasqSet(topo.node)).includes(NODE_A_PODS));
+    t.equal(await seen(topo, TO_A), POD_IPV4);
   });
 }
