@@ -216,3 +216,27 @@ t.test('TLS: the API server is verified against the given CA', async (t) => {
     /self.signed|unable to verify|certificate/i,
   );
 });
+
+t.test('an Event message is bounded, old messages are forgotten, nothing after stop', async (t) => {
+  const server = await startFake(t);
+  const { recorder } = recorderFor(t, server, 10);
+  recorder.emit('KernelWriteFailed', 'x'.repeat(5_000));
+  await until('created', () => server.eventList().length === 1);
+  t.equal(server.eventList()[0]!.message.length, 1024, 'cut to 1 KiB');
+  for (let i = 0; i < 40; i++) recorder.emit('ConfigInvalid', `message ${i}`);
+  // One write per 10 ms for the reason, each the latest message: the earlier ones are not queued.
+  await until('the last one written', () =>
+    server.eventList().some((e) => e.message === 'message 39'),
+  );
+  t.ok(server.eventList().length < 41, 'not one Event per message of a burst');
+  recorder.emit('ConfigInvalid', 'message 0');
+  const again = await until('message 0 written', () =>
+    server.eventList().find((e) => e.message === 'message 0'),
+  );
+  t.equal(again.count, 1, 'message 0 was forgotten (32 kept per reason): counted anew');
+  await recorder.stop();
+  const count = server.eventList().length;
+  recorder.emit('ConflictingWriter', 'after stop');
+  await new Promise((resolve) => setTimeout(resolve, 100));
+  t.equal(server.eventList().length, count, 'nothing is posted after stop');
+});
