@@ -155,7 +155,7 @@ export class EventRecorder {
         this.lastLogged = text;
         this.options.logger.warn(escapeUnprintable(text));
       }
-      // Tried again with the next occurrence, or at the next minute if one is waiting.
+      // Written again with the next occurrence of the reason (its count kept meanwhile).
       state.dirty ??= message;
     }
   }
