@@ -4,6 +4,7 @@
 // whose ip-masq* files are merged.
 import { posix } from 'node:path';
 import { escapeUnprintable } from '../cidr/index.js';
+import { record } from '../record.js';
 import { DEFAULT_CONFIG_PATH, FILE_PREFIX } from './source.js';
 
 export type Manifest = ReadonlyArray<Record<string, unknown>>;
@@ -40,10 +41,6 @@ interface Mount {
   readonly config: string;
 }
 
-const record = (value: unknown): Record<string, unknown> =>
-  value && typeof value === 'object' && !Array.isArray(value)
-    ? (value as Record<string, unknown>)
-    : {};
 const list = (value: unknown): unknown[] => (Array.isArray(value) ? value : []);
 const text = (value: unknown): string | undefined =>
   typeof value === 'string' ? value : undefined;

@@ -5,6 +5,7 @@
 import type { Logger } from 'pino';
 import { escapeUnprintable, parseCidr, type Prefix } from '../cidr/index.js';
 import { errorText } from '../errors.js';
+import { record } from '../record.js';
 import type { ApiClient } from './client.js';
 import { DEFAULT_TIMINGS, Reflector, type ReflectorTimings, type WatchOp } from './reflector.js';
 
@@ -33,12 +34,6 @@ export interface ClusterOptions {
 /** A Node's spec.podCIDRs has one per family; more is not a Node the API server would store. */
 const MAX_POD_CIDRS = 8;
 const MAX_LABELS = 512;
-
-function record(value: unknown): Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value)
-    ? (value as Record<string, unknown>)
-    : {};
-}
 
 /** spec.podCIDRs (or the older spec.podCIDR), parsed strictly; IPv6 only with --enable-ipv6. */
 export function podCIDRsOf(node: Record<string, unknown>, enableIPv6: boolean): NodePodCIDRs {
@@ -112,7 +107,7 @@ export class Cluster {
     });
     this.nodes = new Reflector({
       ...common,
-      extract: (node) => this.podCIDRs(node),
+      extract: (node) => this.parseNode(node),
       // Most Node updates are status (heartbeats, conditions): they change nothing kept here.
       same: (a, b) =>
         a.prefixes.length === b.prefixes.length &&
@@ -141,12 +136,7 @@ export class Cluster {
   }
 
   /** Every Node's pod CIDRs; undefined until the first list succeeded (it starts the watch). */
-  podCIDRs(): ReadonlyMap<string, NodePodCIDRs> | undefined;
-  podCIDRs(node: Record<string, unknown>): NodePodCIDRs;
-  podCIDRs(
-    node?: Record<string, unknown>,
-  ): ReadonlyMap<string, NodePodCIDRs> | NodePodCIDRs | undefined {
-    if (node !== undefined) return this.parseNode(node);
+  podCIDRs(): ReadonlyMap<string, NodePodCIDRs> | undefined {
     if (!this.nodesStarted) {
       this.nodesStarted = true;
       this.nodes.start();

@@ -5,6 +5,7 @@ import { readFile } from 'node:fs/promises';
 import { isAbsolute, dirname, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { errorText } from '../errors.js';
+import { record } from '../record.js';
 
 export interface Connection {
   readonly server: URL;
@@ -67,21 +68,13 @@ export async function inCluster(
   return { server: new URL(`https://${hostPart}:${port}`), ca, token };
 }
 
-type Named<T> = { name?: unknown } & { [key: string]: T | unknown };
-
-function record(value: unknown): Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value)
-    ? (value as Record<string, unknown>)
-    : {};
-}
-
 function findNamed(
   list: unknown,
   name: unknown,
   what: string,
   key: string,
 ): Record<string, unknown> {
-  const found = (Array.isArray(list) ? (list as Named<unknown>[]) : []).find(
+  const found: unknown = (Array.isArray(list) ? list : []).find(
     (entry) => record(entry).name === name,
   );
   if (!found) throw new ConnectionError(`--kubeconfig: no ${what} named ${String(name)}`);

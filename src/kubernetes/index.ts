@@ -2,6 +2,7 @@
 // --kubeconfig: the file-driven agent never loads this code.
 import type { Logger } from 'pino';
 import { escapeUnprintable } from '../cidr/index.js';
+import { record } from '../record.js';
 import { ApiClient } from './client.js';
 import {
   Cluster,
@@ -44,10 +45,15 @@ export function connection(kubeconfig: string): Promise<Connection> {
 export function timingsFromEnv(env = process.env): ReflectorTimings {
   const text = env.IPMASQ_KUBERNETES_TIMINGS;
   if (!text) return DEFAULT_TIMINGS;
-  const given = JSON.parse(text) as Partial<Record<keyof ReflectorTimings, unknown>>;
+  let given: Record<string, unknown>;
+  try {
+    given = record(JSON.parse(text));
+  } catch {
+    return DEFAULT_TIMINGS;
+  }
   const timings: Record<string, number> = { ...DEFAULT_TIMINGS };
   for (const key of Object.keys(DEFAULT_TIMINGS)) {
-    const value = given[key as keyof ReflectorTimings];
+    const value = given[key];
     if (typeof value === 'number' && Number.isFinite(value) && value > 0) timings[key] = value;
   }
   return timings as unknown as ReflectorTimings;
@@ -63,9 +69,6 @@ export async function startKubernetes(options: KubernetesOptions): Promise<Kuber
     nodeName: options.nodeName,
     logger: options.logger,
     onError: () => options.metrics.incError('event'),
-    ...(process.env.IPMASQ_KUBERNETES_EVENT_INTERVAL_MS
-      ? { intervalMs: Number(process.env.IPMASQ_KUBERNETES_EVENT_INTERVAL_MS) }
-      : {}),
   });
   cluster.start();
   return {
@@ -119,7 +122,7 @@ export async function clusterSnapshot(options: {
       ? await once(undefined, (node) => {
           const parsed = podCIDRsOf(node, options.enableIPv6);
           if (parsed.rejected.length > 0) {
-            const name = escapeUnprintable(String((node.metadata as { name?: unknown }).name));
+            const name = escapeUnprintable(String(record(node.metadata).name));
             options.logger.warn(
               `Node ${name}'s podCIDRs: left out: ${escapeUnprintable(parsed.rejected.join('; '))}`,
             );

@@ -2,6 +2,7 @@
 // what client-go calls a reflector, for one kind (Nodes) and a small extract of each object. The
 // last known items stay whatever the API does; a 410 Gone relists; every failure waits a backoff
 // with full jitter, or the server's Retry-After.
+import { record } from '../record.js';
 import { ApiError, type ApiClient } from './client.js';
 
 export type WatchOp = 'list' | 'watch';
@@ -44,12 +45,6 @@ export interface ReflectorOptions<T> {
   readonly onUp: (up: boolean) => void;
   readonly timings: ReflectorTimings;
   readonly random?: () => number;
-}
-
-function record(value: unknown): Record<string, unknown> {
-  return value !== null && typeof value === 'object' && !Array.isArray(value)
-    ? (value as Record<string, unknown>)
-    : {};
 }
 
 function nameOf(object: Record<string, unknown>): string | undefined {

@@ -35,7 +35,9 @@ export class ConfigReader {
   error: string | null = null;
   /** What the last read waits for from the API server; null when nothing. */
   waiting: string | null = null;
-  private options: { labels: ReadonlyMap<string, string> | undefined; load: LoadOptions };
+  /** The options loaded with while these labels stay (the loader's cache keys on the object). */
+  private options:
+    { labels: ReadonlyMap<string, string> | undefined; load: LoadOptions } | undefined;
   private joined: { from: Config; version: number; config: Config } | undefined;
   private lastLoggedError: string | undefined;
   /** The warnings of the last read: only new ones are logged. */
@@ -43,7 +45,6 @@ export class ConfigReader {
 
   constructor(deps: ConfigReaderDeps) {
     this.deps = deps;
-    this.options = { labels: undefined, load: deps.loadOptions };
   }
 
   /** The load options with this Node's labels as now known: the same object while they stay. */
@@ -51,7 +52,7 @@ export class ConfigReader {
     const { cluster } = this.deps;
     if (!cluster) return this.deps.loadOptions;
     const labels = cluster.labels;
-    if (this.options.labels !== labels || this.options.load === this.deps.loadOptions) {
+    if (this.options === undefined || this.options.labels !== labels) {
       this.options = {
         labels,
         load: {

@@ -27,6 +27,7 @@ import {
   REMOTE_TARGETS_IPV4 as V4,
   type Topology,
 } from '../../harness/topology.js';
+import type { RecordedEvent } from '../helpers/fake-apiserver.js';
 import { startFakeApiServerInNetns, type RemoteFake } from '../helpers/fake-apiserver-remote.js';
 
 // Two other Nodes' pod CIDRs, routed to the remote in this topology; neither is exempt by default.
@@ -107,6 +108,15 @@ function untilInSet(s: Setup, cidr: string, present: boolean, what: string): Pro
     async () => ((await nonMasqSet(s.topo.node)).includes(cidr) === present ? true : undefined),
     20_000,
     10,
+  );
+}
+
+/** The first Event with this reason the fake API server received; bounded. */
+function untilEvent(s: Setup, reason: string): Promise<RecordedEvent> {
+  return waitFor(
+    reason,
+    async () => (await s.fake.call('eventList')).find((e) => e.reason === reason),
+    15_000,
   );
 }
 
@@ -324,36 +334,13 @@ if (requireRoot(t)) {
     const s = await setup(t, { 'ip-masq-agent': BASE });
     await untilFirstWrite(s);
     s.put('ip-masq-agent', BASE.replace('10.0.0.0/8', '10.0.0.0/33'));
-    const invalid = await waitFor(
-      'ConfigInvalid',
-      async () => {
-        const events = (await s.fake.call('eventList')) as unknown as Array<{
-          reason: string;
-          message: string;
-          type: string;
-          involvedObject: { kind: string; name: string };
-          source: { component: string };
-        }>;
-        return events.find((e) => e.reason === 'ConfigInvalid');
-      },
-      15_000,
-    );
+    const invalid = await untilEvent(s, 'ConfigInvalid');
     t.equal(invalid.type, 'Warning');
     t.same([invalid.involvedObject.kind, invalid.involvedObject.name], ['Node', SELF]);
     t.equal(invalid.source.component, 'ipmasq-agent');
     t.match(invalid.message, /10\.0\.0\.0\/33/);
     s.put('ip-masq-agent', BASE);
-    const recovered = await waitFor(
-      'ConfigRecovered',
-      async () => {
-        const events = (await s.fake.call('eventList')) as unknown as Array<{
-          reason: string;
-          type: string;
-        }>;
-        return events.find((e) => e.reason === 'ConfigRecovered');
-      },
-      15_000,
-    );
+    const recovered = await untilEvent(s, 'ConfigRecovered');
     t.equal(recovered.type, 'Normal');
   });
 }

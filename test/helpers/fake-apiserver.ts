@@ -47,8 +47,8 @@ export interface RecordedEvent {
   message: string;
   type: string;
   count: number;
-  involvedObject: Record<string, unknown>;
-  source: Record<string, unknown>;
+  involvedObject: { kind?: string; name?: string; uid?: string };
+  source: { component?: string; host?: string };
   writes: number;
 }
 
@@ -591,8 +591,8 @@ export class FakeApiServer {
         message: String(event.message),
         type: String(event.type),
         count: Number(event.count ?? 1),
-        involvedObject: event.involvedObject as Record<string, unknown>,
-        source: event.source as Record<string, unknown>,
+        involvedObject: event.involvedObject as RecordedEvent['involvedObject'],
+        source: event.source as RecordedEvent['source'],
         writes: 1,
       });
       return this.reply(res, 201, event);

@@ -42,6 +42,11 @@ t.test(
     t.equal(timings.idleMs, 500);
     t.equal(timings.backoffMaxMs, DEFAULT_TIMINGS.backoffMaxMs, 'a negative number is ignored');
     t.equal(timings.pageSize, DEFAULT_TIMINGS.pageSize, 'a string is ignored');
+    t.same(
+      timingsFromEnv({ IPMASQ_KUBERNETES_TIMINGS: '{idleMs: 5' }),
+      DEFAULT_TIMINGS,
+      'not JSON: the defaults, not a failure to start',
+    );
   },
 );
 
