@@ -3,24 +3,38 @@
 // each through these definitions.
 import type { NamedSet, TableFamily } from './types.js';
 
-/** The nat postrouting base chain; its one rule jumps to the decision chain (`--masq-chain`). */
-export const BASE_CHAIN = 'postrouting';
-/** The effective non-masquerade set. */
-export const NONMASQ_SET = 'nonmasq';
-/** masqueradeCIDRs: always masqueraded. */
-export const MASQ_SET = 'masq';
-/** sourceCIDRs (README, "Egress policy"): declared only while the config gives them. */
-export const SOURCES_SET = 'sources';
-/** egressInterfaces: declared only while the config gives them. */
-export const EGRESS_INTERFACES_SET = 'egress-interfaces';
-/**
- * Replies on their way while the conntrack flush deletes their flow's entry: dropped for a moment,
- * or they would start an entry the other way round that keeps the flow on its old decision
- * (README, "Existing flows"). The set's elements come and go with timeouts; the chain drops them.
- */
-export const LATE_REPLIES_SET = 'late-replies';
-/** The filter prerouting base chain that drops what the late-replies set holds. */
-export const LATE_REPLIES_CHAIN = 'prerouting';
+/** Each object's name in the kernel, by the name the code uses for it. */
+const objectNames = {
+  /** The nat postrouting base chain; its one rule jumps to the decision chain (`--masq-chain`). */
+  BASE_CHAIN: 'postrouting',
+  /** The effective non-masquerade set. */
+  NONMASQ_SET: 'nonmasq',
+  /** masqueradeCIDRs: always masqueraded. */
+  MASQ_SET: 'masq',
+  /** sourceCIDRs (README, "Egress policy"): declared only while the config gives them. */
+  SOURCES_SET: 'sources',
+  /** egressInterfaces: declared only while the config gives them. */
+  EGRESS_INTERFACES_SET: 'egress-interfaces',
+  /**
+   * Replies on their way while the conntrack flush deletes their flow's entry: dropped for a
+   * moment, or they would start an entry the other way round that keeps the flow on its old
+   * decision (README, "Existing flows"). The set's elements come and go with timeouts; the chain
+   * drops them.
+   */
+  LATE_REPLIES_SET: 'late-replies',
+  /** The filter prerouting base chain that drops what the late-replies set holds. */
+  LATE_REPLIES_CHAIN: 'prerouting',
+} as const;
+
+export const {
+  BASE_CHAIN,
+  NONMASQ_SET,
+  MASQ_SET,
+  SOURCES_SET,
+  EGRESS_INTERFACES_SET,
+  LATE_REPLIES_SET,
+  LATE_REPLIES_CHAIN,
+} = objectNames;
 
 /** A UDP reply's addresses and ports, from the remote to the pod, as the late-replies set keys them. */
 export function lateReplyKey(family: TableFamily): string {

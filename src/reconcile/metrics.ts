@@ -28,6 +28,43 @@ const syncDurationBuckets = [
   0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 ];
 
+/** Each of the agent's own series, by name, with its help text. */
+const helpTexts = {
+  ipmasq_generation: 'Number of successful writes of the ruleset to the kernel.',
+  ipmasq_syncs_total: 'Syncs of the kernel ruleset, by result.',
+  ipmasq_sync_duration_seconds:
+    'Time taken by one sync: read config, compare with the kernel, write if needed.',
+  ipmasq_config_valid: '1 if the last config read was valid, else 0.',
+  ipmasq_config_errors_total: 'Config reads that found an invalid config.',
+  ipmasq_drift_repairs_total:
+    'Times the kernel ruleset was found changed by someone else and rewritten.',
+  ipmasq_nonmasquerade_cidrs: 'Entries in the non-masquerade set in the kernel, by address family.',
+  ipmasq_last_success_timestamp_seconds:
+    'Unix time of the last sync that left the kernel holding the desired ruleset.',
+  ipmasq_resync_interval_seconds:
+    'The resyncInterval of the config in use (alerts measure staleness in it).',
+  ipmasq_legacy_chain_present:
+    "1 if the original ip-masq-agent's iptables chain is still in the nat table, else 0.",
+  ipmasq_large_set_warning:
+    '1 if a set is large enough to slow down every nftables command on the node, else 0.',
+  ipmasq_conflicting_writer:
+    '1 while another ipmasq-agent writes our table with another config (the agent holds back), else 0.',
+  ipmasq_conntrack_flushed_total:
+    "Conntrack entries deleted after a config change flipped their destination's masquerade decision.",
+  ipmasq_conntrack_flush_failures_total:
+    'Conntrack flushes after a config change that failed (the write itself stands).',
+  ipmasq_kernel_reads_total:
+    'Read-backs of our tables from the kernel (skipped while the nftables generation id is unchanged)',
+  ipmasq_build_info: 'Always 1; the labels say which agent, libnftables and Node.js this is.',
+  ipmasq_kubernetes_up: "1 while the agent's watches of the API server are live, else 0.",
+  ipmasq_kubernetes_errors_total:
+    'Failed calls to the API server, by operation (list, watch, event).',
+  ipmasq_libnftables_failures_total:
+    'Syncs that failed inside libnftables, by how: error (it refused), crash (its process died), timeout (killed after the time limit), spawn (no process could be started).',
+} as const;
+
+type SeriesName = keyof typeof helpTexts;
+
 export class AgentMetrics {
   readonly registry: Registry;
   private readonly generation: Gauge;
@@ -46,110 +83,50 @@ export class AgentMetrics {
   private readonly conflictingWriter: Gauge;
   private readonly conntrackFlushed: Counter<'family' | 'protocol'>;
   private readonly conntrackFlushFailures: Counter;
-  /** Moves on every change of the agent's own series: the cached exposition is then stale. */
-  private version = 0;
-  private cached: { version: number; at: number; text: Promise<string> } | undefined;
+  /** The process and runtime series, the costly ones to collect: cached for EXPOSITION_MAX_AGE_MS. */
+  readonly runtime: Registry;
+  private cached: { at: number; text: Promise<string> } | undefined;
 
   constructor(build: BuildInfo = { version: 'unknown', libnftables: 'unknown' }) {
     const registry = new Registry();
     this.registry = registry;
-    collectDefaultMetrics({ register: registry });
+    this.runtime = new Registry();
+    collectDefaultMetrics({ register: this.runtime });
     // prom-client names these gauges with a _total suffix, which Prometheus reserves for counters
     // (`promtool check metrics` warns): they are left out rather than exported misnamed.
-    for (const name of misnamedDefaults) registry.removeSingleMetric(name);
-    const registers = [registry];
+    for (const name of misnamedDefaults) this.runtime.removeSingleMetric(name);
 
-    this.generation = new Gauge({
-      name: 'ipmasq_generation',
-      help: 'Number of successful writes of the ruleset to the kernel.',
-      registers,
-    });
-    this.syncs = new Counter({
-      name: 'ipmasq_syncs_total',
-      help: 'Syncs of the kernel ruleset, by result.',
-      labelNames: ['result'],
-      registers,
-    });
+    this.generation = new Gauge(this.series('ipmasq_generation'));
+    this.syncs = new Counter({ ...this.series('ipmasq_syncs_total'), labelNames: ['result'] });
     this.syncDuration = new Histogram({
-      name: 'ipmasq_sync_duration_seconds',
-      help: 'Time taken by one sync: read config, compare with the kernel, write if needed.',
+      ...this.series('ipmasq_sync_duration_seconds'),
       buckets: syncDurationBuckets,
-      registers,
     });
-    this.configValid = new Gauge({
-      name: 'ipmasq_config_valid',
-      help: '1 if the last config read was valid, else 0.',
-      registers,
-    });
-    this.configErrors = new Counter({
-      name: 'ipmasq_config_errors_total',
-      help: 'Config reads that found an invalid config.',
-      registers,
-    });
-    this.driftRepairs = new Counter({
-      name: 'ipmasq_drift_repairs_total',
-      help: 'Times the kernel ruleset was found changed by someone else and rewritten.',
-      registers,
-    });
+    this.configValid = new Gauge(this.series('ipmasq_config_valid'));
+    this.configErrors = new Counter(this.series('ipmasq_config_errors_total'));
+    this.driftRepairs = new Counter(this.series('ipmasq_drift_repairs_total'));
     this.nonMasqueradeCIDRs = new Gauge({
-      name: 'ipmasq_nonmasquerade_cidrs',
-      help: 'Entries in the non-masquerade set in the kernel, by address family.',
+      ...this.series('ipmasq_nonmasquerade_cidrs'),
       labelNames: ['family'],
-      registers,
     });
-    this.lastSuccess = new Gauge({
-      name: 'ipmasq_last_success_timestamp_seconds',
-      help: 'Unix time of the last sync that left the kernel holding the desired ruleset.',
-      registers,
-    });
-    this.resyncInterval = new Gauge({
-      name: 'ipmasq_resync_interval_seconds',
-      help: 'The resyncInterval of the config in use (alerts measure staleness in it).',
-      registers,
-    });
-    this.legacyChainPresent = new Gauge({
-      name: 'ipmasq_legacy_chain_present',
-      help: "1 if the original ip-masq-agent's iptables chain is still in the nat table, else 0.",
-      registers,
-    });
-    this.largeSetWarning = new Gauge({
-      name: 'ipmasq_large_set_warning',
-      help: '1 if a set is large enough to slow down every nftables command on the node, else 0.',
-      registers,
-    });
-
-    this.conflictingWriter = new Gauge({
-      name: 'ipmasq_conflicting_writer',
-      help: '1 while another ipmasq-agent writes our table with another config (the agent holds back), else 0.',
-      registers,
-    });
+    this.lastSuccess = new Gauge(this.series('ipmasq_last_success_timestamp_seconds'));
+    this.resyncInterval = new Gauge(this.series('ipmasq_resync_interval_seconds'));
+    this.legacyChainPresent = new Gauge(this.series('ipmasq_legacy_chain_present'));
+    this.largeSetWarning = new Gauge(this.series('ipmasq_large_set_warning'));
+    this.conflictingWriter = new Gauge(this.series('ipmasq_conflicting_writer'));
     this.conntrackFlushed = new Counter({
-      name: 'ipmasq_conntrack_flushed_total',
-      help: "Conntrack entries deleted after a config change flipped their destination's masquerade decision.",
+      ...this.series('ipmasq_conntrack_flushed_total'),
       labelNames: ['family', 'protocol'],
-      registers,
     });
-    this.conntrackFlushFailures = new Counter({
-      name: 'ipmasq_conntrack_flush_failures_total',
-      help: 'Conntrack flushes after a config change that failed (the write itself stands).',
-      registers,
-    });
-    this.kernelReads = new Counter({
-      name: 'ipmasq_kernel_reads_total',
-      help: 'Read-backs of our tables from the kernel (skipped while the nftables generation id is unchanged)',
-      registers,
-    });
+    this.conntrackFlushFailures = new Counter(this.series('ipmasq_conntrack_flush_failures_total'));
+    this.kernelReads = new Counter(this.series('ipmasq_kernel_reads_total'));
     this.nftFailures = new Counter({
-      name: 'ipmasq_libnftables_failures_total',
-      help: 'Syncs that failed inside libnftables, by how: error (it refused), crash (its process died), timeout (killed after the time limit), spawn (no process could be started).',
+      ...this.series('ipmasq_libnftables_failures_total'),
       labelNames: ['kind'],
-      registers,
     });
     new Gauge({
-      name: 'ipmasq_build_info',
-      help: 'Always 1; the labels say which agent, libnftables and Node.js this is.',
+      ...this.series('ipmasq_build_info'),
       labelNames: ['version', 'libnftables', 'node'],
-      registers,
     }).set({ version: build.version, libnftables: build.libnftables, node: process.version }, 1);
 
     // Series with labels appear only once touched; start them at zero so rate() and absent() work.
@@ -158,21 +135,27 @@ export class AgentMetrics {
     for (const family of families) this.nonMasqueradeCIDRs.set({ family }, 0);
   }
 
+  /** A series' name, help text and registry: the rest of its options are its own. */
+  private series(name: SeriesName): { name: string; help: string; registers: Registry[] } {
+    return { name, help: helpTexts[name], registers: [this.registry] };
+  }
+
   /**
-   * The text exposition. A scrape flood must not starve the probes of CPU: the text is rendered
-   * again only when one of the agent's series changed, or after EXPOSITION_MAX_AGE_MS for the
-   * process and runtime series, which only ever lag by that much.
+   * The text exposition. A scrape flood must not starve the probes of CPU: the agent's own series
+   * are rendered on every scrape (a few dozen samples), the process and runtime series at most once
+   * per EXPOSITION_MAX_AGE_MS, so they only ever lag by that much.
    */
-  exposition(now = Date.now()): Promise<string> {
-    const cached = this.cached;
-    if (cached && cached.version === this.version && now - cached.at < EXPOSITION_MAX_AGE_MS)
-      return cached.text;
-    const text = this.registry.metrics();
-    this.cached = { version: this.version, at: now, text };
-    text.catch(() => {
-      if (this.cached?.text === text) this.cached = undefined;
-    });
-    return text;
+  async exposition(now = Date.now()): Promise<string> {
+    let cached = this.cached;
+    if (!cached || now - cached.at >= EXPOSITION_MAX_AGE_MS) {
+      const text = this.runtime.metrics();
+      cached = this.cached = { at: now, text };
+      text.catch(() => {
+        if (this.cached?.text === text) this.cached = undefined;
+      });
+    }
+    const [own, runtime] = await Promise.all([this.registry.metrics(), cached.text]);
+    return own + runtime;
   }
 
   /**
@@ -180,104 +163,80 @@ export class AgentMetrics {
    * reads the API: a file-driven agent does not export a gauge saying "down".
    */
   kubernetes(): { setUp(up: boolean): void; incError(op: string): void } {
-    const registers = [this.registry];
-    const up = new Gauge({
-      name: 'ipmasq_kubernetes_up',
-      help: "1 while the agent's watches of the API server are live, else 0.",
-      registers,
-    });
+    const up = new Gauge(this.series('ipmasq_kubernetes_up'));
     const errors = new Counter({
-      name: 'ipmasq_kubernetes_errors_total',
-      help: 'Failed calls to the API server, by operation (list, watch, event).',
+      ...this.series('ipmasq_kubernetes_errors_total'),
       labelNames: ['op'],
-      registers,
     });
     for (const op of ['list', 'watch', 'event']) errors.inc({ op }, 0);
     return {
       setUp: (on) => {
-        this.version++;
         up.set(on ? 1 : 0);
       },
       incError: (op) => {
-        this.version++;
         errors.inc({ op });
       },
     };
   }
 
   setConflictingWriter(on: boolean): void {
-    this.version++;
     this.conflictingWriter.set(on ? 1 : 0);
   }
 
   addConntrackFlushed(family: AddressFamily, protocol: string, n: number): void {
-    this.version++;
     this.conntrackFlushed.inc({ family, protocol }, n);
   }
 
   incConntrackFlushFailures(): void {
-    this.version++;
     this.conntrackFlushFailures.inc();
   }
 
   incKernelReads(): void {
-    this.version++;
     this.kernelReads.inc();
   }
 
   setGeneration(n: number): void {
-    this.version++;
     this.generation.set(n);
   }
 
   recordSync(result: SyncResult, seconds: number): void {
-    this.version++;
     this.syncs.inc({ result });
     this.syncDuration.observe(seconds);
   }
 
   setConfigValid(valid: boolean): void {
-    this.version++;
     this.configValid.set(valid ? 1 : 0);
   }
 
   incConfigErrors(): void {
-    this.version++;
     this.configErrors.inc();
   }
 
   incDriftRepairs(): void {
-    this.version++;
     this.driftRepairs.inc();
   }
 
   setNonMasqueradeCount(family: AddressFamily, n: number): void {
-    this.version++;
     this.nonMasqueradeCIDRs.set({ family }, n);
   }
 
   setResyncInterval(ms: number): void {
-    this.version++;
     this.resyncInterval.set(ms / 1000);
   }
 
   setLastSuccess(date: Date): void {
-    this.version++;
     this.lastSuccess.set(date.getTime() / 1000);
   }
 
   setLegacyChainPresent(present: boolean): void {
-    this.version++;
     this.legacyChainPresent.set(present ? 1 : 0);
   }
 
   incNftFailure(kind: NftFailureKind): void {
-    this.version++;
     this.nftFailures.inc({ kind });
   }
 
   setLargeSetWarning(on: boolean): void {
-    this.version++;
     this.largeSetWarning.set(on ? 1 : 0);
   }
 }
