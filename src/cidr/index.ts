@@ -20,9 +20,12 @@ export { mergePrefixes, mergeToLines, rangeToPrefixes } from './merge.js';
 export {
   inRanges,
   normalise,
+  packRanges,
+  PackedRanges,
   rangesToPrefixes,
   subtract,
   symmetricDifference,
   type Bound,
   type Range,
+  type RangeList,
 } from './ranges.js';

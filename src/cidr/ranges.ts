@@ -95,3 +95,48 @@ export function inRanges<T extends Bound>(ranges: readonly Range<T>[], x: T): bo
 export function rangesToPrefixes(family: Family, ranges: readonly Range[]): Prefix[] {
   return ranges.flatMap(([first, last]) => rangeToPrefixes(family, first, last));
 }
+
+/**
+ * Ranges as the addon takes them: each bound big-endian (4 bytes for IPv4, 16 for IPv6), first then
+ * last. A list computed on a worker is packed there, so 100 000 ranges cross to the agent's thread
+ * as one buffer and never become bigint pairs on it (docs/design.md, "Figures").
+ */
+export class PackedRanges {
+  constructor(
+    readonly family: Family,
+    readonly bytes: Uint8Array,
+  ) {}
+
+  get length(): number {
+    return this.bytes.byteLength / (family4or16(this.family) * 2);
+  }
+}
+
+/** Ranges as a list, or packed. */
+export type RangeList = readonly Range<Bound>[] | PackedRanges;
+
+const family4or16 = (family: Family) => (family === 4 ? 4 : 16);
+
+/** The ranges packed (PackedRanges); a packed list as it is. */
+export function packRanges(family: Family, ranges: RangeList): PackedRanges {
+  if (ranges instanceof PackedRanges) return ranges;
+  const width = family4or16(family);
+  const bytes = new Uint8Array(ranges.length * 2 * width);
+  const view = new DataView(bytes.buffer);
+  let offset = 0;
+  const put = (bound: Bound) => {
+    if (family === 4) {
+      view.setUint32(offset, Number(bound));
+    } else {
+      const value = BigInt(bound);
+      view.setBigUint64(offset, value >> 64n);
+      view.setBigUint64(offset + 8, BigInt.asUintN(64, value));
+    }
+    offset += width;
+  };
+  for (const [first, last] of ranges) {
+    put(first);
+    put(last);
+  }
+  return new PackedRanges(family, bytes);
+}

@@ -5,7 +5,14 @@
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { formatAddress, parseAddress } from '../cidr/index.js';
+import {
+  formatAddress,
+  packRanges,
+  PackedRanges,
+  parseAddress,
+  type Range,
+  type RangeList,
+} from '../cidr/index.js';
 import { nftFailureKinds, type NftFailureKind, type ReplyTuple } from './types.js';
 import { errorText } from '../errors.js';
 
@@ -150,39 +157,17 @@ export interface ConntrackFlushResult {
 }
 
 /** Packed buffers by range list: a flush passes the same list to the addon twice. */
-const packedRanges = new WeakMap<object, Buffer>();
-const WORD = 0xffffffffn;
+const packedLists = new WeakMap<object, PackedRanges>();
 
-/**
- * The ranges as the addon takes them: each address big-endian, 4 or 16 bytes, first then last.
- * Written a 32-bit word at a time, on the agent's thread: through hex text a large flush held it for
- * long (docs/design.md, "Figures").
- */
-function rangeBuffer(family: 4 | 6, ranges: ReadonlyArray<readonly [bigint, bigint]>): Buffer {
-  const cached = packedRanges.get(ranges);
-  if (cached) return cached;
-  const width = family === 4 ? 4 : 16;
-  const buffer = Buffer.alloc(ranges.length * 2 * width);
-  let offset = 0;
-  const put = (address: bigint) => {
-    if (family === 4) {
-      buffer.writeUInt32BE(Number(address), offset);
-    } else {
-      for (let shift = 96n; shift >= 0n; shift -= 32n) {
-        buffer.writeUInt32BE(
-          Number((address >> shift) & WORD),
-          offset + Number((96n - shift) / 8n),
-        );
-      }
-    }
-    offset += width;
-  };
-  for (const [first, last] of ranges) {
-    put(first);
-    put(last);
+/** The ranges as the addon takes them (cidr/ranges.ts, PackedRanges), packed once per list. */
+function rangeBuffer(family: 4 | 6, ranges: RangeList): Buffer {
+  let packed = ranges instanceof PackedRanges ? ranges : packedLists.get(ranges);
+  if (!packed) {
+    packed = packRanges(family, ranges);
+    packedLists.set(ranges, packed);
   }
-  packedRanges.set(ranges, buffer);
-  return buffer;
+  const { bytes } = packed;
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
 /** The native flush's answer, its reply addresses parsed and formatted by the agent itself. */
@@ -218,14 +203,14 @@ function port(value: number): number {
  * "Egress policy": a changed sourceCIDRs or snatAddress).
  */
 export interface FlowSelection {
-  readonly sources?: ReadonlyArray<readonly [bigint, bigint]>;
+  readonly sources?: readonly Range[];
   readonly translatedOnly?: boolean;
 }
 
 export async function conntrackFlush(
   family: 4 | 6,
   protocols: readonly number[],
-  ranges: ReadonlyArray<readonly [bigint, bigint]>,
+  ranges: RangeList,
   selection: FlowSelection = {},
 ): Promise<ConntrackFlushResult> {
   const answer = await addon().conntrackFlush(
@@ -247,7 +232,7 @@ export async function conntrackFlush(
  */
 export async function conntrackReplies(
   family: 4 | 6,
-  ranges: ReadonlyArray<readonly [bigint, bigint]>,
+  ranges: RangeList,
   selection: FlowSelection = {},
 ): Promise<ReplyTuple[]> {
   const answer = await addon().conntrackFlush(

@@ -10,7 +10,7 @@ import {
   nftTableNames,
   runNft,
 } from './addon.js';
-import type { Range } from '../cidr/index.js';
+import type { RangeList } from '../cidr/index.js';
 import type { ReplyTuple, TableRef } from './types.js';
 
 /** A table of any family, as the kernel names it (`inet`, `bridge`, … as well as ours). */
@@ -43,13 +43,13 @@ export interface Kernel {
   flushConntrack(
     family: 4 | 6,
     protocols: readonly number[],
-    ranges: readonly Range[],
+    ranges: RangeList,
     selection?: FlowSelection,
   ): Promise<ConntrackFlushResult>;
   /** The replies to the pod's own address of the UDP flows flushConntrack would delete. */
   conntrackReplies(
     family: 4 | 6,
-    ranges: readonly Range[],
+    ranges: RangeList,
     selection?: FlowSelection,
   ): Promise<ReplyTuple[]>;
 }

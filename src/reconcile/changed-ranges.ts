@@ -3,7 +3,15 @@
 // for that one computation and ends with it; small configs stay in-thread.
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { startWorker } from '../worker.js';
-import { familyLines, familyLists, type FamilyLines } from '../cidr/index.js';
+import {
+  familyLines,
+  familyLists,
+  packRanges,
+  PackedRanges,
+  type FamilyLines,
+  type Family,
+  type RangeList,
+} from '../cidr/index.js';
 import type { AddressFamily } from '../config/types.js';
 import { changedRanges, type Decisive } from '../decisions.js';
 
@@ -29,7 +37,11 @@ const unpack = (sets: Packed): Decisive => ({
   masquerade: familyLists(sets.masquerade),
 });
 
-type Changes = ReturnType<typeof changedRanges>;
+/** Per family, the ranges whose decision changed: packed when they come from the worker. */
+type Changes = Array<{ family: Family; ranges: RangeList }>;
+
+/** What the worker posts: each family's ranges packed, their buffers moved rather than copied. */
+type PostedChanges = Array<{ family: Family; bytes: Uint8Array }>;
 
 const entries = (sets: Decisive) =>
   sets.nonMasquerade.ipv4.length +
@@ -54,7 +66,11 @@ export function changedRangesOffThread(
   };
   return new Promise((resolve, reject) => {
     const worker = startWorker(new URL(import.meta.url), job);
-    worker.once('message', (changes: Changes) => resolve(changes));
+    worker.once('message', (changes: PostedChanges) =>
+      resolve(
+        changes.map(({ family, bytes }) => ({ family, ranges: new PackedRanges(family, bytes) })),
+      ),
+    );
     worker.once('error', reject);
     worker.once('exit', (code) =>
       reject(new Error(`changed-ranges worker exited with code ${code}`)),
@@ -64,5 +80,11 @@ export function changedRangesOffThread(
 
 const job = workerData as Job | undefined;
 if (!isMainThread && parentPort && job?.kind === 'ipmasq-changed-ranges') {
-  parentPort.postMessage(changedRanges(unpack(job.before), unpack(job.after), job.which));
+  const posted: PostedChanges = changedRanges(unpack(job.before), unpack(job.after), job.which).map(
+    ({ family, ranges }) => ({ family, bytes: packRanges(family, ranges).bytes }),
+  );
+  parentPort.postMessage(
+    posted,
+    posted.map(({ bytes }) => bytes.buffer as ArrayBuffer),
+  );
 }

@@ -3,7 +3,7 @@
 // flow's next packet is decided by the new rules. Never fatal to the write.
 import type { Logger } from 'pino';
 import { lateRepliesSet } from '../nftables/objects.js';
-import { symmetricDifference, type Range } from '../cidr/index.js';
+import { symmetricDifference, type Range, type RangeList } from '../cidr/index.js';
 import { snatText } from '../config/egress.js';
 import type { AddressFamily, Config } from '../config/types.js';
 import { setRanges } from '../decisions.js';
@@ -57,7 +57,7 @@ export interface ConntrackDeps {
 /** One flush of a family's entries: those to `ranges`, narrowed by `selection`. */
 interface FlushPart {
   readonly family: 4 | 6;
-  readonly ranges: readonly Range[];
+  readonly ranges: RangeList;
   readonly selection?: FlowSelection;
 }
 
@@ -186,7 +186,7 @@ export class ConntrackFlush {
    */
   private async dropLateReplies(
     family: 4 | 6,
-    ranges: readonly Range[],
+    ranges: RangeList,
     generation: number,
     selection?: FlowSelection,
   ): Promise<number> {

@@ -130,6 +130,43 @@ if (requireRoot(t)) {
     },
   );
 
+  t.test(
+    'large configs: the changed ranges come packed from their worker, and streams still follow',
+    async (t) => {
+      // 2 500 non-adjacent /32s in each config: over IN_THREAD_MAX_ENTRIES together, so the ranges
+      // are worked out on a worker; 10.9.0.1 and fd12::1 flip as in A ↔ B.
+      const extra = Array.from(
+        { length: 2_500 },
+        (_, k) => `  - 100.96.${k >> 7}.${(k & 127) * 2}/32`,
+      ).join('\n');
+      const large = (text: string) =>
+        text.replace(/nonMasqueradeCIDRs: \[(.*)\]/, (_, listed: string) =>
+          [
+            'cidrLimit: 3000',
+            'nonMasqueradeCIDRs:',
+            ...listed.split(', ').map((c) => `  - ${c}`),
+            extra,
+          ].join('\n'),
+        );
+      const topo = await makeTopology(t, { ipv6: true });
+      const { agent, write } = await agentOn(t, topo, 'udp', large(A));
+      const changed = [V4.private10, V6.uniqueLocal].map((dst) =>
+        startStream(t, topo, 'udp', dst, 0.05, 30),
+      );
+      const started = Date.now();
+      for (const s of changed) await s.until(started, fromPod, 3_000);
+      const wrote = await write(large(B));
+      for (const s of changed) {
+        const first = await s.until(wrote, fromNode, 1_000);
+        t.ok(first.at - wrote <= 1_000, `masqueraded ${first.at - wrote} ms after the write`);
+      }
+      const flushed = await waitFor('the flush logged', async () =>
+        agent.logs.find((entry) => entry.msg?.startsWith('deleted the conntrack entries')),
+      );
+      t.match(flushed, { deleted: { ipv4: { udp: Number }, ipv6: { udp: Number } } });
+    },
+  );
+
   t.test('a write that changes nothing and a drift repair delete no entry', async (t) => {
     const topo = await makeTopology(t, { ipv6: true });
     const { agent, node } = await agentOn(t, topo, 'udp');

@@ -3,7 +3,15 @@
 import fc from 'fast-check';
 import type { Worker } from 'node:worker_threads';
 import t from 'tap';
-import { normalise, subtract, symmetricDifference, type Range } from '../../src/cidr/index.js';
+import {
+  normalise,
+  packRanges,
+  PackedRanges,
+  subtract,
+  symmetricDifference,
+  type Range,
+  type RangeList,
+} from '../../src/cidr/index.js';
 import { parseConfigText } from '../../src/config/index.js';
 import type { Config } from '../../src/config/types.js';
 import { changedRanges, exemptRanges } from '../../src/decisions.js';
@@ -140,7 +148,10 @@ t.test('large configs: the changed ranges come from a worker, the same as in-thr
   const threadsBefore = process.getActiveResourcesInfo().length;
   const away = await changedRangesOffThread(a, b, ['ipv4', 'ipv6']);
   t.equal(workers, 1, 'one worker started for it');
-  t.same(away, changedRanges(a, b, ['ipv4', 'ipv6']), 'same ranges');
+  const packed = (changes: Array<{ family: 4 | 6; ranges: RangeList }>) =>
+    changes.map(({ family, ranges }) => ({ family, bytes: packRanges(family, ranges).bytes }));
+  t.ok(away[0]?.ranges instanceof PackedRanges, 'packed on the worker');
+  t.same(packed(away), packed(changedRanges(a, b, ['ipv4', 'ipv6'])), 'same ranges');
   t.equal(away[0]?.ranges.length, 1, '6 000 flipped /24s join into one range');
   t.same(await changedRangesOffThread(a, a, ['ipv4']), [], 'no change');
   t.equal(workers, 2, 'over the in-thread limit: a worker again');
@@ -159,4 +170,22 @@ t.test('the IPv4 fast path covers the whole address space exactly', async (t) =>
     'nonMasqueradeCIDRs: [0.0.0.0/0]\nmasqueradeCIDRs: [255.255.255.255/32, 0.0.0.0/32]\n',
   );
   t.same(exemptRanges(all, 'ipv4'), [[1n, 2n ** 32n - 2n]]);
+});
+
+t.test('ranges pack as the addon reads them: big-endian bounds, first then last', async (t) => {
+  const v4Packed = packRanges(4, [
+    [v4('10.0.0.0'), v4('10.255.255.255')],
+    [0n, 2n ** 32n - 1n],
+  ]);
+  t.same([...v4Packed.bytes], [10, 0, 0, 0, 10, 255, 255, 255, 0, 0, 0, 0, 255, 255, 255, 255]);
+  t.equal(v4Packed.length, 2);
+  t.equal(packRanges(4, [[1, 258]]).bytes.join(), '0,0,0,1,0,0,1,2', 'number bounds too');
+  const high = 0x2001_0db8_0000_0000_0000_0000_0000_0001n;
+  const v6Packed = packRanges(6, [[high, 2n ** 128n - 1n]]);
+  t.equal(
+    Buffer.from(v6Packed.bytes).toString('hex'),
+    '20010db8000000000000000000000001' + 'ff'.repeat(16),
+  );
+  t.equal(v6Packed.length, 1);
+  t.equal(packRanges(6, v6Packed), v6Packed, 'a packed list as it is');
 });
