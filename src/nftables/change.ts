@@ -94,13 +94,14 @@ export function setChange(
   const size = set.elements.length;
   if (!before) return concat && size > REFILL_CONCAT_MAX ? 'rebuild' : 'refill';
   // Only what lies between the common head and tail can differ; its length bounds the deletions.
-  const { was } = middle(before.elements, set.elements);
-  if (was.length === 0) return 'delta';
+  const { head, endBefore } = middle(before.elements, set.elements);
+  const window = endBefore - head;
+  if (window === 0) return 'delta';
   if (concat) {
     const allowed = Math.max(DELETE_CONCAT_MIN, size / 10);
-    if (was.length <= allowed) return 'delta';
+    if (window <= allowed) return 'delta';
     // A large window is not compared element by element on the agent's thread: new sets.
-    if (was.length > COMPARED_MAX) return 'rebuild';
+    if (window > COMPARED_MAX) return 'rebuild';
     return elementDiff(before.elements, set.elements).removed.length > allowed
       ? 'rebuild'
       : 'delta';
@@ -110,7 +111,10 @@ export function setChange(
   return removed <= DELETE_INTERVAL_MAX ? 'delta' : 'refill';
 }
 
-/** The parts of two lists between their common head and tail. */
+/**
+ * Where two lists differ: the common head's length and, past it, the ends of what lies before
+ * their common tail. Indices only: a large change is judged by its size without copying it.
+ */
 function middle(before: readonly string[], after: readonly string[]) {
   let head = 0;
   while (head < before.length && head < after.length && before[head] === after[head]) head++;
@@ -120,7 +124,7 @@ function middle(before: readonly string[], after: readonly string[]) {
     endBefore--;
     endAfter--;
   }
-  return { was: before.slice(head, endBefore), is: after.slice(head, endAfter) };
+  return { head, endBefore, endAfter };
 }
 
 /**
@@ -132,7 +136,9 @@ export function elementDiff(
   before: readonly string[],
   after: readonly string[],
 ): { removed: string[]; added: string[] } {
-  const { was, is } = middle(before, after);
+  const { head, endBefore, endAfter } = middle(before, after);
+  const was = before.slice(head, endBefore);
+  const is = after.slice(head, endAfter);
   const had = new Set(was);
   const wanted = new Set(is);
   return {
