@@ -116,6 +116,8 @@ export function setChange(
  * their common tail. Indices only: a large change is judged by its size without copying it.
  */
 function middle(before: readonly string[], after: readonly string[]) {
+  if (before === after)
+    return { head: before.length, endBefore: before.length, endAfter: before.length };
   let head = 0;
   while (head < before.length && head < after.length && before[head] === after[head]) head++;
   let endBefore = before.length;

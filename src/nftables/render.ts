@@ -36,16 +36,14 @@ function nameList(set: NamedSet, names: readonly string[]): string {
   return names.map((name) => `"${name}"`).join(', ');
 }
 
-/** The elements as nft text, each with the set's suffix; throws on anything but address characters. */
-export function elementList(
+/** Address elements as nft text, each with the suffix; throws on anything but address characters. */
+function addressList(
   set: NamedSet,
   elements: readonly string[],
   family: TableFamily,
+  suffix: string,
 ): string {
-  if (set.key.elements === 'names') return nameList(set, elements);
-  const { elementSuffix } = set.key;
-  const addresses = elements.map((e) => elementText(e, family)).join(`${elementSuffix}, `);
-  const text = addresses + elementSuffix;
+  const text = elements.map((e) => elementText(e, family)).join(`${suffix}, `) + suffix;
   // One pass over the joined text (not one regex test per element): nothing but address characters,
   // so no element can carry nft syntax, whatever produced it.
   const stray = /[^0-9a-f.:/, -]/.exec(text);
@@ -55,6 +53,51 @@ export function elementList(
     );
   }
   return text;
+}
+
+/** Element lists rendered ahead of a write (prerenderElements), by list, family and suffix. */
+const rendered = new WeakMap<readonly string[], Map<string, string>>();
+
+/** The elements as nft text, each with the set's suffix; throws on anything but address characters. */
+export function elementList(
+  set: NamedSet,
+  elements: readonly string[],
+  family: TableFamily,
+): string {
+  if (set.key.elements === 'names') return nameList(set, elements);
+  const { elementSuffix } = set.key;
+  return (
+    rendered.get(elements)?.get(`${family}${elementSuffix}`) ??
+    addressList(set, elements, family, elementSuffix)
+  );
+}
+
+/** Elements rendered per slice by prerenderElements: a few milliseconds of the agent's thread. */
+const PRERENDER_SLICE = 10_000;
+
+/**
+ * Renders a large set's elements ahead of a write a slice at a time, awaiting `pause` between
+ * slices, so that rendering 100 000 of them does not hold the event loop in one go (docs/hardening.md,
+ * round 3); elementList then takes the text as rendered. The lists are frozen, so the text stays right.
+ */
+export async function prerenderElements(
+  set: NamedSet,
+  family: TableFamily,
+  pause: () => Promise<void>,
+): Promise<void> {
+  const { elements } = set;
+  if (set.key.elements === 'names' || elements.length <= PRERENDER_SLICE) return;
+  const key = `${family}${set.key.elementSuffix}`;
+  const byKey = rendered.get(elements) ?? new Map<string, string>();
+  if (byKey.has(key)) return;
+  const parts: string[] = [];
+  for (let start = 0; start < elements.length; start += PRERENDER_SLICE) {
+    const slice = elements.slice(start, start + PRERENDER_SLICE);
+    parts.push(addressList(set, slice, family, set.key.elementSuffix));
+    await pause();
+  }
+  byKey.set(key, parts.join(', '));
+  rendered.set(elements, byKey);
 }
 
 /** A set as a block of a table block; `elements` (all of the set's by default) inside it. */

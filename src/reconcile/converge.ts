@@ -6,8 +6,8 @@
 import type { Logger } from 'pino';
 import { compile, remark, type CompileOptions } from '../compile.js';
 import type { Config } from '../config/types.js';
-import { needsNewSets, renderInPlace, renderKeyChange } from '../nftables/change.js';
-import { renderDelete, renderReplace, renderTable } from '../nftables/render.js';
+import { needsNewSets, renderInPlace, renderKeyChange, setChange } from '../nftables/change.js';
+import { prerenderElements, renderDelete, renderReplace, renderTable } from '../nftables/render.js';
 import type { Table, TableFamily } from '../nftables/types.js';
 import type { Kernel } from '../nftables/kernel.js';
 import type { AgentMetrics } from './metrics.js';
@@ -214,6 +214,13 @@ export class Converger {
       await breathe();
       const plan = this.plan(table, found);
       await breathe();
+      // Sets written whole (all but element deltas) are rendered ahead, a slice at a time.
+      for (const set of table.sets) {
+        const before =
+          plan.kind === 'exact' ? plan.old.sets.find((s) => s.name === set.name) : undefined;
+        if (plan.kind !== 'exact' || setChange(set, before) === 'refill')
+          await prerenderElements(set, table.family, breathe);
+      }
       // Earlier transactions of each family's change go together, step by step; the last steps
       // of all go in the final one, with the mark.
       const staged = (steps: readonly string[]) => {

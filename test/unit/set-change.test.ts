@@ -4,7 +4,7 @@
 import t from 'tap';
 import { elementDiff, setChange } from '../../src/nftables/change.js';
 import { compile } from '../../src/compile.js';
-import { renderTable } from '../../src/nftables/render.js';
+import { elementList, prerenderElements, renderTable } from '../../src/nftables/render.js';
 import type { NamedSet } from '../../src/nftables/types.js';
 import { compareStructure } from '../../src/nftables/listing.js';
 
@@ -97,5 +97,29 @@ t.test('compareStructure: the objects in any order, the key apart', async (t) =>
     compareStructure(renderTable({ ...interval!, sets: [...interval!.sets, extra] }), interval!),
     'same',
     'a set of ours the config no longer wants: the in-place write deletes it',
+  );
+});
+
+t.test('a large set is rendered ahead a slice at a time, to the same text', async (t) => {
+  const big = set([...prefixes(25_000), '192.0.2.1/32'], true);
+  const expected = elementList(big, [...big.elements], 'ip');
+  t.match(expected, /, 192\.0\.2\.1 \. 0-255$/, 'a full-length prefix as a bare address');
+  let pauses = 0;
+  await prerenderElements(big, 'ip', async () => {
+    pauses++;
+  });
+  t.equal(pauses, 3, 'the event loop runs between slices of 10 000');
+  const ahead = elementList(big, big.elements, 'ip');
+  t.equal(ahead, expected, 'the same text');
+  t.not(elementList(big, big.elements, 'ip6'), ahead, 'another family is not taken from it');
+  await prerenderElements(big, 'ip', async () => {
+    pauses++;
+  });
+  t.equal(pauses, 3, 'rendered once per list');
+  const bad = set([...prefixes(20_000), '10.0.0.0/8 } ; flush ruleset'], false);
+  await t.rejects(
+    prerenderElements(bad, 'ip', async () => undefined),
+    /not a formatted prefix/,
+    'a stray character is refused ahead as well',
   );
 });
