@@ -129,24 +129,37 @@ function middle(before: readonly string[], after: readonly string[]) {
   return { head, endBefore, endAfter };
 }
 
+type ElementDiff = { readonly removed: readonly string[]; readonly added: readonly string[] };
+
+/** Diffs worked out, by the list they start from: a write asks again while rendering (converge.ts). */
+const diffs = new WeakMap<readonly string[], { after: readonly string[]; diff: ElementDiff }>();
+
 /**
  * The elements only `before` has and only `after` has. Both lists come sorted from the merge, and
  * an everyday edit changes a few in the middle: the common head and tail are skipped by comparing
- * in order, and only what lies between is compared as sets.
+ * in order, and only what lies between is compared as sets. Asked again for the same two lists, it
+ * answers with the same arrays, so that a large addition rendered ahead is found (render.ts).
  */
-export function elementDiff(
-  before: readonly string[],
-  after: readonly string[],
-): { removed: string[]; added: string[] } {
+export function elementDiff(before: readonly string[], after: readonly string[]): ElementDiff {
+  const known = diffs.get(before);
+  if (known?.after === after) return known.diff;
   const { head, endBefore, endAfter } = middle(before, after);
   const was = before.slice(head, endBefore);
   const is = after.slice(head, endAfter);
-  const had = new Set(was);
-  const wanted = new Set(is);
-  return {
-    removed: was.filter((e) => !wanted.has(e)),
-    added: is.filter((e) => !had.has(e)),
-  };
+  let diff: { removed: string[]; added: string[] };
+  if (was.length === 0 || is.length === 0) {
+    diff = { removed: was, added: is };
+  } else {
+    const had = new Set(was);
+    const wanted = new Set(is);
+    diff = { removed: was.filter((e) => !wanted.has(e)), added: is.filter((e) => !had.has(e)) };
+  }
+  const frozen = Object.freeze({
+    removed: Object.freeze(diff.removed),
+    added: Object.freeze(diff.added),
+  });
+  diffs.set(before, { after, diff: frozen });
+  return frozen;
 }
 
 const REFILL_CONCAT_MAX = 1_000;

@@ -6,7 +6,13 @@
 import type { Logger } from 'pino';
 import { compile, remark, type CompileOptions } from '../compile.js';
 import type { Config } from '../config/types.js';
-import { needsNewSets, renderInPlace, renderKeyChange, setChange } from '../nftables/change.js';
+import {
+  elementDiff,
+  needsNewSets,
+  renderInPlace,
+  renderKeyChange,
+  setChange,
+} from '../nftables/change.js';
 import { prerenderElements, renderDelete, renderReplace, renderTable } from '../nftables/render.js';
 import type { Table, TableFamily } from '../nftables/types.js';
 import type { Kernel } from '../nftables/kernel.js';
@@ -214,12 +220,14 @@ export class Converger {
       await breathe();
       const plan = this.plan(table, found);
       await breathe();
-      // Sets written whole (all but element deltas) are rendered ahead, a slice at a time.
+      // What a write renders of large sets — whole sets, or a delta's additions — is rendered
+      // ahead, a slice at a time.
       for (const set of table.sets) {
         const before =
           plan.kind === 'exact' ? plan.old.sets.find((s) => s.name === set.name) : undefined;
-        if (plan.kind !== 'exact' || setChange(set, before) === 'refill')
-          await prerenderElements(set, table.family, breathe);
+        const delta = before !== undefined && setChange(set, before) === 'delta';
+        const elements = delta ? elementDiff(before.elements, set.elements).added : set.elements;
+        await prerenderElements({ ...set, elements }, table.family, breathe);
       }
       // Earlier transactions of each family's change go together, step by step; the last steps
       // of all go in the final one, with the mark.

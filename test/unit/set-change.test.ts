@@ -123,3 +123,21 @@ t.test('a large set is rendered ahead a slice at a time, to the same text', asyn
     'a stray character is refused ahead as well',
   );
 });
+
+t.test(
+  'a diff asked again answers with the same arrays; additions alone skip the sets',
+  async (t) => {
+    const small = prefixes(10_000);
+    const large = prefixes(100_000);
+    const diff = elementDiff(small, large);
+    t.same(diff.removed, []);
+    t.same(diff.added, large.slice(10_000), 'the 90 000 after the common head');
+    t.equal(
+      elementDiff(small, large),
+      diff,
+      'the same answer, so what was rendered ahead is found',
+    );
+    t.not(elementDiff(small, prefixes(100_000)), diff, 'another list is diffed anew');
+    t.same(elementDiff(large, small), { removed: large.slice(10_000), added: [] });
+  },
+);
