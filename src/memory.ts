@@ -1,5 +1,6 @@
 // Two V8 settings that keep an idle agent's RSS down (docs/design.md, "Memory"), set first thing by
-// bin/ipmasq-agent.js before the agent's modules load; V8 reads both flags whenever it acts on them.
+// bin/ipmasq-agent.js before the agent's modules load (V8 reads both flags whenever it acts on them),
+// and a full collection a worker asks for once its work is done.
 //
 // - The young generation stays at its first size: V8 grows it while allocation is brisk (loading
 //   modules) and keeps its pages afterwards.
@@ -9,6 +10,7 @@
 //   a config big enough for the worker thread, a large conntrack flush, every one-shot command.
 // What each saves is in docs/design.md, "Memory".
 import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 
 let optimizerOn = true;
 
@@ -24,4 +26,19 @@ export function needOptimizer(): void {
   setFlagsFromString('--turbofan');
   setFlagsFromString('--semi-space-growth-factor=2');
   optimizerOn = true;
+}
+
+let gc: (() => void) | undefined;
+
+/**
+ * A full garbage collection of the calling thread's isolate: a worker calls it once its work is
+ * posted, so that a kept worker holds its live data rather than the garbage of a large parse
+ * (docs/design.md, "Memory"). V8 exposes `gc` to contexts made after the flag is set.
+ */
+export function collectGarbage(): void {
+  if (!gc) {
+    setFlagsFromString('--expose-gc');
+    gc = runInNewContext('gc') as () => void;
+  }
+  gc();
 }

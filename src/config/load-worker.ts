@@ -2,6 +2,7 @@
 // thread so /healthz and /metrics keep answering while a large config is read. Provenance (the
 // operator's commands, which load in their own thread) is not carried: its prefixes are classes.
 import { isMainThread, parentPort, Worker } from 'node:worker_threads';
+import { collectGarbage } from '../memory.js';
 import { startWorker } from '../worker.js';
 import { familyLines, familyLists, type FamilyLines } from '../cidr/index.js';
 import { loadSource } from './load.js';
@@ -175,5 +176,7 @@ if (!isMainThread && parentPort) {
           warnings: [...result.warnings],
         };
     port.postMessage({ id, reply });
+    // The reply is copied out: what the parse left behind goes before the worker waits for the next.
+    setImmediate(collectGarbage);
   });
 }
