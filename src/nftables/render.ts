@@ -78,7 +78,7 @@ const PRERENDER_SLICE = 10_000;
 /**
  * Renders a large set's elements ahead of a write a slice at a time, awaiting `pause` between
  * slices, so that rendering 100 000 of them does not hold the event loop in one go (docs/hardening.md,
- * round 3); elementList then takes the text as rendered. The lists are frozen, so the text stays right.
+ * round 3); elementList then takes the text as rendered.
  */
 export async function prerenderElements(
   set: NamedSet,
@@ -86,7 +86,9 @@ export async function prerenderElements(
   pause: () => Promise<void>,
 ): Promise<void> {
   const { elements } = set;
+  // Kept by list: only a frozen one is known to keep the text right.
   if (set.key.elements === 'names' || elements.length <= PRERENDER_SLICE) return;
+  if (!Object.isFrozen(elements)) return;
   const key = `${family}${set.key.elementSuffix}`;
   const byKey = rendered.get(elements) ?? new Map<string, string>();
   if (byKey.has(key)) return;

@@ -101,7 +101,7 @@ t.test('compareStructure: the objects in any order, the key apart', async (t) =>
 });
 
 t.test('a large set is rendered ahead a slice at a time, to the same text', async (t) => {
-  const big = set([...prefixes(25_000), '192.0.2.1/32'], true);
+  const big = set(Object.freeze([...prefixes(25_000), '192.0.2.1/32']) as string[], true);
   const expected = elementList(big, [...big.elements], 'ip');
   t.match(expected, /, 192\.0\.2\.1 \. 0-255$/, 'a full-length prefix as a bare address');
   let pauses = 0;
@@ -116,7 +116,15 @@ t.test('a large set is rendered ahead a slice at a time, to the same text', asyn
     pauses++;
   });
   t.equal(pauses, 3, 'rendered once per list');
-  const bad = set([...prefixes(20_000), '10.0.0.0/8 } ; flush ruleset'], false);
+  let unfrozen = 0;
+  await prerenderElements(set(prefixes(25_000), true), 'ip', async () => {
+    unfrozen++;
+  });
+  t.equal(unfrozen, 0, 'a list that may still change is rendered when written, not ahead');
+  const bad = set(
+    Object.freeze([...prefixes(20_000), '10.0.0.0/8 } ; flush ruleset']) as string[],
+    false,
+  );
   await t.rejects(
     prerenderElements(bad, 'ip', async () => undefined),
     /not a formatted prefix/,
