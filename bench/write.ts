@@ -36,8 +36,13 @@ export interface WriteRow {
   nftReplaceMs: number;
   /** `nft -f` of the in-place change the agent writes for the same swap (every element replaced). */
   nftInPlaceMs: number;
-  /** File rename → /healthz shows the new generation, for a one-CIDR edit of this config, median. */
+  /**
+   * File rename → /healthz shows the new generation, for a one-CIDR edit of this config with the
+   * default layout (`auto`), median of the additions and removals together, and of each.
+   */
   agentOneCidrMs: number;
+  agentOneCidrAddMs: number;
+  agentOneCidrRemoveMs: number;
   iptablesMs: number;
 }
 
@@ -100,6 +105,13 @@ export async function benchWrites(sizes: readonly number[], runs: number): Promi
     // Each swap flips every CIDR: with the default flush, each write would share the CPU with the
     // previous one's conntrack flush. The flush is measured on its own (conntrack.ts).
     const session = await AgentSession.start(scope, 64, ['--conntrack-flush=none'], 5000);
+    // One CIDR short of the first size, so that the first swap to it is a write.
+    const edits = await AgentSession.start(
+      scope,
+      Math.min(...sizes) - 1,
+      ['--conntrack-flush=none', '--set-layout', 'auto'],
+      5000,
+    );
     const idleLatencies = await session.sampleHealth(300, 2);
     const rows: WriteRow[] = [];
     let busyLatencies: number[] = [];
@@ -126,18 +138,23 @@ export async function benchWrites(sizes: readonly number[], runs: number): Promi
         await bareRun();
       }
       if (count === Math.max(...sizes)) busyLatencies = latencies;
-      // The everyday edit: one CIDR added to, then removed from, the config the kernel holds.
-      const variant: 0 | 1 = writes % 2 === 1 ? 1 : 0;
-      const oneCidr: number[] = [];
+      // The everyday edit: one CIDR added to, then removed from, the config the kernel holds, on
+      // an agent with the default layout (the session above writes the interval one, which bare
+      // `nft -f` is compared with).
+      await edits.swapText(configText(count, 0));
+      const added: number[] = [];
+      const removed: number[] = [];
       for (let run = 0; run < runs; run++) {
         await sleep(SWAP_GAP_MS);
         const extra = run % 2 === 0 ? [ONE_CIDR_EDIT] : [];
-        oneCidr.push((await session.swapText(configText(count, variant, '3600s', extra))).ms);
+        const { ms: editMs } = await edits.swapText(configText(count, 0, '3600s', extra));
+        (run % 2 === 0 ? added : removed).push(editMs);
       }
       if (runs % 2 === 1) {
         await sleep(SWAP_GAP_MS);
-        await session.swapText(configText(count, variant));
+        removed.push((await edits.swapText(configText(count, 0))).ms);
       }
+      const oneCidr = [...added, ...removed];
       rows.push({
         cidrs: count,
         agentMs: median(ms),
@@ -147,10 +164,12 @@ export async function benchWrites(sizes: readonly number[], runs: number): Promi
         nftReplaceMs: median(bare.replace),
         nftInPlaceMs: median(bare.inPlace),
         agentOneCidrMs: median(oneCidr),
+        agentOneCidrAddMs: median(added),
+        agentOneCidrRemoveMs: median(removed),
         iptablesMs: median(bare.iptables),
       });
       console.error(
-        `bench: write ${count}: agent ${ms.map(Math.round).join(' ')} ms, bare in place ${bare.inPlace.map(Math.round).join(' ')} ms, one CIDR ${oneCidr.map(Math.round).join(' ')} ms`,
+        `bench: write ${count}: agent ${ms.map(Math.round).join(' ')} ms, bare in place ${bare.inPlace.map(Math.round).join(' ')} ms, one CIDR (auto) added ${added.map(Math.round).join(' ')} ms, removed ${removed.map(Math.round).join(' ')} ms`,
       );
     }
     return { rows, busyLatencies, busyCidrs: Math.max(...sizes), idleLatencies };
