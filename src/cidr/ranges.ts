@@ -1,7 +1,7 @@
 // Sets of addresses as sorted, disjoint, non-adjacent [first, last] ranges: union, difference and
 // symmetric difference by one sweep, and back to the fewest prefixes. Bounds are bigints, or plain
 // numbers for IPv4 (exact below 2^53, and an order of magnitude faster for 100 000 ranges).
-import type { Family } from './address.js';
+import { ADDRESS_BITS, type Family } from './address.js';
 import { rangeToPrefixes } from './merge.js';
 import type { Prefix } from './prefix.js';
 
@@ -108,19 +108,20 @@ export class PackedRanges {
   ) {}
 
   get length(): number {
-    return this.bytes.byteLength / (family4or16(this.family) * 2);
+    return this.bytes.byteLength / (boundBytes(this.family) * 2);
   }
 }
 
 /** Ranges as a list, or packed. */
 export type RangeList = readonly Range<Bound>[] | PackedRanges;
 
-const family4or16 = (family: Family) => (family === 4 ? 4 : 16);
+/** A bound's width when packed: 4 bytes for IPv4, 16 for IPv6. */
+const boundBytes = (family: Family) => ADDRESS_BITS[family] / 8;
 
 /** The ranges packed (PackedRanges); a packed list as it is. */
 export function packRanges(family: Family, ranges: RangeList): PackedRanges {
   if (ranges instanceof PackedRanges) return ranges;
-  const width = family4or16(family);
+  const width = boundBytes(family);
   const bytes = new Uint8Array(ranges.length * 2 * width);
   const view = new DataView(bytes.buffer);
   let offset = 0;

@@ -66,6 +66,7 @@ const helpTexts = {
 type SeriesName = keyof typeof helpTexts;
 
 export class AgentMetrics {
+  /** The agent's own series, rendered at every scrape. */
   readonly registry: Registry;
   private readonly generation: Gauge;
   private readonly syncs: Counter<'result'>;
