@@ -199,12 +199,25 @@ Napi::Value ReleaseMemory(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), malloc_trim(0) == 1);
 }
 
+// Blocks of at least `bytes` get their own mapping, returned to the system when freed. glibc raises
+// this threshold to the largest block freed so far unless it is set, so after a large config most
+// blocks came from the arenas and stayed there (docs/design.md, "Memory").
+Napi::Value MapLargeAllocations(const Napi::CallbackInfo& info) {
+  if (info.Length() < 1 || !info[0].IsNumber()) {
+    Napi::TypeError::New(info.Env(), "mapLargeAllocations(bytes)").ThrowAsJavaScriptException();
+    return info.Env().Undefined();
+  }
+  return Napi::Boolean::New(
+      info.Env(), mallopt(M_MMAP_THRESHOLD, info[0].As<Napi::Number>().Int32Value()) == 1);
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("run", Napi::Function::New(env, Run));
   exports.Set("generationId", Napi::Function::New(env, GenerationId));
   exports.Set("listTables", Napi::Function::New(env, Tables));
   exports.Set("conntrackFlush", Napi::Function::New(env, ConntrackFlush));
   exports.Set("releaseMemory", Napi::Function::New(env, ReleaseMemory));
+  exports.Set("mapLargeAllocations", Napi::Function::New(env, MapLargeAllocations));
   exports.Set("version", Napi::String::New(env, "nftables-napi 2.0.0"));
   exports.Set("libnftablesVersion", Napi::String::New(env, LIBNFTABLES_VERSION));
   return exports;

@@ -3,7 +3,8 @@
 import type { Logger } from 'pino';
 import { AUTO_LAYOUT_CROSSOVER } from './compile.js';
 import { configLoader } from './config/loader.js';
-import { libnftablesVersion, releaseMemory } from './nftables/addon.js';
+import { HeapTidier } from './memory.js';
+import { libnftablesVersion, mapLargeAllocations, releaseMemory } from './nftables/addon.js';
 import { plan, usesApi, type AgentOptions } from './options.js';
 import type { KubernetesSession } from './kubernetes/index.js';
 import { nftKernel, type Kernel } from './nftables/kernel.js';
@@ -106,11 +107,16 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   stop = async () => api?.stop();
   if (stopping) return;
   const reconciler = makeReconciler(options, logger, metrics, nftKernel, api);
+  mapLargeAllocations();
+  const tidier = new HeapTidier({ release: releaseMemory });
   const syncs = new SyncRunner({
     sync: async () => {
       const outcome = await reconciler.sync();
-      // Whatever the sync parsed and rendered is garbage now: give the C heap's share back.
+      // Whatever the sync parsed and rendered is garbage now: give the C heap's share back, and
+      // V8's too once back on a small config (src/memory.ts).
       releaseMemory();
+      const { ipv4, ipv6 } = reconciler.status(true).nonMasqueradeCIDRs;
+      tidier.afterWork(ipv4 + ipv6 <= AUTO_LAYOUT_CROSSOVER);
       return outcome;
     },
     intervalMs: () => reconciler.resyncIntervalMs,

@@ -1,6 +1,7 @@
 // Two V8 settings that keep an idle agent's RSS down (docs/design.md, "Memory"), set first thing by
 // bin/ipmasq-agent.js before the agent's modules load (V8 reads both flags whenever it acts on them),
-// and a full collection a worker asks for once its work is done.
+// and full collections: a worker's once its work is done, the agent's thread's once it is back on a
+// small config (HeapTidier).
 //
 // - The young generation stays at its first size: V8 grows it while allocation is brisk (loading
 //   modules) and keeps its pages afterwards.
@@ -9,7 +10,7 @@
 //   needOptimizer() turns it on, with the young generation's growth, for the rest of the process:
 //   a config big enough for the worker thread, a large conntrack flush, every one-shot command.
 // What each saves is in docs/design.md, "Memory".
-import { setFlagsFromString } from 'node:v8';
+import { getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 
 let optimizerOn = true;
@@ -32,8 +33,8 @@ let gc: (() => void) | undefined;
 
 /**
  * A full garbage collection of the calling thread's isolate: a worker calls it once its work is
- * posted, so that a kept worker holds its live data rather than the garbage of a large parse
- * (docs/design.md, "Memory"). V8 exposes `gc` to contexts made after the flag is set.
+ * posted, so that a kept worker holds its live data rather than the garbage of a large parse, and the
+ * agent's thread through HeapTidier (docs/design.md, "Memory").
  */
 export function collectGarbage(): void {
   if (!gc) {
@@ -41,4 +42,61 @@ export function collectGarbage(): void {
     gc = runInNewContext('gc') as () => void;
   }
   gc();
+}
+
+export interface TidyDeps {
+  /** Bytes the thread's heap holds, garbage included. */
+  heapUsed: () => number;
+  collect: () => void;
+  /** Gives the C heap's free pages back (the addon's malloc_trim). */
+  release: () => void;
+  setTimeout: (callback: () => void, ms: number) => { unref(): unknown };
+  clearTimeout: (handle: never) => void;
+}
+
+/**
+ * Collects the agent's thread's garbage once it is back on a small config after a large one. V8
+ * collects when it allocates, and an agent idle on a small config allocates little: after a
+ * 100 000-CIDR config was replaced by 64 CIDRs, its garbage stayed for minutes (docs/design.md,
+ * "Memory"). `afterWork(small)` is called after each sync; when the config in force is small and the
+ * heap grew by more than `growthBytes` since the last collection, one runs once `quietMs` passed
+ * without another sync, then the C heap is trimmed. Not while the config is large: V8's collection
+ * holds the event loop for as long as it marks what is live (45–70 ms with 100 000 CIDRs' strings),
+ * and large writes allocate enough for V8 to collect on its own.
+ */
+export class HeapTidier {
+  readonly #deps: TidyDeps;
+  #settled: number;
+  #timer: { unref(): unknown } | undefined;
+
+  constructor(
+    deps: Pick<TidyDeps, 'release'> & Partial<TidyDeps>,
+    readonly quietMs = 2_000,
+    readonly growthBytes = 8 * 2 ** 20,
+  ) {
+    this.#deps = {
+      heapUsed: () => getHeapStatistics().used_heap_size,
+      collect: collectGarbage,
+      setTimeout,
+      clearTimeout: (handle) => clearTimeout(handle),
+      ...deps,
+    };
+    this.#settled = this.#deps.heapUsed();
+  }
+
+  afterWork(small: boolean): void {
+    const deps = this.#deps;
+    if (this.#timer) deps.clearTimeout(this.#timer as never);
+    this.#timer = undefined;
+    if (!small || deps.heapUsed() <= this.#settled + this.growthBytes) return;
+    this.#timer = deps.setTimeout(() => this.#tidy(), this.quietMs);
+    this.#timer.unref();
+  }
+
+  #tidy(): void {
+    this.#timer = undefined;
+    this.#deps.collect();
+    this.#deps.release();
+    this.#settled = this.#deps.heapUsed();
+  }
 }

@@ -44,6 +44,7 @@ interface NativeAddon {
     translatedOnly: boolean,
   ): Promise<NativeFlush>;
   releaseMemory(): boolean;
+  mapLargeAllocations(bytes: number): boolean;
   version: string;
   libnftablesVersion: string;
 }
@@ -256,6 +257,19 @@ export async function conntrackReplies(
 export function releaseMemory(): boolean {
   try {
     return addon().releaseMemory();
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Blocks of at least `bytes` (default 128 KiB) get their own mapping, unmapped when freed. glibc's
+ * default threshold rises to the largest block freed so far, after which large blocks stayed in the
+ * arenas (~16 MiB after a 100 000-CIDR config; docs/design.md, "Memory"). False without the addon.
+ */
+export function mapLargeAllocations(bytes = 128 * 1024): boolean {
+  try {
+    return addon().mapLargeAllocations(bytes);
   } catch {
     return false;
   }

@@ -2,7 +2,8 @@
 // garbage once its work is posted.
 import { getHeapStatistics } from 'node:v8';
 import t from 'tap';
-import { collectGarbage } from '../../src/memory.js';
+import { collectGarbage, HeapTidier } from '../../src/memory.js';
+import { mapLargeAllocations } from '../../src/nftables/addon.js';
 
 t.test('collectGarbage frees what is no longer reachable at once', async (t) => {
   collectGarbage();
@@ -14,4 +15,74 @@ t.test('collectGarbage frees what is no longer reachable at once', async (t) => 
   collectGarbage();
   t.ok(getHeapStatistics().used_heap_size < before + 2 * 2 ** 20, 'and it is gone after the call');
   t.equal(garbage, undefined);
+});
+
+t.test('HeapTidier collects once the heap grew and the work went quiet, then trims', async (t) => {
+  let used = 10 * 2 ** 20;
+  const timers: Array<{ callback: () => void; ms: number; cleared: boolean }> = [];
+  const calls: string[] = [];
+  const tidier = new HeapTidier(
+    {
+      heapUsed: () => used,
+      collect: () => {
+        calls.push('collect');
+        used = 12 * 2 ** 20;
+      },
+      release: () => calls.push('release'),
+      setTimeout: (callback, ms) => {
+        const timer = { callback, ms, cleared: false, unref: () => timer };
+        timers.push(timer);
+        return timer;
+      },
+      clearTimeout: (handle: never) => {
+        (handle as { cleared: boolean }).cleared = true;
+      },
+    },
+    2_000,
+    8 * 2 ** 20,
+  );
+  used += 4 * 2 ** 20;
+  tidier.afterWork(true);
+  t.equal(timers.length, 0, 'a few MiB more: nothing to do');
+  used += 8 * 2 ** 20;
+  tidier.afterWork(false);
+  t.equal(timers.length, 0, 'nor while the config in force is large');
+  used += 8 * 2 ** 20;
+  tidier.afterWork(true);
+  t.equal(timers.length, 1, 'more than the growth allowed: a collection is due');
+  t.equal(timers[0]?.ms, 2_000);
+  tidier.afterWork(true);
+  t.equal(timers.length, 2, 'another sync before it ran puts it off again');
+  t.ok(timers[0]?.cleared, 'the earlier timer is cleared');
+  timers[1]?.callback();
+  t.same(calls, ['collect', 'release'], 'collected, then the C heap trimmed');
+  used += 4 * 2 ** 20;
+  tidier.afterWork(true);
+  t.equal(timers.length, 2, 'measured again from what the collection left');
+});
+
+t.test('HeapTidier with V8 collecting this thread', async (t) => {
+  let trimmed!: () => void;
+  const done = new Promise<void>((resolve) => (trimmed = resolve));
+  collectGarbage();
+  const before = getHeapStatistics().used_heap_size;
+  const tidier = new HeapTidier({ release: () => trimmed() }, 1);
+  let garbage: string[] | undefined = Array.from({ length: 300_000 }, (_, i) => `10.${i}.0.0/24`);
+  t.equal(garbage.length, 300_000);
+  garbage = undefined;
+  // The tidier's timer is unref'd (it never keeps the agent up): this keeps the test's loop alive.
+  const keepAlive = setTimeout(() => {}, 30_000);
+  tidier.afterWork(true);
+  await done;
+  clearTimeout(keepAlive);
+  t.equal(garbage, undefined);
+  t.ok(
+    getHeapStatistics().used_heap_size < before + 4 * 2 ** 20,
+    'the garbage is gone once the tidy is over',
+  );
+});
+
+t.test("mapLargeAllocations sets glibc's mapping threshold", async (t) => {
+  t.equal(mapLargeAllocations(), true, 'glibc took the fixed threshold');
+  t.equal(mapLargeAllocations(256 * 1024), true);
 });
