@@ -113,7 +113,8 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
     sync: async () => {
       const outcome = await reconciler.sync();
       // Whatever the sync parsed and rendered is garbage now: give the C heap's share back, and
-      // V8's too once back on a small config (src/memory.ts).
+      // V8's too once back on a small config (src/memory.ts; small: up to the layout crossover,
+      // where what a collection must mark is small).
       releaseMemory();
       const { ipv4, ipv6 } = reconciler.status(true).nonMasqueradeCIDRs;
       tidier.afterWork(ipv4 + ipv6 <= AUTO_LAYOUT_CROSSOVER);

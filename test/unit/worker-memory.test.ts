@@ -1,5 +1,6 @@
-// What the config worker keeps between loads (docs/design.md, "Memory"): a full collection of its
-// garbage once its work is posted.
+// What the agent keeps once its work is done (docs/design.md, "Memory"): the config worker's full
+// collection after a load, the agent's thread's once it is back on a small config (HeapTidier), and
+// glibc's fixed threshold for giving a large block its own mapping.
 import { getHeapStatistics } from 'node:v8';
 import t from 'tap';
 import { collectGarbage, HeapTidier } from '../../src/memory.js';
