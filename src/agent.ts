@@ -116,7 +116,7 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
       // V8's too once back on a small config (src/memory.ts; small: up to the layout crossover,
       // where what a collection must mark is small).
       releaseMemory();
-      const { ipv4, ipv6 } = reconciler.status(true).nonMasqueradeCIDRs;
+      const { ipv4, ipv6 } = reconciler.status(syncs.alive).nonMasqueradeCIDRs;
       tidier.afterWork(ipv4 + ipv6 <= AUTO_LAYOUT_CROSSOVER);
       return outcome;
     },

@@ -44,14 +44,17 @@ export function collectGarbage(): void {
   gc();
 }
 
+/** What HeapTidier needs of a timer. */
+type Timer = { unref(): unknown };
+
 export interface TidyDeps {
   /** Bytes the thread's heap holds, garbage included. */
   heapUsed: () => number;
   collect: () => void;
   /** Gives the C heap's free pages back (the addon's malloc_trim). */
   release: () => void;
-  setTimeout: (callback: () => void, ms: number) => { unref(): unknown };
-  clearTimeout: (handle: never) => void;
+  setTimeout: (callback: () => void, ms: number) => Timer;
+  clearTimeout: (timer: Timer) => void;
 }
 
 /**
@@ -67,7 +70,7 @@ export interface TidyDeps {
 export class HeapTidier {
   readonly #deps: TidyDeps;
   #settled: number;
-  #timer: { unref(): unknown } | undefined;
+  #timer: Timer | undefined;
 
   constructor(
     deps: Pick<TidyDeps, 'release'> & Partial<TidyDeps>,
@@ -78,7 +81,7 @@ export class HeapTidier {
       heapUsed: () => getHeapStatistics().used_heap_size,
       collect: collectGarbage,
       setTimeout,
-      clearTimeout: (handle) => clearTimeout(handle),
+      clearTimeout: (timer) => clearTimeout(timer as NodeJS.Timeout),
       ...deps,
     };
     this.#settled = this.#deps.heapUsed();
@@ -86,7 +89,7 @@ export class HeapTidier {
 
   afterWork(small: boolean): void {
     const deps = this.#deps;
-    if (this.#timer) deps.clearTimeout(this.#timer as never);
+    if (this.#timer) deps.clearTimeout(this.#timer);
     this.#timer = undefined;
     if (!small || deps.heapUsed() <= this.#settled + this.growthBytes) return;
     this.#timer = deps.setTimeout(() => this.#tidy(), this.quietMs);

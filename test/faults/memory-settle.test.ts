@@ -41,7 +41,7 @@ if (requireRoot(t)) {
     writeConfig(node, manyCidrsConfig(100_000));
     await untilWrites(2);
     const large = processStats(pid).rssKiB;
-    writeConfig(node, manyCidrsConfig(64, '59s'));
+    writeConfig(node, SMALL);
     await untilWrites(3);
     t.ok(large > idle + SETTLED_WITHIN_KIB, `100 000 CIDRs took room: ${idle} -> ${large} KiB`);
 
