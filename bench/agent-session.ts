@@ -54,6 +54,8 @@ export class AgentSession {
     timeoutMs = 120_000,
     /** Runs in the new namespace before the agent starts; returns more arguments for it. */
     prepare?: (ns: string) => Promise<string[]>,
+    /** The node binary to run the agent with (harness/agent.ts, copyOfNode). */
+    node = process.execPath,
   ): Promise<AgentSession> {
     const ns = await netns(scope, 'bench-agent');
     await timedIn(ns, 'ip', ['link', 'set', 'lo', 'up']);
@@ -66,7 +68,7 @@ export class AgentSession {
     // The interval layout unless a caller asks otherwise: the baseline is `nft -f` of that script.
     const layout = extraArgs.includes('--set-layout') ? [] : ['--set-layout', 'interval'];
     const args = ['--config', configFile, '--listen', `127.0.0.1:${PORT}`, ...layout, ...extraArgs];
-    const agent = startAgent(scope, ns, args);
+    const agent = startAgent(scope, ns, args, [], node);
     const session = new AgentSession(ns, agent, configFile, join(dir, 'staging', 'next'));
     scope.teardown(() => session.close());
     await session.waitForGeneration(1, timeoutMs);

@@ -2,8 +2,11 @@
 // taken through a sequence of writes — small, 100 000, back, and again — measured as it goes, not
 // fresh at each size: RSS after each write, the longest event-loop stall during it (prom-client's
 // nodejs_eventloop_lag_max_seconds, reset at every scrape), and how far RSS comes back once small.
+// The agent runs from its own copy of node, as in its container: the kernel does not reclaim pages
+// that another process (this bench's node) maps too.
 import { AgentSession } from './agent-session.js';
-import { sleep, withScope } from './harness.js';
+import { copyOfNode } from '../harness/agent.js';
+import { sleep, tempDir, withScope } from './harness.js';
 import { configText } from './scripts.js';
 
 export interface ChurnStep {
@@ -39,8 +42,11 @@ const AFTER_MS = 2_000;
 
 export async function benchChurn(sequence = SEQUENCE, settleMarks = 6): Promise<ChurnResult> {
   return withScope(async (scope) => {
-    // The agent's own defaults (auto layout, udp flush), as an operator runs it.
-    const session = await AgentSession.start(scope, 64, ['--set-layout', 'auto']);
+    // The agent's own defaults (auto layout, udp flush), as an operator runs it, and from its own
+    // copy of node, as in its container (the only process that maps its program).
+    const node = copyOfNode(await tempDir(scope));
+    const args = ['--set-layout', 'auto'];
+    const session = await AgentSession.start(scope, 64, args, undefined, undefined, node);
     await sleep(3_000);
     const idleRssMiB = session.rssKiB().total / 1024;
     const steps: ChurnStep[] = [];

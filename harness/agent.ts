@@ -1,6 +1,7 @@
 // Runs the built agent (bin/ipmasq-agent.js → dist/) inside a test namespace and observes it: its
 // JSON log lines, its tables as nft lists them, and its HTTP answers (fetched from inside the namespace).
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { chmodSync, copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { inNetns, packageRoot, type TapTest } from './netns.js';
 import { python } from './topology.js';
@@ -28,16 +29,32 @@ export interface RunningAgent {
   exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
 }
 
-/** Starts the agent in ns (optionally under a wrapper such as setpriv); SIGKILLed at teardown. */
+/**
+ * A copy of the node binary in `dir`, for an agent that must be the only process mapping its program,
+ * as in its container: the kernel leaves alone the pages of a file another process maps too, and a
+ * test's or bench's own node maps the same binary (docs/design.md, "Memory").
+ */
+export function copyOfNode(dir: string): string {
+  const node = join(dir, 'node');
+  copyFileSync(process.execPath, node);
+  chmodSync(node, 0o755);
+  return node;
+}
+
+/**
+ * Starts the agent in ns (optionally under a wrapper such as setpriv, or with another copy of the
+ * node binary); SIGKILLed at teardown.
+ */
 export function startAgent(
   t: TapTest,
   ns: string,
   args: string[],
   wrapper: string[] = [],
+  node = process.execPath,
 ): RunningAgent {
   const child = spawn(
     'ip',
-    ['netns', 'exec', ns, ...withoutTap, ...wrapper, process.execPath, agentBin, ...args],
+    ['netns', 'exec', ns, ...withoutTap, ...wrapper, node, agentBin, ...args],
     {
       cwd: packageRoot,
       env: agentEnv(),

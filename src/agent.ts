@@ -4,7 +4,12 @@ import type { Logger } from 'pino';
 import { AUTO_LAYOUT_CROSSOVER } from './compile.js';
 import { configLoader } from './config/loader.js';
 import { HeapTidier } from './memory.js';
-import { libnftablesVersion, mapLargeAllocations, releaseMemory } from './nftables/addon.js';
+import {
+  libnftablesVersion,
+  mapLargeAllocations,
+  pageOutFileMappings,
+  releaseMemory,
+} from './nftables/addon.js';
 import { plan, usesApi, type AgentOptions } from './options.js';
 import type { KubernetesSession } from './kubernetes/index.js';
 import { nftKernel, type Kernel } from './nftables/kernel.js';
@@ -108,9 +113,15 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   if (stopping) return;
   const reconciler = makeReconciler(options, logger, metrics, nftKernel, api);
   mapLargeAllocations();
-  const tidier = new HeapTidier({ release: releaseMemory });
+  const tidier = new HeapTidier({
+    release: () => {
+      releaseMemory();
+      void pageOutFileMappings();
+    },
+  });
   const syncs = new SyncRunner({
     sync: async () => {
+      tidier.beforeWork();
       const outcome = await reconciler.sync();
       // Whatever the sync parsed and rendered is garbage now: give the C heap's share back, and
       // V8's too once back on a small config (src/memory.ts; small: up to the layout crossover,

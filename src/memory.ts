@@ -51,7 +51,10 @@ export interface TidyDeps {
   /** Bytes the thread's heap holds, garbage included. */
   heapUsed: () => number;
   collect: () => void;
-  /** Gives the C heap's free pages back (the addon's malloc_trim). */
+  /**
+   * Gives memory back to the system: the C heap's free pages (the addon's malloc_trim) and the
+   * program's pages the large config's work ran (the addon's pageOutFileMappings).
+   */
   release: () => void;
   setTimeout: (callback: () => void, ms: number) => Timer;
   clearTimeout: (timer: Timer) => void;
@@ -61,9 +64,10 @@ export interface TidyDeps {
  * Collects the agent's thread's garbage once it is back on a small config after a large one. V8
  * collects when it allocates, and an agent idle on a small config allocates little: after a
  * 100 000-CIDR config was replaced by 64 CIDRs, its garbage stayed for minutes (docs/design.md,
- * "Memory"). `afterWork(small)` is called after each sync; when the config in force is small and the
+ * "Memory"). `beforeWork()` is called as each sync starts and `afterWork(small)` after it; when the config in force is small and the
  * heap grew by more than `growthBytes` since the last collection, one runs once `quietMs` passed
- * without another sync, then the C heap is trimmed. Not while the config is large: V8's collection
+ * without another sync, then the C heap is trimmed and the program's code pages that only the large
+ * config's work ran are handed back to the kernel. Not while the config is large: V8's collection
  * holds the event loop for as long as it marks what is live (45–70 ms with 100 000 CIDRs' strings),
  * and large writes allocate enough for V8 to collect on its own.
  */
@@ -85,6 +89,15 @@ export class HeapTidier {
       ...deps,
     };
     this.#settled = this.#deps.heapUsed();
+  }
+
+  /**
+   * A sync is starting: a tidy still due waits for it to end. Run during a large load, the
+   * collection would mark its live strings and the released code pages would be read back at once.
+   */
+  beforeWork(): void {
+    if (this.#timer) this.#deps.clearTimeout(this.#timer);
+    this.#timer = undefined;
   }
 
   afterWork(small: boolean): void {

@@ -45,6 +45,7 @@ interface NativeAddon {
   ): Promise<NativeFlush>;
   releaseMemory(): boolean;
   mapLargeAllocations(bytes: number): boolean;
+  pageOutFileMappings(): Promise<number>;
   version: string;
   libnftablesVersion: string;
 }
@@ -272,6 +273,21 @@ export function mapLargeAllocations(bytes = 128 * 1024): boolean {
     return addon().mapLargeAllocations(bytes);
   } catch {
     return false;
+  }
+}
+
+/**
+ * Asks the kernel to reclaim the resident pages of the process's file-backed mappings that no other
+ * process maps (MADV_PAGEOUT), on a pool thread: the program's code that a large config's work ran
+ * stays resident otherwise (docs/design.md, "Memory"). A hint only: a page comes back from its file
+ * when next used. Resolves with the bytes of the mappings advised: 0 without the addon or on a
+ * kernel before 5.4.
+ */
+export async function pageOutFileMappings(): Promise<number> {
+  try {
+    return await addon().pageOutFileMappings();
+  } catch {
+    return 0;
   }
 }
 

@@ -97,14 +97,21 @@ export async function untilUp(node: Node, agent?: RunningAgent): Promise<number>
 
 export interface ProcessStats {
   rssKiB: number;
+  /** The part of RSS that pages of files make up (the program's code, libraries). */
+  rssFileKiB: number;
   fds: number;
 }
 
-/** VmRSS and the number of open file descriptors of a live process. */
+/** VmRSS, its file-backed part and the number of open file descriptors of a live process. */
 export function processStats(pid: number): ProcessStats {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const rss = /^VmRSS:\s+(\d+) kB$/m.exec(status)?.[1];
-  return { rssKiB: Number(rss), fds: readdirSync(`/proc/${pid}/fd`).length };
+  const kib = (field: string) =>
+    Number(new RegExp(`^${field}:\\s+(\\d+) kB$`, 'm').exec(status)?.[1]);
+  return {
+    rssKiB: kib('VmRSS'),
+    rssFileKiB: kib('RssFile'),
+    fds: readdirSync(`/proc/${pid}/fd`).length,
+  };
 }
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

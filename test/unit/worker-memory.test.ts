@@ -1,10 +1,24 @@
 // What the agent keeps once its work is done (docs/design.md, "Memory"): the config worker's full
-// collection after a load, the agent's thread's once it is back on a small config (HeapTidier), and
-// glibc's fixed threshold for giving a large block its own mapping.
+// collection after a load, the agent's thread's once it is back on a small config (HeapTidier),
+// glibc's fixed threshold for giving a large block its own mapping, and the program's pages handed
+// back to the kernel.
+import {
+  closeSync,
+  fsyncSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeSync,
+} from 'node:fs';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { getHeapStatistics } from 'node:v8';
 import t from 'tap';
 import { collectGarbage, HeapTidier } from '../../src/memory.js';
-import { mapLargeAllocations } from '../../src/nftables/addon.js';
+import { mapLargeAllocations, pageOutFileMappings } from '../../src/nftables/addon.js';
 
 t.test('collectGarbage frees what is no longer reachable at once', async (t) => {
   collectGarbage();
@@ -61,6 +75,14 @@ t.test('HeapTidier collects once the heap grew and the work went quiet, then tri
   used += 4 * 2 ** 20;
   tidier.afterWork(true);
   t.equal(timers.length, 2, 'measured again from what the collection left');
+  used += 8 * 2 ** 20;
+  tidier.afterWork(true);
+  t.equal(timers.length, 3, 'due again');
+  tidier.beforeWork();
+  t.ok(timers[2]?.cleared, 'a sync that starts first puts the tidy off until it ends');
+  t.same(calls, ['collect', 'release'], 'nothing ran meanwhile');
+  tidier.afterWork(true);
+  t.equal(timers.length, 4, 'and it ended small: due once more');
 });
 
 t.test('HeapTidier with V8 collecting this thread', async (t) => {
@@ -88,3 +110,46 @@ t.test("mapLargeAllocations sets glibc's mapping threshold", async (t) => {
   t.equal(mapLargeAllocations(), true, 'glibc took the fixed threshold');
   t.equal(mapLargeAllocations(256 * 1024), true);
 });
+
+/** Resident KiB of this process's mappings of `path`. */
+function residentKiB(path: string): number {
+  let mine = false;
+  let kib = 0;
+  for (const line of readFileSync('/proc/self/smaps', 'utf8').split('\n')) {
+    const mapping = /^[0-9a-f]+-[0-9a-f]+ \S+ \S+ \S+ \d+\s*(.*)$/.exec(line);
+    if (mapping) mine = mapping[1] === path;
+    else if (mine) kib += Number(/^Rss:\s+(\d+) kB/.exec(line)?.[1] ?? 0);
+  }
+  return kib;
+}
+
+t.test(
+  "pageOutFileMappings hands a file mapping's resident pages back to the kernel",
+  async (t) => {
+    // A file only this process maps: the addon's shared object is mapped by other test processes too
+    // (the kernel leaves shared pages alone), so this loads a private copy of it: a new inode.
+    const dir = mkdtempSync(join(tmpdir(), 'ipmasq-pageout-'));
+    t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+    const require = createRequire(import.meta.url);
+    const copy = join(dir, 'copy.node');
+    const fd = openSync(copy, 'w');
+    writeSync(fd, readFileSync(require.resolve('../../build/Release/nftables_napi.node')));
+    fsyncSync(fd); // clean pages: the kernel does not reclaim pages still waiting to be written
+    closeSync(fd);
+    const loaded = require(copy) as { mapLargeAllocations(bytes: number): boolean };
+    const before = residentKiB(copy);
+    t.ok(before > 0, `loading the copy made its pages resident (${before} KiB)`);
+    const advised = await pageOutFileMappings();
+    t.ok(
+      advised >= statSync(copy).size,
+      `its mappings were among those advised (${advised} bytes)`,
+    );
+    const after = residentKiB(copy);
+    t.ok(after < before, `fewer of its pages resident after: ${before} -> ${after} KiB`);
+    t.equal(
+      loaded.mapLargeAllocations(128 * 1024),
+      true,
+      'its code still runs, read back from the file',
+    );
+  },
+);
