@@ -220,9 +220,9 @@ Napi::Value MapLargeAllocations(const Napi::CallbackInfo& info) {
 // Asks the kernel to reclaim the resident pages of the process's file-backed mappings that no other
 // process maps (MADV_PAGEOUT, Linux 5.4): the program's code and read-only data that a large
 // config's work ran (the optimizing compiler, V8's compacting collector) stay resident otherwise,
-// though an agent on a small config never runs them again. A hint only: a page is read back from its
-// file when next used, and anonymous memory is left alone. It takes 15-140 ms, so it runs on a pool
-// thread. Resolves with the bytes of the mappings advised (0 when the kernel refused each one).
+// though an agent on a small config never runs them again. A hint only: a page is read back from
+// its file when next used, and anonymous memory is left alone. It takes 15-140 ms, so it runs on a
+// pool thread. Resolves with the bytes of the mappings advised (0: the kernel refused them all).
 Napi::Value PageOutFileMappings(const Napi::CallbackInfo& info) {
   return Queue(info.Env(), []() {
     double advised = 0;
