@@ -1,7 +1,7 @@
 // Runs the built agent (bin/ipmasq-agent.js → dist/) inside a test namespace and observes it: its
 // JSON log lines, its tables as nft lists them, and its HTTP answers (fetched from inside the namespace).
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { chmodSync, copyFileSync } from 'node:fs';
+import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { inNetns, packageRoot, type TapTest } from './netns.js';
 import { python } from './topology.js';
@@ -36,8 +36,7 @@ export interface RunningAgent {
  */
 export function copyOfNode(dir: string): string {
   const node = join(dir, 'node');
-  copyFileSync(process.execPath, node);
-  chmodSync(node, 0o755);
+  copyFileSync(process.execPath, node); // keeps the source's mode
   return node;
 }
 

@@ -2,21 +2,12 @@
 // collection after a load, the agent's thread's once it is back on a small config (HeapTidier),
 // glibc's fixed threshold for giving a large block its own mapping, and the program's pages handed
 // back to the kernel.
-import {
-  closeSync,
-  fsyncSync,
-  mkdtempSync,
-  openSync,
-  readFileSync,
-  rmSync,
-  statSync,
-  writeSync,
-} from 'node:fs';
+import { closeSync, fsyncSync, openSync, readFileSync, statSync, writeSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { getHeapStatistics } from 'node:v8';
 import t from 'tap';
+import { tempDir } from '../../harness/netns.js';
 import { collectGarbage, HeapTidier } from '../../src/memory.js';
 import { mapLargeAllocations, pageOutFileMappings } from '../../src/nftables/addon.js';
 
@@ -128,8 +119,7 @@ t.test(
   async (t) => {
     // A file only this process maps: the addon's shared object is mapped by other test processes too
     // (the kernel leaves shared pages alone), so this loads a private copy of it: a new inode.
-    const dir = mkdtempSync(join(tmpdir(), 'ipmasq-pageout-'));
-    t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+    const dir = tempDir(t, 'pageout');
     const require = createRequire(import.meta.url);
     const copy = join(dir, 'copy.node');
     const fd = openSync(copy, 'w');
