@@ -7,7 +7,7 @@ import {
   mergeToLines,
   parseCidr,
 } from '../cidr/index.js';
-import { type SnatRange, snatText } from './egress.js';
+import { collapseInterfaces, type SnatRange, snatText } from './egress.js';
 import type { ConfigFragment } from './fragment.js';
 import {
   type CidrSets,
@@ -185,7 +185,7 @@ function scope(fragments: readonly ConfigFragment[], options: LoadOptions): Scop
 
 /**
  * The egress policy of the files that apply: sourceCIDRs unioned and merged, egressInterfaces
- * unioned, one snatAddress per family that every file giving it agrees on. Undefined when no file
+ * unioned without the names a wildcard covers (collapseInterfaces), one snatAddress per family that every file giving it agrees on. Undefined when no file
  * gives any of them, so that such a config is the original's, hash and all.
  */
 function egressOf(
@@ -195,7 +195,7 @@ function egressOf(
   const policy: { -readonly [K in keyof EgressPolicy]: EgressPolicy[K] } = {};
   const sources = fragments.flatMap((f) => f.sourceCIDRs ?? []);
   if (sources.length > 0) policy.sourceCIDRs = mergedSets(sources);
-  const interfaces = [...new Set(fragments.flatMap((f) => f.egressInterfaces ?? []))].sort();
+  const interfaces = collapseInterfaces(fragments.flatMap((f) => f.egressInterfaces ?? []));
   if (interfaces.length > 0) policy.egressInterfaces = interfaces;
   const snat: { ipv4?: SnatRange; ipv6?: SnatRange } = {};
   for (const [key, family] of [

@@ -51,6 +51,21 @@ export function parseInterfaceName(text: string): string {
   return text;
 }
 
+/**
+ * The names of an egressInterfaces list that nft can hold together: each name once, and none that a
+ * wildcard already covers (`eth0` or `eth1*` beside `eth*`; `eth*` beside `e*`). An interval set of
+ * interface names refuses such overlaps ("conflicting intervals specified"), and they match nothing
+ * the wildcard does not, so they are dropped rather than refused. Sorted.
+ */
+export function collapseInterfaces(names: Iterable<string>): string[] {
+  const unique = [...new Set(names)].sort();
+  const prefixes = unique.filter((name) => name.endsWith('*')).map((name) => name.slice(0, -1));
+  return unique.filter((name) => {
+    const own = name.endsWith('*') ? name.slice(0, -1) : undefined;
+    return !prefixes.some((prefix) => prefix !== own && name.startsWith(prefix));
+  });
+}
+
 /** snatAddress / snatAddressIPv6: one address (first === last) or a range, formatted by the agent. */
 export interface SnatRange {
   readonly first: string;

@@ -30,7 +30,8 @@ const POOL_V4 = [
 ];
 const POOL_V6 = ['fd00::/8', 'fd12::/16', '2001:db8::/32', '2001:db8:1::/48'];
 const SOURCES = ['10.244.0.0/16', '10.245.0.0/16', '192.168.7.0/24', 'fd00:10:244::/48'];
-const INTERFACES = ['eth1', 'ens*', 'veth-x.1', 'bond0'];
+// Overlapping names too (eth1 and eth*, ens3 and ens*): the config collapses them (config/egress.ts).
+const INTERFACES = ['eth1', 'ens*', 'veth-x.1', 'bond0', 'eth*', 'ens3', 'e*'];
 const SNAT_V4 = ['192.0.2.10', '192.0.2.10-192.0.2.20', '198.51.100.1'];
 const SNAT_V6 = ['2001:db8::10', '2001:db8::10-2001:db8::1f'];
 

@@ -240,3 +240,59 @@ t.test('merging is independent of the order of files (property)', async (t) => {
   );
   t.pass('40 random sets of files, in both orders');
 });
+
+t.test(
+  'interface lists that overlap collapse to what nft can hold, across files too',
+  async (t) => {
+    const cases: Array<[string, string[]]> = [
+      ['[eth0, "eth*"]', ['eth*']],
+      ['["e*", "eth*"]', ['e*']],
+      ['["ens*", ens3]', ['ens*']],
+      ['[eth, "eth*"]', ['eth*']],
+      ['["eth1*", eth10, eth1, eth2]', ['eth1*', 'eth2']],
+      ['[eth1, eth10]', ['eth1', 'eth10']],
+    ];
+    for (const [list, collapsed] of cases) {
+      const config = ok(t, parse(`egressInterfaces: ${list}\n`));
+      t.same(config.egress?.egressInterfaces, collapsed, list);
+      const direct = ok(
+        t,
+        parse(`egressInterfaces: [${collapsed.map((n) => JSON.stringify(n)).join(', ')}]\n`),
+      );
+      t.equal(config.hash, direct.hash, `${list}: the same config as the collapsed list`);
+    }
+    const dir = await directory(t, {
+      'ip-masq-a': 'egressInterfaces: [eth0]\n',
+      'ip-masq-b': 'egressInterfaces: ["eth*", bond0]\n',
+    });
+    t.same(ok(t, await loadConfig(dir, V4)).egress?.egressInterfaces, ['bond0', 'eth*']);
+  },
+);
+
+t.test('collapsing never changes which interfaces are listed (property)', async (t) => {
+  // Names over a small alphabet, so that prefixes and wildcards meet often.
+  const name = fc
+    .tuple(fc.stringMatching(/^[ab]{1,3}$/), fc.boolean())
+    .map(([stem, wildcard]) => (wildcard ? `${stem}*` : stem));
+  const listed = (list: readonly string[], candidate: string) =>
+    list.some((entry) =>
+      entry.endsWith('*') ? candidate.startsWith(entry.slice(0, -1)) : candidate === entry,
+    );
+  await fc.assert(
+    fc.property(fc.array(name, { minLength: 1, maxLength: 8 }), (names) => {
+      const collapsed = ok(
+        t,
+        parse(`egressInterfaces: [${names.map((n) => JSON.stringify(n)).join(', ')}]\n`),
+      ).egress?.egressInterfaces;
+      if (!collapsed) return false;
+      // What nft refuses: one entry's name or prefix starting with another's wildcard prefix.
+      const overlaps = collapsed.some((a) =>
+        collapsed.some((b) => a !== b && b.endsWith('*') && a.startsWith(b.slice(0, -1))),
+      );
+      const candidates = ['a', 'b', 'aa', 'ab', 'ba', 'bb', 'aab', 'abb', 'bab', 'abab', 'c'];
+      return !overlaps && candidates.every((c) => listed(collapsed, c) === listed(names, c));
+    }),
+    { numRuns: 500 },
+  );
+  t.pass('500 random lists');
+});
