@@ -13,7 +13,7 @@ import {
   type Range,
   type RangeList,
 } from '../cidr/index.js';
-import { nftFailureKinds, type NftFailureKind, type ReplyTuple } from './types.js';
+import { nftFailureKinds, type CommitStep, type NftFailureKind, type ReplyTuple } from './types.js';
 import { errorText } from '../errors.js';
 
 export type { NftFailureKind } from './types.js';
@@ -123,20 +123,38 @@ function serialised<T>(call: () => Promise<T>): Promise<T> {
   return result;
 }
 
-/** Run an nft script (what `nft -f` accepts) in one libnftables call, off the JS thread. */
-export async function runNft(script: string, options: RunOptions = {}): Promise<string> {
-  const native = addon();
-  const timeoutMs = nftTimeoutMs();
-  return serialised(() =>
-    // Rethrown with a JS stack; the native error carries nothing more than its text and kind.
+function runNative(native: NativeAddon, script: string, options: RunOptions): Promise<string> {
+  return (
     native
-      .run(script, options.dryRun ?? false, options.json ?? false, timeoutMs)
+      .run(script, options.dryRun ?? false, options.json ?? false, nftTimeoutMs())
+      // Rethrown with a JS stack; the native error carries nothing more than its text and kind.
       .catch((err: unknown) => {
         const code = (err as { code?: unknown } | null)?.code;
         const kind = nftFailureKinds.find((k) => k === code) ?? 'error';
         throw new NftError(errorText(err), kind);
-      }),
+      })
   );
+}
+
+/** Run an nft script (what `nft -f` accepts) in one libnftables call, off the JS thread. */
+export async function runNft(script: string, options: RunOptions = {}): Promise<string> {
+  const native = addon();
+  return serialised(() => runNative(native, script, options));
+}
+
+/**
+ * Commits a script in one libnftables call, with the namespace's generation id read right before
+ * and right after it in the same turn of the queue: no other call of ours comes between, so a step
+ * other than one is another tool's commit.
+ */
+export async function commitNft(script: string): Promise<CommitStep> {
+  const native = addon();
+  const generation = () => native.generationId().catch(() => undefined);
+  return serialised(async () => {
+    const before = await generation();
+    await runNative(native, script, {});
+    return { before, after: await generation() };
+  });
 }
 
 /** The network namespace's nftables generation id; it moves on every committed transaction. */

@@ -8,10 +8,11 @@ import {
   NftError,
   nftGenerationId,
   nftTableNames,
+  commitNft,
   runNft,
 } from './addon.js';
 import type { RangeList } from '../cidr/index.js';
-import type { ReplyTuple, TableRef } from './types.js';
+import type { CommitStep, ReplyTuple, TableRef } from './types.js';
 
 /** A table of any family, as the kernel names it (`inet`, `bridge`, … as well as ours). */
 export interface AnyTableRef {
@@ -22,8 +23,8 @@ export interface AnyTableRef {
 export interface Kernel {
   /** The table's listing as nft prints it, or null when it does not exist. */
   listTable(ref: TableRef): Promise<string | null>;
-  /** Runs one script as one transaction. */
-  apply(script: string): Promise<void>;
+  /** Runs one script as one transaction; the generation ids around it tell whether others committed. */
+  apply(script: string): Promise<CommitStep>;
   /** The namespace's nftables generation id (moves on every commit by anyone). */
   generationId(): Promise<number>;
   /** Every table in the namespace, from plain netlink: works where libnftables cannot parse them. */
@@ -53,6 +54,8 @@ export interface Kernel {
     selection?: FlowSelection,
   ): Promise<ReplyTuple[]>;
 }
+
+export { NftError };
 
 const NAT_TABLE = 'ip nat';
 const POSTROUTING = 'POSTROUTING';
@@ -97,9 +100,7 @@ export const nftKernel: Kernel = {
       throw err;
     }
   },
-  async apply(script) {
-    await runNft(script);
-  },
+  apply: commitNft,
   generationId: nftGenerationId,
   tableNames: nftTableNames,
   async readable(ref) {

@@ -67,6 +67,16 @@ export interface ReplyTuple {
   readonly destinationPort: number;
 }
 
+/**
+ * The namespace's nftables generation id read right before and right after one commit of ours, with
+ * no other call of ours between (undefined where it could not be read). `after === before + 1` says
+ * that no other commit came in that time; anything else, that another tool's did.
+ */
+export interface CommitStep {
+  readonly before: number | undefined;
+  readonly after: number | undefined;
+}
+
 /** How a libnftables call can fail (nftables/addon.ts), each counted by kind (reconcile/metrics.ts). */
 export const nftFailureKinds = ['error', 'crash', 'timeout', 'spawn'] as const;
 export type NftFailureKind = (typeof nftFailureKinds)[number];

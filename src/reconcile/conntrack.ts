@@ -9,7 +9,7 @@ import type { AddressFamily, Config } from '../config/types.js';
 import { setRanges } from '../decisions.js';
 import type { FlowSelection } from '../nftables/addon.js';
 import { renderLateReplies } from '../nftables/render.js';
-import type { TableFamily } from '../nftables/types.js';
+import type { CommitStep, TableFamily } from '../nftables/types.js';
 import { changedRangesOffThread } from './changed-ranges.js';
 import type { Kernel } from '../nftables/kernel.js';
 import type { AgentMetrics } from './metrics.js';
@@ -50,8 +50,8 @@ export interface ConntrackDeps {
   readonly table: string;
   readonly logger: Logger;
   readonly metrics: AgentMetrics;
-  /** Told of each commit of ours besides the writes (the generation ids before and after it). */
-  readonly onCommit?: (before: number | undefined, after: number | undefined) => void;
+  /** Told of each commit of ours besides the writes (the generation ids around it). */
+  readonly onCommit?: (step: CommitStep) => void;
 }
 
 /** One flush of a family's entries: those to `ranges`, narrowed by `selection`. */
@@ -206,12 +206,10 @@ export class ConntrackFlush {
         replies,
         LATE_REPLY_TIMEOUT_S,
       );
-      const before = await kernel.generationId().catch(() => undefined);
-      await kernel.apply(script);
+      const step = await kernel.apply(script);
+      this.deps.onCommit?.(step);
       const until = replies.length > 0 ? performance.now() + LATE_REPLY_TIMEOUT_S * 1000 : 0;
       this.heldUntil.set(family, until);
-      const after = await kernel.generationId().catch(() => undefined);
-      this.deps.onCommit?.(before, after);
       return replies.length;
     } catch (err) {
       logger.warn(

@@ -14,7 +14,9 @@ import {
   setChange,
 } from '../nftables/change.js';
 import { prerenderElements, renderDelete, renderReplace, renderTable } from '../nftables/render.js';
-import type { Table, TableFamily } from '../nftables/types.js';
+import type { CommitStep, Table, TableFamily } from '../nftables/types.js';
+import { NftError } from '../nftables/kernel.js';
+import { errorText } from '../errors.js';
 import type { Kernel } from '../nftables/kernel.js';
 import type { AgentMetrics } from './metrics.js';
 import { OtherAgentWatch } from './other-agent.js';
@@ -58,14 +60,29 @@ function setNames(table: Table): ReadonlySet<string> {
  */
 const breathe = () => new Promise<void>((resolve) => setImmediate(resolve));
 
+/**
+ * Rounds of one sync at most: a write, a read-back of what another commit around it may have
+ * changed (and its repair), and one more look. A namespace busier than that is looked at again by
+ * the next sync, soon (the reconciler retries), and the agent is not ready meanwhile.
+ */
+export const CONVERGE_ROUNDS = 3;
+
+/** How many of our own commits besides the writes (the flush's held replies) are remembered. */
+const OWN_STEPS_KEPT = 64;
+
 export class Converger {
   private readonly deps: ConvergeDeps;
   /** Generation of our last write, or of the table adopted at start; 0 before either. */
   generation = 0;
   /** Content key of what we last wrote or found right in the kernel. */
   private kernelKey: string | undefined;
-  /** Generation id of the namespace when the kernel was last known to hold kernelKey. */
-  private kernelGenId: number | undefined;
+  /**
+   * Generation id of the namespace at which the kernel was last known to hold lastTables: read back
+   * then, or our write's own commit with no other commit around it. Undefined: not known now.
+   */
+  private verifiedGenId: number | undefined;
+  /** Our own commits that leave the tables' content as it was (held replies): before → after. */
+  private readonly ownSteps = new Map<number, number>();
   /** Families whose table this process has written: ours even if its comment was changed. */
   private readonly written = new Set<TableFamily>();
   /** The tables as this process last wrote them: what the kernel holds while nobody else wrote. */
@@ -88,94 +105,165 @@ export class Converger {
     if (found !== undefined && found > this.generation) this.generation = found;
   }
 
-  /** Rejects when the kernel cannot be read or written. */
-  async converge(config: Config, timed: Timed): Promise<Converged> {
-    const { kernel, compileOptions, logger, metrics, otherAgent, writer } = this.deps;
-    const key = this.contentKey(config);
-    const genId = await kernel.generationId().catch(() => undefined);
-    // The kernel holds lastTables exactly while the generation id has not moved since we knew it.
-    const kernelUnmoved =
-      genId !== undefined && genId === this.kernelGenId && this.lastTables.size > 0;
-    if (kernelUnmoved && this.kernelKey === key) return 'in-place';
-
-    let drift = false;
-    let found: KernelTables | undefined;
-    let held: Table[] | undefined;
-    if (!kernelUnmoved) {
-      found = await timed('readMs', () =>
-        readTables(kernel, compileOptions, this.written, () => metrics.incKernelReads()),
-      );
-      const mark = found.ip?.kind === 'ours' ? found.ip : undefined;
-      this.adoptGeneration(mark?.generation);
-      // What we would write with the mark found: a table of this config from another process of
-      // ours (the last run's, before a restart) is in place too.
-      await breathe();
-      held = compile(config, compileOptions, this.generation, mark?.writer);
-      await breathe();
-      const inPlace = holds(found, held);
-      // Not what we would write, and written by a newer agent: hold back for a while rather than
-      // fight (other-agent.ts). The kernel is read again at every resync meanwhile.
-      if (!inPlace && mark && otherAgent.holdBack(mark)) {
-        this.kernelGenId = undefined;
-        return 'held-back';
-      }
-      if (inPlace) {
-        if (mark) otherAgent.inPlace(mark);
-        this.remember(held);
-        this.kernelKey = key;
-        // The listings are at least as new as genId: if another commit came between, the id has
-        // moved past it and the next sync reads again. While a conflict is open, always read.
-        this.kernelGenId = otherAgent.active ? undefined : genId;
-        metrics.setGeneration(this.generation);
-        return 'in-place';
-      }
-      // Drift: the kernel no longer holds the config we wrote, changed by anyone but another agent:
-      // by hand, or by a restore of a saved ruleset holding an older write of ours.
-      drift = this.kernelKey === key && (mark === undefined || mark.writer === writer);
+  /** The generation id reached from `genId` through our own commits that left the tables as they were. */
+  private pastOwnSteps(genId: number): number {
+    let at = genId;
+    for (let hop = 0; hop < OWN_STEPS_KEPT; hop++) {
+      const next = this.ownSteps.get(at);
+      if (next === undefined) break;
+      at = next;
     }
-    const generation = this.generation + 1;
-    await breathe();
-    // Compiled once per sync: the tables compared with the kernel, marked for this write.
-    const tables = held
-      ? remark(held, compileOptions, generation, config.hash, writer)
-      : compile(config, compileOptions, generation, writer);
-    if (drift)
-      logger.warn({ generation }, 'our tables in the kernel drifted from the config; repairing');
-    const scripts = await this.scripts(tables, found);
-    await timed('applyMs', async () => {
-      for (const script of scripts) await kernel.apply(script);
-    });
-    if (drift) metrics.incDriftRepairs();
-    this.remember(tables);
-    for (const table of tables) this.written.add(table.family);
-    otherAgent.wrote({ generation, hash: config.hash, writer });
-    this.generation = generation;
-    this.kernelKey = key;
-    // "The kernel holds what we wrote at id G" only when G is provably our commits': each of our
-    // transactions moves the id by exactly one, so any other step means another commit came
-    // between, and the next sync reads the tables back instead of trusting them. While another
-    // agent writes our table, read back at every resync: that our write stayed is how the
-    // conflict ends.
-    const after = await kernel.generationId().catch(() => undefined);
-    this.kernelGenId =
-      !otherAgent.active &&
+    return at;
+  }
+
+  /** Whether the kernel is known to hold lastTables at generation id `genId`. */
+  private knownAt(genId: number | undefined): boolean {
+    return (
       genId !== undefined &&
-      after !== undefined &&
-      after === (genId + scripts.length) >>> 0
-        ? after
-        : undefined;
-    metrics.setGeneration(generation);
-    return 'wrote';
+      this.verifiedGenId !== undefined &&
+      this.lastTables.size > 0 &&
+      this.pastOwnSteps(this.verifiedGenId) === genId
+    );
+  }
+
+  /** Whether the kernel was known to hold our tables when last looked at (false after a doubt). */
+  get verified(): boolean {
+    return this.verifiedGenId !== undefined;
+  }
+
+  /** Whether the namespace's generation id is where we last knew the kernel held our tables. */
+  async unchangedSinceVerified(): Promise<boolean> {
+    if (this.verifiedGenId === undefined) return false;
+    return this.knownAt(await this.deps.kernel.generationId().catch(() => undefined));
   }
 
   /**
-   * Another commit of ours, beside the writes (the late replies of a conntrack flush), that leaves
-   * the tables' content as it was: the kernel is still known to hold them if it moved the
-   * generation id by exactly one from where we knew it.
+   * Makes the kernel hold `config`'s tables and knows that it does: after its own write, a
+   * generation step other than its own commits' means another tool committed around it, and the
+   * tables are read back and repaired in this same sync (README, "When it writes"). Rejects when the
+   * kernel cannot be read or written.
    */
-  noteCommit(before: number | undefined, after: number | undefined): void {
-    if (before === undefined || after === undefined) return;
-    if (this.kernelGenId === before && after === (before + 1) >>> 0) this.kernelGenId = after;
+  async converge(config: Config, timed: Timed): Promise<Converged> {
+    const { kernel, compileOptions, logger, metrics, otherAgent, writer } = this.deps;
+    const key = this.contentKey(config);
+    let wrote = false;
+    for (let round = 1; ; round++) {
+      const last = round >= CONVERGE_ROUNDS;
+      const genId = await kernel.generationId().catch(() => undefined);
+      const known = this.knownAt(genId);
+      if (known && this.kernelKey === key) return wrote ? 'wrote' : 'in-place';
+
+      let drift = false;
+      let found: KernelTables | undefined;
+      let held: Table[] | undefined;
+      // The generation id the write's change is worked out from; undefined: not known exactly.
+      let base = known ? genId : undefined;
+      if (!known) {
+        found = await timed('readMs', () =>
+          readTables(kernel, compileOptions, this.written, () => metrics.incKernelReads()),
+        );
+        // What was listed is the kernel at genId only if nothing but our own held replies was
+        // committed while it was read.
+        const readAt = await kernel.generationId().catch(() => undefined);
+        const stable =
+          genId !== undefined && readAt !== undefined && this.pastOwnSteps(genId) === readAt;
+        const mark = found.ip?.kind === 'ours' ? found.ip : undefined;
+        this.adoptGeneration(mark?.generation);
+        // What we would write with the mark found: a table of this config from another process of
+        // ours (the last run's, before a restart) is in place too.
+        await breathe();
+        held = compile(config, compileOptions, this.generation, mark?.writer);
+        await breathe();
+        const inPlace = holds(found, held);
+        // Not what we would write, and written by another agent: hold back for a while rather
+        // than fight (other-agent.ts). The kernel is read again at every resync meanwhile.
+        if (!inPlace && mark && otherAgent.holdBack(mark)) {
+          this.verifiedGenId = undefined;
+          return 'held-back';
+        }
+        if (inPlace) {
+          if (mark) otherAgent.inPlace(mark);
+          this.remember(held);
+          this.kernelKey = key;
+          // While a conflict is open, always read: that our write stayed is how it ends.
+          this.verifiedGenId = stable && !otherAgent.active ? readAt : undefined;
+          metrics.setGeneration(this.generation);
+          if (stable || last) return wrote ? 'wrote' : 'in-place';
+          continue; // a commit came during the read: look again
+        }
+        // A commit came during the read: what was listed may be gone already.
+        if (!stable && !last) continue;
+        base = stable ? readAt : undefined;
+        // Drift: the kernel no longer holds the config we wrote, changed by anyone but another
+        // agent: by hand, by a commit around our own write, or by a restore of a saved ruleset.
+        drift = this.kernelKey === key && (mark === undefined || mark.writer === writer);
+      }
+      const generation = this.generation + 1;
+      await breathe();
+      // Compiled once per round: the tables compared with the kernel, marked for this write.
+      const tables = held
+        ? remark(held, compileOptions, generation, config.hash, writer)
+        : compile(config, compileOptions, generation, writer);
+      if (drift)
+        logger.warn({ generation }, 'our tables in the kernel drifted from the config; repairing');
+      const scripts = await this.scripts(tables, found);
+      // Our commits must follow on from `base` one step each (our held replies aside): any other
+      // step is another tool's commit, which may have changed what we wrote.
+      let chain = base;
+      try {
+        await timed('applyMs', async () => {
+          for (const script of scripts) {
+            const { before, after } = await kernel.apply(script);
+            const follows =
+              chain !== undefined &&
+              before !== undefined &&
+              this.pastOwnSteps(chain) === before &&
+              after === (before + 1) >>> 0;
+            chain = follows ? after : undefined;
+          }
+        });
+      } catch (err) {
+        this.verifiedGenId = undefined;
+        // A change worked out from what the kernel was known to hold, refused ("element does not
+        // exist"): someone changed our table under it. Read it back and repair it now.
+        if (known && !last && err instanceof NftError && err.kind === 'error') {
+          logger.warn(
+            { err: errorText(err) },
+            'our change was refused: our table changed under it; reading it back to repair it',
+          );
+          continue;
+        }
+        throw err;
+      }
+      wrote = true;
+      if (drift) metrics.incDriftRepairs();
+      this.remember(tables);
+      for (const table of tables) this.written.add(table.family);
+      otherAgent.wrote({ generation, hash: config.hash, writer });
+      this.generation = generation;
+      this.kernelKey = key;
+      metrics.setGeneration(generation);
+      // While another agent writes our table, read back at every resync: that our write stayed is
+      // how the conflict ends.
+      this.verifiedGenId = otherAgent.active ? undefined : chain;
+      if (chain !== undefined || otherAgent.active || last) return 'wrote';
+      // Another tool committed around our write: read back now and repair what it changed.
+    }
+  }
+
+  /**
+   * Another commit of ours besides the writes (the conntrack flush's held replies), which leaves
+   * the tables' content as it was: a step of exactly one is ours alone, and the kernel is still
+   * known to hold the tables past it.
+   */
+  noteCommit(step: CommitStep): void {
+    const { before, after } = step;
+    if (before === undefined || after !== (before + 1) >>> 0) return;
+    this.ownSteps.set(before, after);
+    for (const oldest of this.ownSteps.keys()) {
+      if (this.ownSteps.size <= OWN_STEPS_KEPT) break;
+      this.ownSteps.delete(oldest);
+    }
   }
 
   /** The kernel holds these tables (written, or found in place). */

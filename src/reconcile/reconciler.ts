@@ -106,7 +106,7 @@ export class Reconciler {
       table: deps.compileOptions.table,
       logger,
       metrics,
-      onCommit: (before, after) => this.converger.noteCommit(before, after),
+      onCommit: (step) => this.converger.noteCommit(step),
     });
   }
 
@@ -173,8 +173,11 @@ export class Reconciler {
     if (this.lastLoggedFailure !== undefined) this.deps.logger.info('kernel writes work again');
     this.lastLoggedFailure = undefined;
     const counts = converged === 'held-back' ? this.facts.counts : this.sizes.confirm(config);
+    // Written, but other tools' commits came around every look at it: not known to be right yet.
+    const unverified =
+      converged !== 'held-back' && !this.converger.verified && !this.otherAgent.active;
     this.record({
-      kernel: 'in-sync',
+      kernel: unverified ? 'unverified' : 'in-sync',
       kernelError: null,
       lastError: null,
       otherAgent: this.otherAgent.active,
@@ -186,6 +189,10 @@ export class Reconciler {
     metrics.setLastSuccess(this.facts.lastSyncTime ?? new Date());
     const before = this.inKernel;
     this.inKernel = converged === 'held-back' ? undefined : config;
+    // The kernel's decisions changed, by our write or (rarely) by another commit that made it hold
+    // this config already: existing flows follow.
+    if (converged !== 'held-back' && before !== undefined && before.hash !== config.hash)
+      this.conntrack.afterWrite(before, config, this.facts.generation);
     if (converged === 'wrote') {
       logger.info(
         {
@@ -196,9 +203,16 @@ export class Reconciler {
         },
         'ruleset written to the kernel',
       );
-      this.conntrack.afterWrite(before, config, this.facts.generation);
     }
     await this.legacy.afterSync(this.facts.generation > 0);
+    if (unverified) {
+      return {
+        ok: false,
+        error: new Error(
+          'other nftables commits came around each look at our tables; looking again soon',
+        ),
+      };
+    }
     return { ok: true };
   }
 

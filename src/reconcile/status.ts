@@ -10,8 +10,11 @@ export interface SyncFacts {
   readonly configError: string | null;
   /** What the config waits for from the API server (README, "Kubernetes API (opt-in)"); null: nothing. */
   readonly waiting: string | null;
-  /** The kernel: not written or confirmed yet, holding the last good config, or the last write failed. */
-  readonly kernel: 'unknown' | 'in-sync' | 'failed';
+  /**
+   * The kernel: not written or confirmed yet, holding the last good config, written but not yet
+   * confirmed (other tools' commits came around every look), or the last write failed.
+   */
+  readonly kernel: 'unknown' | 'in-sync' | 'unverified' | 'failed';
   /** Why the last kernel write failed, while kernel is 'failed'. */
   readonly kernelError: string | null;
   /** The last sync's error (a kernel failure, or the loader itself failing); null after a good sync. */
@@ -67,6 +70,9 @@ function notReadyReason(facts: SyncFacts): string | null {
   }
   if (facts.kernel === 'failed') return `kernel write failed: ${facts.kernelError}`;
   if (facts.kernel === 'unknown') return 'no sync yet';
+  if (facts.kernel === 'unverified') {
+    return 'written, not yet confirmed: other nftables commits came around each look at our tables';
+  }
   if (facts.configError !== null) {
     return `config invalid, the kernel keeps the last good ruleset: ${facts.configError}`;
   }

@@ -2,10 +2,11 @@
 // the renderer writes (add/delete table, nested table blocks), keeps listings as nft would print
 // them, and moves a generation id on every commit. Real behaviour is proven by the kernel tests.
 import type { AnyTableRef, Kernel } from '../../src/nftables/kernel.js';
-import type { ReplyTuple, TableRef } from '../../src/nftables/types.js';
+import type { CommitStep, ReplyTuple, TableRef } from '../../src/nftables/types.js';
 import type { Range } from '../../src/cidr/index.js';
 import type { ConntrackFlushResult } from '../../src/nftables/addon.js';
 import { parseAddress } from '../../src/cidr/index.js';
+import { NftError } from '../../src/nftables/kernel.js';
 
 export class FakeKernel implements Kernel {
   tables = new Map<string, string>();
@@ -15,6 +16,8 @@ export class FakeKernel implements Kernel {
   failWrites: Error | undefined;
   /** Runs right after a commit, before the caller sees it returned: another tool's interleaving. */
   afterCommit: (() => void) | undefined;
+  /** Runs as a commit of ours starts, before anything of it: another tool's commit just before it. */
+  beforeCommit: (() => void) | undefined;
 
   private static key(ref: TableRef): string {
     return `${ref.family} ${ref.name}`;
@@ -82,24 +85,26 @@ export class FakeKernel implements Kernel {
     return this.replies;
   }
 
-  async apply(script: string): Promise<void> {
+  async apply(script: string): Promise<CommitStep> {
+    this.beforeCommit?.();
+    const before = this.genId;
     if (this.failWrites) throw this.failWrites;
     const next = new Map<string, FakeTable>();
     for (const [key, listing] of this.tables) next.set(key, parseListing(listing));
     const lines = script.split('\n');
     const table = (family: string | undefined, name: string | undefined, line: string) => {
       const found = next.get(`${family} ${name}`);
-      if (!found) throw new Error(`Error: No such file or directory\n${line}`);
+      if (!found) throw new NftError(`Error: No such file or directory\n${line}`);
       return found;
     };
     const set = (t: FakeTable, name: string | undefined, line: string) => {
       const found = t.sets.find((s) => s.name === name);
-      if (!found) throw new Error(`Error: No such file or directory\n${line}`);
+      if (!found) throw new NftError(`Error: No such file or directory\n${line}`);
       return found;
     };
     const chain = (t: FakeTable, name: string | undefined, line: string) => {
       const found = t.chains.find((c) => c.name === name);
-      if (!found) throw new Error(`Error: No such file or directory\n${line}`);
+      if (!found) throw new NftError(`Error: No such file or directory\n${line}`);
       return found;
     };
     for (let i = 0; i < lines.length; i++) {
@@ -110,7 +115,7 @@ export class FakeKernel implements Kernel {
         if (!next.has(key)) next.set(key, { header: `table ${key} {`, sets: [], chains: [] });
       } else if ((m = /^delete table (ip6?) (\S+)$/.exec(line))) {
         if (!next.delete(`${m[1]} ${m[2]}`))
-          throw new Error(`Error: No such file or directory\n${line}`);
+          throw new NftError(`Error: No such file or directory\n${line}`);
       } else if ((m = /^table (ip6?) (\S+) \{$/.exec(line))) {
         const end = lines.indexOf('}', i);
         const block = parseListing(lines.slice(i, end + 1).join('\n'));
@@ -129,7 +134,7 @@ export class FakeKernel implements Kernel {
         const s = set(table(m[1], m[2], line), m[3], line);
         for (const element of m[4]?.split(', ') ?? []) {
           if (!s.elements.includes(element))
-            throw new Error(`Error: Could not process rule: No such file or directory\n${line}`);
+            throw new NftError(`Error: Could not process rule: No such file or directory\n${line}`);
           s.elements = s.elements.filter((e) => e !== element);
         }
       } else if ((m = /^flush chain (ip6?) (\S+) (\S+)$/.exec(line))) {
@@ -144,6 +149,7 @@ export class FakeKernel implements Kernel {
     this.applies.push(script);
     this.genId++;
     this.afterCommit?.();
+    return { before, after: this.genId };
   }
 
   /** Another tool's commit: changes the generation id, and optionally our table. */

@@ -389,26 +389,111 @@ t.test('a table with a planted, unparsable comment is replaced, counting from 1'
 });
 
 t.test(
-  'a commit by someone else right after ours is not taken for ours: the next sync reads and repairs',
+  'a commit by someone else right after ours is not taken for ours: read back and repaired in the same sync',
   async (t) => {
-    const kernel = new FakeKernel();
-    const { reconciler, metric } = setup(kernel);
-    // The interleaving of a stopped agent: our commit, then another tool's, before we read the id.
+    const { kernel, reconciler, metric, setConfig } = setup();
+    await reconciler.sync();
+    // Another tool's commit lands right after ours, before we read the id again.
     kernel.afterCommit = () => {
       kernel.afterCommit = undefined;
       kernel.tamper(ip, (listing) =>
         listing.replace('elements = { ', 'elements = { 198.51.100.0/24, '),
       );
     };
-    await reconciler.sync();
-    t.match(kernel.tables.get('ip ipmasq'), /198\.51\.100\.0\/24/, 'the foreign element landed');
+    setConfig({ ok: true, config: config(['10.0.0.0/8', '192.168.0.0/16']), warnings: [] });
     const reads = kernel.reads;
-    await reconciler.sync();
-    t.ok(kernel.reads > reads, 'the next sync read the table back');
+    t.same(await reconciler.sync(), { ok: true });
+    t.ok(kernel.reads > reads, 'this sync read the table back');
     t.notMatch(kernel.tables.get('ip ipmasq'), /198\.51\.100\.0\/24/, 'and repaired it');
+    t.match(kernel.tables.get('ip ipmasq'), /192\.168\.0\.0\/16/, 'the new config in place');
     t.equal(await metric('ipmasq_drift_repairs_total'), 1);
+    t.equal(reconciler.status(true).ready, true);
+    const after = kernel.reads;
+    await reconciler.sync();
+    t.equal(kernel.reads, after, 'and known again: the next idle sync reads nothing');
   },
 );
+
+t.test(
+  'a commit by someone else just before ours (our change refused, or applied on a changed table): repaired in the same sync',
+  async (t) => {
+    const { kernel, reconciler, metric, setConfig } = setup(undefined, {
+      ok: true,
+      config: config(['10.0.0.0/8', '192.168.0.0/16']),
+      warnings: [],
+    });
+    await reconciler.sync();
+    // Someone deletes the element our change deletes too: nft refuses our delete.
+    kernel.beforeCommit = () => {
+      kernel.beforeCommit = undefined;
+      kernel.tamper(ip, (listing) => listing.replace(', 192.168.0.0/16', ''));
+    };
+    setConfig({ ok: true, config: config(['10.0.0.0/8']), warnings: [] });
+    t.same(await reconciler.sync(), { ok: true }, 'no failure, no backoff');
+    t.match(kernel.tables.get('ip ipmasq'), /generation 2 config/, 'our mark written');
+    t.notMatch(kernel.tables.get('ip ipmasq'), /192\.168/);
+    t.equal(reconciler.status(true).ready, true);
+    // Someone adds an element just before our (otherwise valid) change: it lands, and is repaired.
+    kernel.beforeCommit = () => {
+      kernel.beforeCommit = undefined;
+      kernel.tamper(ip, (listing) =>
+        listing.replace('elements = { ', 'elements = { 198.51.100.0/24, '),
+      );
+    };
+    setConfig({ ok: true, config: config(['10.0.0.0/8', '172.16.0.0/12']), warnings: [] });
+    t.same(await reconciler.sync(), { ok: true });
+    t.notMatch(kernel.tables.get('ip ipmasq'), /198\.51\.100/, 'the foreign element is gone');
+    t.match(kernel.tables.get('ip ipmasq'), /172\.16\.0\.0\/12/);
+    t.equal(await metric('ipmasq_drift_repairs_total'), 1);
+    t.equal(reconciler.status(true).ready, true);
+  },
+);
+
+t.test(
+  'other commits around every look: written, not ready, and looked at again soon',
+  async (t) => {
+    const { kernel, reconciler, setConfig } = setup();
+    await reconciler.sync();
+    let other = 0;
+    kernel.afterCommit = () => {
+      other++;
+      kernel.tamper({ family: 'ip', name: 'other' });
+    };
+    const listTable = kernel.listTable.bind(kernel);
+    kernel.listTable = async (ref) => {
+      const listing = await listTable(ref);
+      kernel.tamper({ family: 'ip', name: 'other' }); // a commit during every read, too
+      return listing;
+    };
+    setConfig({ ok: true, config: config(['10.0.0.0/8', '192.168.0.0/16']), warnings: [] });
+    const outcome = await reconciler.sync();
+    t.equal(outcome.ok, false, 'the runner retries it with backoff');
+    t.ok(other > 0);
+    t.match(kernel.tables.get('ip ipmasq'), /192\.168\.0\.0\/16/, 'our config is written');
+    const status = reconciler.status(true);
+    t.equal(status.ready, false);
+    t.match(status.notReadyReason, /not yet confirmed/);
+    t.equal(status.lastWriteOk, true, '/healthz stays 200: nothing failed');
+    kernel.afterCommit = undefined;
+    kernel.listTable = listTable;
+    t.same(await reconciler.sync(), { ok: true }, 'once the namespace is quiet');
+    t.equal(reconciler.status(true).ready, true);
+  },
+);
+
+t.test('our own held replies between syncs are not taken for another tool', async (t) => {
+  const { kernel, reconciler } = setup();
+  await reconciler.sync();
+  const reads = kernel.reads;
+  // A commit of ours that leaves the tables as they were (the flush's held replies).
+  const before = kernel.genId++;
+  reconciler['converger'].noteCommit({ before, after: kernel.genId });
+  await reconciler.sync();
+  t.equal(kernel.reads, reads, 'known: nothing read back');
+  kernel.genId++; // another tool's commit
+  await reconciler.sync();
+  t.equal(kernel.reads, reads + 2, 'unknown: both families read back');
+});
 
 t.test(
   'another agent writing our table with another config: held back from, 1, 2 resyncs; over once it leaves',
