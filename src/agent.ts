@@ -14,6 +14,7 @@ import { plan, usesApi, type AgentOptions } from './options.js';
 import type { KubernetesSession } from './kubernetes/index.js';
 import { nftKernel, type Kernel } from './nftables/kernel.js';
 import { AgentMetrics } from './reconcile/metrics.js';
+import { ReadinessCheck } from './reconcile/readiness.js';
 import { Reconciler } from './reconcile/reconciler.js';
 import { SyncRunner } from './reconcile/runner.js';
 import { watchConfig } from './reconcile/watcher.js';
@@ -136,8 +137,15 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
     onError: (err) => logger.debug({ err }, 'sync failed; retrying with backoff'),
   });
 
+  const readiness = new ReadinessCheck({
+    unchanged: () => reconciler.kernelUnchanged(),
+    requestSync: (reason) => syncs.trigger(reason),
+    afterNextSync: () => syncs.afterNextSync(),
+    verified: () => reconciler.kernelVerified,
+  });
   const server = await buildServer({
     status: () => reconciler.status(syncs.alive),
+    fresh: () => readiness.fresh(),
     metrics,
     logger,
   });

@@ -119,6 +119,16 @@ export class Reconciler {
     return this.conntrack.settled();
   }
 
+  /** Whether nothing was committed since the kernel was last known to hold our tables. */
+  kernelUnchanged(): Promise<boolean> {
+    return this.converger.unchangedSinceVerified();
+  }
+
+  /** Whether the last sync found, or made, the kernel hold our tables, and knows it. */
+  get kernelVerified(): boolean {
+    return this.converger.verified;
+  }
+
   status(alive: boolean): AgentStatus {
     return agentStatus(this.facts, alive);
   }

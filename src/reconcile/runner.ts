@@ -53,6 +53,9 @@ export class SyncRunner {
   #timer: unknown;
   #timerDue = Infinity;
   #lastReason: string | undefined;
+  /** How many syncs have started; waiters of afterNextSync, by the start they wait to see end. */
+  #starts = 0;
+  #waiters: Array<{ start: number; resolve: () => void }> = [];
 
   constructor(opts: RunnerOptions) {
     this.#sync = opts.sync;
@@ -96,11 +99,21 @@ export class SyncRunner {
     this.#schedule(this.#untilMinIntervalPassed(), reason);
   }
 
+  /**
+   * Resolves once a sync that starts after this call has ended (or the runner has stopped): pair it
+   * with trigger() to know that the state it reports was looked at after now.
+   */
+  afterNextSync(): Promise<void> {
+    if (this.#stopped) return Promise.resolve();
+    return new Promise((resolve) => this.#waiters.push({ start: this.#starts + 1, resolve }));
+  }
+
   /** No new syncs after this; resolves once a sync in flight has finished. */
   async stop(): Promise<void> {
     this.#stopped = true;
     this.#cancelTimer();
     await this.#inFlight;
+    for (const waiter of this.#waiters.splice(0)) waiter.resolve();
   }
 
   #untilMinIntervalPassed(): number {
@@ -138,7 +151,8 @@ export class SyncRunner {
     this.#pendingReason = undefined;
     this.#lastReason = reason;
     this.#lastStart = this.#inFlightSince = this.#clock.now();
-    this.#inFlight = this.#attempt(reason).then((outcome) => this.#finish(outcome));
+    const start = ++this.#starts;
+    this.#inFlight = this.#attempt(reason).then((outcome) => this.#finish(outcome, start));
   }
 
   async #attempt(reason: string): Promise<SyncOutcome> {
@@ -149,8 +163,11 @@ export class SyncRunner {
     }
   }
 
-  #finish(outcome: SyncOutcome): void {
+  #finish(outcome: SyncOutcome, start: number): void {
     this.#inFlight = undefined;
+    const waiting = this.#waiters;
+    this.#waiters = waiting.filter((waiter) => waiter.start > start);
+    for (const waiter of waiting) if (waiter.start <= start) waiter.resolve();
     if (outcome.ok) {
       this.#consecutiveFailures = 0;
     } else {

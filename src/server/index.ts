@@ -1,5 +1,6 @@
 // The health and metrics server (README, "HTTP"). It only reads: the agent hands it a status function
-// and its metrics, so a probe never waits on the sync loop or on libnftables.
+// and its metrics, so a probe never waits on libnftables; /readyz alone may wait, within its time,
+// for a sync to look at the kernel again (reconcile/readiness.ts).
 import Fastify, {
   LogController,
   type FastifyBaseLogger,
@@ -17,6 +18,11 @@ export type { AgentStatus } from '../reconcile/status.js';
 export interface ServerOptions {
   status: () => AgentStatus;
   metrics: AgentMetrics;
+  /**
+   * Whether the kernel is known to hold our tables as of now, looking again if another commit came
+   * since the last look (reconcile/readiness.ts); without it, /readyz answers from the status alone.
+   */
+  fresh?: () => Promise<boolean>;
 }
 
 /** Bad options given to the plugin; thrown at registration, never per request. */
@@ -53,11 +59,18 @@ function resolveOptions(opts: Partial<ServerOptions> | undefined): ServerOptions
   if (typeof opts.metrics?.exposition !== 'function') {
     throw new ServerOptionsError('the server needs an AgentMetrics instance');
   }
-  return { status: opts.status, metrics: opts.metrics };
+  if (opts.fresh !== undefined && typeof opts.fresh !== 'function') {
+    throw new ServerOptionsError('fresh must be a function returning Promise<boolean>');
+  }
+  return {
+    status: opts.status,
+    metrics: opts.metrics,
+    ...(opts.fresh ? { fresh: opts.fresh } : {}),
+  };
 }
 
 const agentServer: FastifyPluginAsync<ServerOptions> = async (app, opts) => {
-  const { status, metrics } = resolveOptions(opts);
+  const { status, metrics, fresh } = resolveOptions(opts);
 
   // /livez is the API server's name for the same liveness answer.
   const health = async (_request: FastifyRequest, reply: FastifyReply) => {
@@ -77,7 +90,16 @@ const agentServer: FastifyPluginAsync<ServerOptions> = async (app, opts) => {
   for (const url of ['/healthz', '/livez']) app.get(url, health);
 
   app.get('/readyz', async (_request, reply) => {
-    const s = status();
+    let s = status();
+    if (s.ready && fresh && !(await fresh())) {
+      // Another commit came since the last look, and the look asked for did not say yes in time.
+      s = status();
+      if (s.ready) {
+        const reason =
+          'another nftables commit came since our tables were last checked; checking them again';
+        return reply.code(503).send({ status: 'not ready', reason } satisfies ReadyReply);
+      }
+    } else if (fresh) s = status();
     const body: ReadyReply = s.ready
       ? { status: 'ready', generation: s.generation }
       : {

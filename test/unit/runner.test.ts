@@ -297,3 +297,27 @@ t.test('with real timers, the loop runs and stop clears its timer', async (t) =>
   await new Promise((r) => setTimeout(r, 100));
   t.equal(syncs, afterStop, 'none after stop');
 });
+
+t.test('afterNextSync resolves when a sync that started after the call has ended', async (t) => {
+  const clock = new FakeClock();
+  const { sync, calls } = manualSync(clock);
+  const runner = new SyncRunner({ sync, intervalMs: () => 60_000, minIntervalMs: 100, clock });
+  runner.start();
+  await settle();
+  let ended = false;
+  const waiting = runner.afterNextSync().then(() => (ended = true));
+  runner.trigger('readiness check');
+  calls[0]!.done.resolve({ ok: true });
+  await clock.advance(0);
+  t.equal(ended, false, 'the sync running at the call does not count');
+  await clock.advance(100);
+  t.equal(calls.length, 2);
+  t.equal(ended, false, 'not before the next one ends');
+  calls[1]!.done.resolve({ ok: true });
+  await waiting;
+  t.equal(ended, true);
+  const atStop = runner.afterNextSync();
+  await runner.stop();
+  await atStop;
+  t.pass('stop releases whoever waits');
+});

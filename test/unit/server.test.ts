@@ -135,6 +135,32 @@ t.test('GET /readyz', async (t) => {
   t.type(res.json().reason, 'string', 'a reason is always given');
 });
 
+t.test('GET /readyz asks whether the kernel is still known to hold our tables', async (t) => {
+  let fresh = true;
+  let status = healthyStatus();
+  let asked = 0;
+  const app = await buildServer({
+    status: () => status,
+    metrics: new AgentMetrics(),
+    fresh: async () => {
+      asked++;
+      return fresh;
+    },
+  });
+  t.teardown(() => app.close());
+  t.equal((await app.inject('/readyz')).statusCode, 200);
+  fresh = false;
+  const stale = await app.inject('/readyz');
+  t.equal(stale.statusCode, 503);
+  t.match(stale.json().reason, /another nftables commit came since/);
+  status = { ...status, ready: false, notReadyReason: 'config invalid' };
+  const before = asked;
+  const no = await app.inject('/readyz');
+  t.equal(no.statusCode, 503);
+  t.equal(no.json().reason, 'config invalid', 'not ready anyway: the status says why');
+  t.equal(asked, before, 'and the kernel is not looked at for it');
+});
+
 t.test('GET /metrics answers in the Prometheus text format', async (t) => {
   const app = await serverWith(t, healthyStatus());
   const res = await app.inject({ method: 'GET', url: '/metrics' });

@@ -1,0 +1,101 @@
+// Another tool commits to our table around a config change (README, "When it writes"): one `nft`
+// command — an element added or deleted, a rule inserted, the set flushed — at swept delays after
+// the rename. Whatever the interleaving, the kernel ends up holding the config, well before the next
+// resync (1 h here), and every /readyz 200 is true: the kernel holds the config when it is given.
+import t from 'tap';
+import { httpGet, startAgent, waitFor } from '../../harness/agent.js';
+import { inNetns, requireRoot } from '../../harness/netns.js';
+import { agentArgs, makeNode, setElements, untilUp, writeConfig } from '../helpers/node.js';
+
+const A = ['10.0.0.0/8'];
+const B = ['10.0.0.0/8', '192.168.0.0/16'];
+const configText = (cidrs: string[]) =>
+  `nonMasqueradeCIDRs: [${cidrs.join(', ')}]\nresyncInterval: 1h\n`;
+
+/** Each kind of foreign commit, as another tool or an admin would make it. */
+const FOREIGN: Record<string, string[]> = {
+  'add element': ['add', 'element', 'ip', 'ipmasq', 'nonmasq', '{ 198.51.100.0/24 }'],
+  // The element a change from B to A deletes too: nft refuses our delete if this lands first.
+  'delete element': ['delete', 'element', 'ip', 'ipmasq', 'nonmasq', '{ 192.168.0.0/16 }'],
+  'insert rule': [
+    'insert',
+    'rule',
+    'ip',
+    'ipmasq',
+    'IP-MASQ-AGENT',
+    'ip',
+    'daddr',
+    '10.9.0.1',
+    'masquerade',
+  ],
+  'flush set': ['flush', 'set', 'ip', 'ipmasq', 'nonmasq'],
+};
+const DELAYS_MS = [0, 3, 8, 15, 30, 60];
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+if (requireRoot(t)) {
+  const node = await makeNode(t, 'foreign');
+  writeConfig(node, configText(A));
+  const agent = startAgent(t, node.ns, agentArgs(node));
+  await untilUp(node, agent);
+
+  /** What makes the kernel right for `cidrs`: the set's elements and the decision chain's rules. */
+  const kernelHolds = async (cidrs: string[]) => {
+    const elements = (await setElements(node, 'nonmasq')).sort();
+    const wanted = [...cidrs, '169.254.0.0/16'].sort();
+    const { stdout } = await inNetns(node.ns, 'nft', [
+      'list',
+      'chain',
+      'ip',
+      'ipmasq',
+      'IP-MASQ-AGENT',
+    ]);
+    const rules = stdout.split('\n').filter((line) => /^\t\t\S/.test(line));
+    return JSON.stringify(elements) === JSON.stringify(wanted) && rules.length === 3
+      ? true
+      : `elements ${elements.join(', ')}; rules ${rules.map((r) => r.trim()).join(' | ')}`;
+  };
+  const ready = async () => (await httpGet(node.ns, node.port, '/readyz')).status === 200;
+  await waitFor('ready on A', async () => ((await ready()) ? true : undefined));
+
+  let current = A;
+  for (const [kind, command] of Object.entries(FOREIGN)) {
+    t.test(`${kind} around a config change, at ${DELAYS_MS.join(', ')} ms`, async (t) => {
+      for (const delay of DELAYS_MS) {
+        const next = current === A ? B : A;
+        const hash = async () =>
+          (
+            JSON.parse((await httpGet(node.ns, node.port, '/healthz')).body) as {
+              configHash: string;
+            }
+          ).configHash;
+        const hashBefore = await hash();
+        writeConfig(node, configText(next));
+        await sleep(delay);
+        // It may find nothing to act on (the element not there yet): that is one interleaving too.
+        await inNetns(node.ns, 'nft', command).catch(() => undefined);
+        current = next;
+        // Ready again, for the new config: then the kernel must hold it.
+        await waitFor(
+          `ready on the new config after ${kind} at ${delay} ms`,
+          async () => ((await hash()) !== hashBefore && (await ready()) ? true : undefined),
+          10_000,
+          10,
+        );
+        const holds = await kernelHolds(next);
+        t.equal(holds, true, `${delay} ms: /readyz 200 and the kernel holds the config`);
+      }
+    });
+  }
+
+  t.test('each interleaving was repaired, none waited for a resync', async (t) => {
+    const repairs = agent.logs.filter((l) => /drifted|changed under it/.test(l.msg ?? '')).length;
+    t.ok(repairs > 0, `${repairs} repairs logged`);
+    t.equal(
+      agent.logs.filter((l) => (l.msg ?? '').startsWith('kernel write failed')).length,
+      0,
+      'no write failed for good',
+    );
+  });
+}
