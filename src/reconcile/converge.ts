@@ -175,9 +175,10 @@ export class Converger {
         held = compile(config, compileOptions, this.generation, mark?.writer);
         await breathe();
         const inPlace = holds(found, held);
-        // Not what we would write, and written by another agent: hold back for a while rather
-        // than fight (other-agent.ts). The kernel is read again at every resync meanwhile.
-        if (!inPlace && mark && otherAgent.holdBack(mark)) {
+        // Not what we would write: drift, or another live agent's write, which we hold back from
+        // for a while rather than fight (other-agent.ts). Read again at every resync meanwhile.
+        const verdict = inPlace ? undefined : mark ? otherAgent.judge(mark) : 'drift';
+        if (verdict === 'hold') {
           this.verifiedGenId = undefined;
           return 'held-back';
         }
@@ -195,8 +196,8 @@ export class Converger {
         if (!stable && !last) continue;
         base = stable ? readAt : undefined;
         // Drift: the kernel no longer holds the config we wrote, changed by anyone but another
-        // agent: by hand, by a commit around our own write, or by a restore of a saved ruleset.
-        drift = this.kernelKey === key && (mark === undefined || mark.writer === writer);
+        // live agent: by hand, by a commit around our own write, or by a restore of a saved table.
+        drift = this.kernelKey === key && verdict === 'drift';
       }
       const generation = this.generation + 1;
       await breathe();

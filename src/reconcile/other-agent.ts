@@ -1,10 +1,13 @@
 // Another ipmasq-agent writing our tables otherwise than we would (another config or other flags), as
 // during a rolling update with maxSurge (README, "Choices where the contract is silent"). Recognised
-// by the latest write's mark (nftables/ownership.ts): another writer's, on tables that do not hold
-// what we would write. A mark of our own writer is never another agent: an older write of ours put
-// back (a restore of a saved ruleset) is drift, repaired at once. Of two agents the newer (the later
-// start) wins: it writes its config at once; the older holds back for 1, 2, 4, at most 8 resync
-// intervals before writing its own again, instead of rewriting at every resync.
+// by the latest write's mark (nftables/ownership.ts): a writer other than this process whose
+// generation has moved on since we last saw its mark is alive and writing (and its write, still in
+// place while we hold back, is too). Anything else that is not what we would write is drift,
+// repaired at once: a mark of this process that is not its last write, a mark seen for the first
+// time, one older than one seen before, or one seen before that we had repaired — a restore of a
+// saved ruleset, whichever process of ours wrote it. Of two live agents the newer (the later start) wins:
+// it writes its config at once; the older holds back for 1, 2, 4, at most 8 resync intervals before
+// writing its own again, instead of rewriting at every resync.
 import type { Logger } from 'pino';
 import { isNewerWriter, type WriteMark } from '../nftables/ownership.js';
 import type { NodeEvents } from '../kubernetes/events.js';
@@ -15,6 +18,15 @@ export type TableWriter = WriteMark;
 
 /** The longest hold, in resync intervals; also how long our write must stay to end a conflict. */
 export const MAX_HOLD_INTERVALS = 8;
+
+/** How many other writers' latest generations are remembered. */
+const WRITERS_KEPT = 16;
+
+/**
+ * What to do about a table that does not hold what we would write: repair it as `drift`, `write`
+ * our config over another live agent's (we are the newer), or `hold` back from it (it is newer).
+ */
+export type OtherWriterVerdict = 'drift' | 'write' | 'hold';
 
 export interface OtherAgentDeps {
   readonly logger: Logger;
@@ -29,6 +41,8 @@ export interface OtherAgentDeps {
 export class OtherAgentWatch {
   private readonly deps: OtherAgentDeps;
   private lastWrite: TableWriter | undefined;
+  /** The highest generation seen in the marks of each other writer, by writer id. */
+  private readonly seen = new Map<string, number>();
   /** How often another agent's write was seen, when last, and until when to hold back. */
   private conflict: { rounds: number; lastSeen: number; holdUntil: number | undefined } | undefined;
 
@@ -47,26 +61,36 @@ export class OtherAgentWatch {
   }
 
   /**
-   * Our tables do not hold what we would write, and the table found carries `found`. True while we
-   * hold back from another agent's write; false when it is not one (our own last write, changed by
-   * someone without an agent's comment: plain drift), or when it is time to write ours again.
+   * Our tables do not hold what we would write, and the table found carries `found`: drift, to be
+   * repaired; another live agent's write that we write over; or one we hold back from for now.
    */
-  holdBack(found: TableWriter): boolean {
-    // Before our first write, a table of another config is simply the last run's.
-    if (!this.lastWrite || this.isOurLastWrite(found)) return false;
-    if (found.writer === this.deps.writer) return false;
-    const now = this.deps.now();
+  judge(found: TableWriter): OtherWriterVerdict {
+    // A mark of ours, or of an older release (no writer): an older write put back, or a hand edit.
+    if (found.writer === undefined || found.writer === this.deps.writer) return 'drift';
+    const before = this.seen.get(found.writer);
+    this.seen.delete(found.writer);
+    this.seen.set(found.writer, Math.max(before ?? 0, found.generation));
+    for (const oldest of this.seen.keys()) {
+      if (this.seen.size <= WRITERS_KEPT) break;
+      this.seen.delete(oldest);
+    }
     const conflict = this.conflict;
+    // Before our first write, a table of another config is simply the last run's to replace. A
+    // writer not seen before, or gone back to an older generation, is a restore of a saved table;
+    // so is the same write again once we had repaired it (no conflict open): drift.
+    if (!this.lastWrite || before === undefined || found.generation < before) return 'drift';
+    if (found.generation === before && !conflict) return 'drift';
+    const now = this.deps.now();
     if (conflict) conflict.lastSeen = now;
     if (!isNewerWriter(found.writer, this.deps.writer)) {
       // An older agent's write: ours wins, written again at once; the conflict is still open.
       if (!conflict) this.open(found, 0, now, undefined);
-      return false;
+      return 'write';
     }
     if (conflict?.holdUntil !== undefined) {
-      if (now < conflict.holdUntil) return true;
+      if (now < conflict.holdUntil) return 'hold';
       conflict.holdUntil = undefined; // held long enough: write ours once more
-      return false;
+      return 'write';
     }
     const rounds = conflict?.rounds ?? 0;
     const holdMs = this.deps.intervalMs() * Math.min(2 ** rounds, MAX_HOLD_INTERVALS);
@@ -74,7 +98,7 @@ export class OtherAgentWatch {
       conflict.rounds = rounds + 1;
       conflict.holdUntil = now + holdMs;
     } else this.open(found, rounds + 1, now, now + holdMs);
-    return true;
+    return 'hold';
   }
 
   private open(found: TableWriter, rounds: number, now: number, holdUntil: number | undefined) {

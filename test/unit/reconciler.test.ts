@@ -513,25 +513,34 @@ t.test(
       );
     other(2);
     await reconciler.sync();
-    t.equal(kernel.applies.length, 1, 'no rewrite: holding back');
+    t.equal(
+      kernel.applies.length,
+      2,
+      'a writer seen for the first time may be a restore: repaired',
+    );
+    t.equal(await metric('ipmasq_drift_repairs_total'), 1);
+    t.equal(await metric('ipmasq_conflicting_writer'), 0);
+    other(4); // it writes again: alive
+    await reconciler.sync();
+    t.equal(kernel.applies.length, 2, 'no rewrite: holding back');
     t.equal(await metric('ipmasq_conflicting_writer'), 1);
     t.equal(reconciler.status(true).ready, false);
     t.match(reconciler.status(true).notReadyReason, /another ipmasq-agent/);
     now += 30_000;
     await reconciler.sync();
-    t.equal(kernel.applies.length, 1, 'still holding back within the resync interval');
+    t.equal(kernel.applies.length, 2, 'still holding back within the resync interval');
     now += 30_000;
     await reconciler.sync();
-    t.equal(kernel.applies.length, 2, 'after one interval: ours again');
-    t.match(kernel.tables.get('ip ipmasq'), /generation 3 config/, 'counting on from theirs');
-    other(4);
+    t.equal(kernel.applies.length, 3, 'after one interval: ours again');
+    t.match(kernel.tables.get('ip ipmasq'), /generation 5 config/, 'counting on from theirs');
+    other(6);
     await reconciler.sync();
     now += 60_000;
     await reconciler.sync();
-    t.equal(kernel.applies.length, 2, 'the second time, two intervals');
+    t.equal(kernel.applies.length, 3, 'the second time, two intervals');
     now += 60_000;
     await reconciler.sync();
-    t.equal(kernel.applies.length, 3);
+    t.equal(kernel.applies.length, 4);
     // The other agent is gone: our write stays; after the longest hold (8 intervals) the conflict ends.
     await reconciler.sync();
     t.equal(await metric('ipmasq_conflicting_writer'), 1, 'too soon to tell it is gone');
@@ -544,7 +553,8 @@ t.test(
       1,
       'warned once',
     );
-    t.equal(kernel.applies.length, 3);
+    t.equal(kernel.applies.length, 4);
+    t.equal(await metric('ipmasq_drift_repairs_total'), 1, 'only the first sight was drift');
   },
 );
 
@@ -554,21 +564,60 @@ t.test(
     const kernel = new FakeKernel();
     const { reconciler, logs, metric } = setup(kernel);
     await reconciler.sync();
-    kernel.tamper(ip, (listing) =>
-      listing.replace(
-        /jump IP-MASQ-AGENT comment "[^"]*"/,
-        `jump IP-MASQ-AGENT comment "${markText({ generation: 5, hash: 'ee'.repeat(32), writer: 'a0000000.000' })}"`,
-      ),
-    );
+    const older = (generation: number) =>
+      kernel.tamper(ip, (listing) =>
+        listing.replace(
+          /jump IP-MASQ-AGENT comment "[^"]*"/,
+          `jump IP-MASQ-AGENT comment "${markText({ generation, hash: 'ee'.repeat(32), writer: 'a0000000.000' })}"`,
+        ),
+      );
+    older(5);
     await reconciler.sync();
-    t.equal(kernel.applies.length, 2, 'rewritten at once');
+    t.equal(kernel.applies.length, 2, 'first sight: repaired as drift');
+    older(7);
+    await reconciler.sync();
+    t.equal(kernel.applies.length, 3, 'it writes again: rewritten at once');
     t.match(
       kernel.tables.get('ip ipmasq'),
-      /jump IP-MASQ-AGENT comment "ipmasq-agent generation 6 /,
+      /jump IP-MASQ-AGENT comment "ipmasq-agent generation 8 /,
     );
     t.equal(await metric('ipmasq_conflicting_writer'), 1, 'the conflict is open');
     t.ok(logs.some((l) => l.level === 40 && /ours wins/.test(l.msg)));
-    t.equal(await metric('ipmasq_drift_repairs_total'), 0, 'not counted as drift');
+    t.equal(await metric('ipmasq_drift_repairs_total'), 1, 'the second write not counted as drift');
+  },
+);
+
+t.test(
+  "restores of another process's writes are drift: an older one of ours, a newer one from elsewhere, or the same again",
+  async (t) => {
+    const kernel = new FakeKernel();
+    let now = 1_000_000;
+    const { reconciler, metric } = setup(kernel, undefined, { now: () => now });
+    await reconciler.sync();
+    const restore = (generation: number, writer: string) =>
+      kernel.tamper(ip, (listing) =>
+        listing
+          .replace('elements = { ', 'elements = { 198.51.100.0/24, ')
+          .replace(
+            /jump IP-MASQ-AGENT comment "[^"]*"/,
+            `jump IP-MASQ-AGENT comment "${markText({ generation, hash: 'ee'.repeat(32), writer })}"`,
+          ),
+      );
+    const snapshots: Array<[number, string, string]> = [
+      [40, 'a0000000.000', "our previous process's older write"],
+      [9, 'zzzzzzzz.zzz', 'a later-started writer elsewhere'],
+      [9, 'zzzzzzzz.zzz', 'the same snapshot again'],
+      [3, 'zzzzzzzz.zzz', 'an older one of the same writer'],
+    ];
+    for (const [i, [generation, writer, what]] of snapshots.entries()) {
+      restore(generation, writer);
+      now += 1_000;
+      await reconciler.sync();
+      t.notMatch(kernel.tables.get('ip ipmasq'), /198\.51\.100/, `${what}: repaired at once`);
+      t.equal(await metric('ipmasq_drift_repairs_total'), i + 1, 'counted as drift');
+      t.equal(await metric('ipmasq_conflicting_writer'), 0, 'never taken for another agent');
+      t.equal(reconciler.status(true).ready, true);
+    }
   },
 );
 
@@ -746,15 +795,17 @@ t.test(
       ...clock,
       compileOptions: { ...explicitInterval.compileOptions, setLayout: 'auto', enableIPv6: true },
     });
+    const conflicts = { without: 0, with: 0 };
     for (let round = 0; round < 20; round++) {
       now += 60_000;
       await withoutIPv6.reconciler.sync();
       await withIPv6.reconciler.sync();
+      conflicts.without ||= (await withoutIPv6.metric('ipmasq_conflicting_writer')) ?? 0;
+      conflicts.with ||= (await withIPv6.metric('ipmasq_conflicting_writer')) ?? 0;
     }
     // Fighting, each rewrites at every resync: 40 writes in 20 rounds.
     t.ok(kernel.applies.length <= 12, `${kernel.applies.length} writes in 20 rounds`);
-    t.equal(await withoutIPv6.metric('ipmasq_conflicting_writer'), 1);
-    t.equal(await withIPv6.metric('ipmasq_conflicting_writer'), 1);
+    t.same(conflicts, { without: 1, with: 1 }, 'both saw the other agent');
     // The agent without IPv6 leaves.
     for (let round = 0; round < 20; round++) {
       now += 60_000;
