@@ -6,7 +6,8 @@
         "native/nftables_napi.cc",
         "native/runner.cc",
         "native/netlink.cc",
-        "native/conntrack.cc"
+        "native/conntrack.cc",
+        "native/route.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "libraries": ["-lnftables", "-lnetfilter_conntrack"],

@@ -170,3 +170,74 @@ export async function httpGet(
 }
 
 export { metricValue } from './prometheus.js';
+
+// Sequential GETs of /healthz, each on a new connection as the kubelet makes them, until stdin closes
+// or a bound is hit; prints "ready", then one JSON line with each request's start (epoch ms) and
+// latency (ms), and the failures.
+const HEALTH_PROBE = `
+import http.client, json, sys, threading, time
+port, max_n, max_s, gap = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+stop = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+samples, failures = [], []
+deadline = time.monotonic() + max_s
+print("ready", flush=True)
+while not stop.is_set() and len(samples) + len(failures) < max_n and time.monotonic() < deadline:
+    start, t0 = time.time(), time.perf_counter()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        conn.request("GET", "/healthz")
+        response = conn.getresponse()
+        response.read()
+        conn.close()
+        if response.status == 200:
+            samples.append([round(start * 1000, 1), round((time.perf_counter() - t0) * 1000, 3)])
+        else:
+            failures.append("status %d" % response.status)
+    except Exception as e:
+        failures.append(repr(e))
+    time.sleep(gap)
+print(json.dumps({"samples": samples, "failures": failures}), flush=True)
+`;
+
+/** What a health probe saw: [start (epoch ms), latency (ms)] per answered request, and failures. */
+export interface HealthProbeResult {
+  samples: Array<[number, number]>;
+  failures: string[];
+}
+
+/**
+ * Probes /healthz on 127.0.0.1:port inside ns, one request after another (gapS apart), until
+ * stop() or a bound; resolves once the prober runs. Killed at teardown.
+ */
+export async function startHealthProbe(
+  t: TapTest,
+  ns: string,
+  port: number,
+  bounds: { maxRequests: number; maxSeconds: number; gapS: number },
+): Promise<{ stop(): Promise<HealthProbeResult> }> {
+  const probe = spawn('ip', [
+    'netns',
+    'exec',
+    ns,
+    python,
+    '-c',
+    HEALTH_PROBE,
+    String(port),
+    String(bounds.maxRequests),
+    String(bounds.maxSeconds),
+    String(bounds.gapS),
+  ]);
+  t.teardown(() => probe.kill('SIGKILL'));
+  let output = '';
+  probe.stdout.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
+  const done = new Promise<void>((resolve) => probe.once('exit', () => resolve()));
+  await waitFor('the health probe', () => (output.startsWith('ready') ? true : undefined));
+  return {
+    async stop() {
+      probe.stdin.end();
+      await done;
+      return JSON.parse(output.slice(output.indexOf('\n') + 1)) as HealthProbeResult;
+    },
+  };
+}

@@ -14,13 +14,25 @@ probe PROTO PORT TIMEOUT ATTEMPTS [--from SRC] DST...
                       hence a new conntrack entry and a fresh NAT decision) and print one JSON line:
                       {"dst", "address", "port"} or {"dst", "error"}. With --from, each socket is
                       bound to the local address SRC first (a second source on the same host).
-stream PROTO PORT INTERVAL DURATION DST
+stream PROTO PORT INTERVAL DURATION DST [BIND]
                       one socket (a UDP socket, or one TCP connection) sending a message every
                       INTERVAL seconds for DURATION seconds; prints one JSON line per answer,
-                      {"address", "port"} as the remote saw it, or {"error"} when none came.
+                      {"address", "port"} as the remote saw it, or {"error"} when none came. With
+                      BIND (ADDRESS:PORT, [V6]:PORT), the socket is bound there first.
 slow PORT DELAY LIFETIME ADDRESS...
                       a UDP echo like serve's that answers every datagram DELAY seconds late, as a
                       peer across a WAN does; print "ready" once bound; exit as serve does.
+jitter PORT MAXDELAY LIFETIME ADDRESS...
+                      as slow, each answer after a delay drawn evenly from 0 to MAXDELAY seconds,
+                      as a resolver's answers come.
+queries PORT RATE DURATION TIMEOUT DST
+                      a DNS-like load: RATE queries a second for DURATION seconds, each from a new
+                      UDP socket (a new flow) that waits TIMEOUT seconds for its one answer; prints
+                      one JSON line at the end: {"sent", "answered", "sources": {address: count},
+                      "lost": [time of each unanswered query, ms since the epoch]}.
+blast PORT COUNT DST
+                      one UDP datagram from one socket to each of COUNT ports of DST from PORT on,
+                      unanswered: COUNT conntrack entries at once; prints "sent COUNT".
 rawprobe PROTO PORT TAG DST...
                       send one packet per DST from a raw socket, never answered: for sctp an SCTP
                       INIT (conntrack starts a flow on it) whose initiate tag is TAG+i; for 253 a
@@ -29,6 +41,7 @@ rawprobe PROTO PORT TAG DST...
 
 import heapq
 import json
+import random
 import struct
 import select
 import socket
@@ -188,6 +201,85 @@ def slow(port, delay, lifetime, addresses):
             heapq.heappush(due, (time.monotonic() + delay, sequence, sock, peer))
 
 
+def jitter(port, max_delay, lifetime, addresses):
+    sockets = [udp_socket(address, port) for address in addresses]
+    due = []  # (time, sequence, socket, peer): answers not yet sent, in time order
+    sequence = 0
+    print("ready", flush=True)
+    deadline = time.monotonic() + lifetime
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        while due and due[0][0] <= now:
+            _, _, sock, peer = heapq.heappop(due)
+            try:
+                sock.sendto(reply_text(peer), peer)
+            except OSError:
+                pass
+        wait = max(0.0, min(deadline - now, (due[0][0] - now) if due else 1.0))
+        readable, _, _ = select.select([sys.stdin, *sockets], [], [], wait)
+        for sock in readable:
+            if sock is sys.stdin:
+                if not sys.stdin.buffer.read1(4096):
+                    return
+                continue
+            try:
+                _data, peer = sock.recvfrom(256)
+            except OSError:
+                continue
+            sequence += 1
+            answer_at = time.monotonic() + random.uniform(0, max_delay)
+            heapq.heappush(due, (answer_at, sequence, sock, peer))
+
+
+def queries(port, rate, duration, timeout, dst):
+    family = socket.AF_INET6 if ":" in dst else socket.AF_INET
+    pending = {}  # socket -> (deadline, sent at in ms since the epoch)
+    sent = answered = 0
+    sources = {}
+    lost = []
+    start = time.monotonic()
+    end = start + duration
+    while time.monotonic() < end or pending:
+        now = time.monotonic()
+        while now < end and sent < (now - start) * rate:
+            sock = socket.socket(family, socket.SOCK_DGRAM)
+            sock.setblocking(False)
+            try:
+                sock.sendto(b"query", (dst, port))
+            except OSError:
+                pass
+            pending[sock] = (now + timeout, time.time() * 1000)
+            sent += 1
+        for sock, (deadline, at) in list(pending.items()):
+            if deadline <= now:
+                lost.append(round(at))
+                del pending[sock]
+                sock.close()
+        next_send = start + (sent + 1) / rate if now < end else now + 0.05
+        wait = max(0.0, min(next_send - time.monotonic(), 0.05))
+        readable, _, _ = select.select(list(pending), [], [], wait) if pending else ([], [], [])
+        if not pending:
+            time.sleep(wait)
+        for sock in readable:
+            try:
+                address = sock.recv(256).decode().split()[0]
+                sources[address] = sources.get(address, 0) + 1
+                answered += 1
+            except (OSError, ValueError, IndexError):
+                continue
+            del pending[sock]
+            sock.close()
+    print(json.dumps({"sent": sent, "answered": answered, "sources": sources, "lost": lost}), flush=True)
+
+
+def blast(port, count, dst):
+    family = socket.AF_INET6 if ":" in dst else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        for i in range(count):
+            sock.sendto(b"x", (dst, port + i))
+    print(f"sent {count}", flush=True)
+
+
 def probe_once(proto, dst, port, timeout, source=None):
     family = socket.AF_INET6 if ":" in dst else socket.AF_INET
     kind = socket.SOCK_DGRAM if proto == "udp" else socket.SOCK_STREAM
@@ -206,12 +298,16 @@ def probe_once(proto, dst, port, timeout, source=None):
     return {"dst": dst, "address": address, "port": int(seen_port)}
 
 
-def stream(proto, port, interval, duration, dst):
+def stream(proto, port, interval, duration, dst, bind=None):
     family = socket.AF_INET6 if ":" in dst else socket.AF_INET
     kind = socket.SOCK_DGRAM if proto == "udp" else socket.SOCK_STREAM
     deadline = time.monotonic() + duration
     with socket.socket(family, kind) as sock:
         sock.settimeout(max(interval, 0.5))
+        if bind is not None:
+            address, _, local_port = bind.rpartition(":")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((address.strip("[]"), int(local_port)))
         if proto == "tcp":
             sock.connect((dst, port))
         while time.monotonic() < deadline:
@@ -249,8 +345,15 @@ def main(argv):
         probe(argv[1], int(argv[2]), float(argv[3]), int(argv[4]), argv[5:])
     elif len(argv) >= 5 and argv[0] == "slow":
         slow(int(argv[1]), float(argv[2]), float(argv[3]), argv[4:])
-    elif len(argv) == 6 and argv[0] == "stream" and argv[1] in ("udp", "tcp"):
-        stream(argv[1], int(argv[2]), float(argv[3]), float(argv[4]), argv[5])
+    elif len(argv) in (6, 7) and argv[0] == "stream" and argv[1] in ("udp", "tcp"):
+        bind = argv[6] if len(argv) == 7 else None
+        stream(argv[1], int(argv[2]), float(argv[3]), float(argv[4]), argv[5], bind)
+    elif len(argv) >= 5 and argv[0] == "jitter":
+        jitter(int(argv[1]), float(argv[2]), float(argv[3]), argv[4:])
+    elif len(argv) == 6 and argv[0] == "queries":
+        queries(int(argv[1]), float(argv[2]), float(argv[3]), float(argv[4]), argv[5])
+    elif len(argv) == 4 and argv[0] == "blast":
+        blast(int(argv[1]), int(argv[2]), argv[3])
     elif len(argv) >= 5 and argv[0] == "rawprobe" and argv[1] in ("sctp", "253"):
         rawprobe(argv[1], int(argv[2]), int(argv[3]), argv[4:])
     else:

@@ -216,6 +216,73 @@ export async function startSlowEcho(t: TapTest, topo: Topology, delayS: number):
   await waitForReady(echo, 5_000);
 }
 
+/** The port of startJitterEcho's peer. */
+export const JITTER_ECHO_PORT = 9997;
+
+/**
+ * A UDP echo on the remote, on every target address, that answers each datagram after a delay
+ * drawn evenly from 0 to maxDelayS, as a resolver's answers come. Killed at teardown.
+ */
+export async function startJitterEcho(
+  t: TapTest,
+  topo: Topology,
+  maxDelayS: number,
+): Promise<void> {
+  const addresses = [
+    ...Object.values(REMOTE_TARGETS_IPV4),
+    ...(topo.ipv6 ? Object.values(REMOTE_TARGETS_IPV6) : []),
+  ];
+  const args = [
+    echoScript,
+    'jitter',
+    String(JITTER_ECHO_PORT),
+    String(maxDelayS),
+    '300',
+    ...addresses,
+  ];
+  const echo = spawn('ip', ['netns', 'exec', topo.remote, python, ...args]);
+  t.teardown(() => echo.kill('SIGKILL'));
+  await waitForReady(echo, 5_000);
+}
+
+/** What a DNS-like load saw: queries sent and answered, the answers' sources, when lost ones were sent. */
+export interface QueryLoad {
+  sent: number;
+  answered: number;
+  sources: Record<string, number>;
+  lost: number[];
+}
+
+/**
+ * A DNS-like load from the pod (or `ns`) to dst: `rate` queries a second for durationS, each from a
+ * new socket, each waiting timeoutS for its one answer. Resolves when the last has answered or
+ * given up.
+ */
+export async function runQueries(
+  topo: Topology,
+  dst: string,
+  opts: { rate: number; durationS: number; timeoutS: number; port?: number; ns?: string },
+): Promise<QueryLoad> {
+  const args = [
+    echoScript,
+    'queries',
+    String(opts.port ?? JITTER_ECHO_PORT),
+    String(opts.rate),
+    String(opts.durationS),
+    String(opts.timeoutS),
+    dst,
+  ];
+  const budgetMs = (opts.durationS + opts.timeoutS) * 1000 + 30_000;
+  const { stdout } = await inNetns(opts.ns ?? topo.pod, python, args, { timeoutMs: budgetMs });
+  return JSON.parse(stdout.trim().split('\n').at(-1) ?? '{}') as QueryLoad;
+}
+
+/** One datagram from one socket of the pod to each of `count` ports of dst: `count` flows at once. */
+export async function blastFlows(topo: Topology, dst: string, firstPort: number, count: number) {
+  const args = [echoScript, 'blast', String(firstPort), String(count), dst];
+  await inNetns(topo.pod, python, args, { timeoutMs: 60_000 });
+}
+
 function waitForReady(child: ChildProcess, timeoutMs: number): Promise<void> {
   return new Promise((resolvePromise, reject) => {
     let stderr = '';
@@ -328,6 +395,7 @@ export function startStream(
   intervalS: number,
   durationS: number,
   port = ECHO_PORT,
+  opts: { ns?: string; bind?: string } = {},
 ): Stream {
   const args = [
     echoScript,
@@ -337,8 +405,9 @@ export function startStream(
     String(intervalS),
     String(durationS),
     dst,
+    ...(opts.bind === undefined ? [] : [opts.bind]),
   ];
-  const child = spawn('ip', ['netns', 'exec', topo.pod, python, ...args]);
+  const child = spawn('ip', ['netns', 'exec', opts.ns ?? topo.pod, python, ...args]);
   t.teardown(() => child.kill('SIGKILL'));
   const answers: StreamAnswer[] = [];
   let pending = '';

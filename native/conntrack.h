@@ -1,11 +1,15 @@
-// Deleting the conntrack entries of flows whose NAT decision a config change flipped (README, "When
-// it writes"), through libnetfilter_conntrack. Plain C++: nothing of N-API.
+// Which conntrack entries a config change must delete so that their flows follow the new decision
+// (README, "Existing flows"), judged entry by entry by both configs' decisions, and their deletion,
+// through libnetfilter_conntrack. Plain C++: nothing of N-API.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
+
+struct nf_conntrack;
 
 namespace conntrack {
 
@@ -14,18 +18,30 @@ struct Range {
   std::array<uint8_t, 16> last{};
 };
 
-struct FlushRequest {
+// What one config decides for a family's flows beside their destination (README, "Egress policy"):
+// which senders and egress interfaces it considers, and what it translates to.
+struct Policy {
+  bool any_source = true;
+  std::vector<Range> sources;  // sorted, disjoint
+  bool any_interface = true;
+  std::vector<std::string> interfaces;  // a trailing '*' matches every name that starts so
+  bool snat = false;                    // translated to snat_range; else masqueraded
+  Range snat_range;
+};
+
+struct JudgeRequest {
   uint8_t family = 0;              // AF_INET or AF_INET6
   std::vector<uint8_t> protocols;  // empty: every protocol
-  std::vector<Range> ranges;       // sorted by first, not overlapping
-  // When not empty, only entries whose original source (the flow's sender) is in one of these
-  // (sorted, not overlapping): the egress policy's sourceCIDRs changed for them.
-  std::vector<Range> sources;
-  // Only entries the kernel translated the source of (SNAT or masquerade): a changed snatAddress.
-  bool translated_only = false;
-  // Only list what would be deleted: the reply tuples of the matched UDP entries without SNAT
-  // (whose replies go to the pod's own address), deleting nothing.
-  bool list_only = false;
+  // Destinations (after DNAT: the reply's source) exempt before the change only, and after only.
+  std::vector<Range> lost;
+  std::vector<Range> gained;
+  // When the policies differ, any destination may change its decision: exempt_after holds every
+  // destination exempt after the change. Otherwise only entries to lost and gained are looked at.
+  bool policy_changed = false;
+  std::vector<Range> exempt_after;
+  Policy before;
+  Policy after;
+  size_t hold_max = 0;  // at most this many reply tuples held
 };
 
 // A UDP flow's reply direction: the remote's address and port, and the pod's.
@@ -36,20 +52,48 @@ struct ReplyTuple {
   uint16_t destination_port = 0;
 };
 
-struct FlushResult {
-  bool ok = true;
-  std::string error;
-  // Entries deleted, by protocol number; entries seen in the family's dump.
-  std::vector<std::pair<uint8_t, uint64_t>> deleted;
-  uint64_t seen = 0;
-  std::vector<ReplyTuple> replies;  // with list_only
+// The entries of a family whose decision the change flips and that still carry the old one.
+struct Plan {
+  Plan() = default;
+  ~Plan();
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+
+  // Deleted at once, once the held replies are in place.
+  std::vector<nf_conntrack*> now;
+  // Translated UDP flows still waiting for their first reply (a query in flight): deleted after a
+  // grace, so that the answer comes back through the translation it was sent with.
+  std::vector<nf_conntrack*> later;
+  // The replies of the untranslated UDP flows among `now`, most recently active first: let
+  // through untracked for a moment, so that none starts an entry the other way round.
+  std::vector<ReplyTuple> hold;
+  uint64_t seen = 0;      // entries of the family dumped
+  uint64_t unjudged = 0;  // entries whose egress interface the routing could not tell: left alone
 };
 
-// Dumps the family's entries (the kernel filters by family), deletes those whose reply comes from
-// an address in a range — the destination the flow's packets are sent to after any DNAT, the one
-// the postrouting decision was made on — and whose protocol is asked for. Without conntrack in the
-// kernel, or with no entry, nothing is deleted and it is not an error. A kernel that stops
-// answering for 10 s ends the call with an error.
-FlushResult Flush(const FlushRequest& request);
+struct JudgeResult {
+  bool ok = true;
+  std::string error;
+  std::shared_ptr<Plan> plan;
+};
+
+// Dumps the family's entries (the kernel filters by family) and sorts out those to delete: an
+// entry whose decision differs between the two configs (its source, its egress interface as the
+// routing finds it, its destination after DNAT) and whose own state is the old decision's (not
+// translated, or translated to the old target): others keep their entry — the node's own traffic,
+// flows whose decision stays, and flows another tool translated. Entries to local addresses never
+// reach our chain and are never taken. Without conntrack in the kernel, nothing is found and it is
+// not an error. A kernel that stops answering for 10 s ends the call with an error.
+JudgeResult Judge(const JudgeRequest& request);
+
+struct DeleteResult {
+  bool ok = true;
+  std::string error;
+  std::vector<std::pair<uint8_t, uint64_t>> deleted;  // by protocol number
+};
+
+// Deletes these entries, each only if it is still the same entry (its conntrack id): an entry that
+// ended meanwhile, or a new flow on the same addresses, is left alone.
+DeleteResult Delete(const std::vector<nf_conntrack*>& entries);
 
 }  // namespace conntrack

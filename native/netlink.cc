@@ -13,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "runner.h"
 
@@ -133,6 +134,140 @@ Tables ListTables() {
         return true;
       });
   return result;
+}
+
+namespace {
+
+// Appends a netlink attribute (nested when `nest`: its length is fixed by End).
+class Writer {
+ public:
+  explicit Writer(std::vector<char>* buffer) : buffer_(buffer) {}
+  size_t Begin(uint16_t type) {
+    size_t at = buffer_->size();
+    Put(type, nullptr, 0);
+    return at;
+  }
+  void End(size_t at) {
+    auto* attr = reinterpret_cast<nlattr*>(buffer_->data() + at);
+    attr->nla_len = static_cast<uint16_t>(buffer_->size() - at);
+  }
+  void Put(uint16_t type, const void* data, size_t length) {
+    nlattr attr{static_cast<uint16_t>(NLA_HDRLEN + length), type};
+    Append(&attr, sizeof(attr));
+    Append(data, length);
+    buffer_->resize(NLA_ALIGN(buffer_->size()));
+  }
+  void PutString(uint16_t type, const std::string& text) {
+    Put(type, text.c_str(), text.size() + 1);
+  }
+
+ private:
+  void Append(const void* data, size_t length) {
+    if (length == 0) return;
+    const auto* bytes = static_cast<const char*>(data);
+    buffer_->insert(buffer_->end(), bytes, bytes + length);
+  }
+  std::vector<char>* buffer_;
+};
+
+// Starts a message of the batch; Finish sets its length.
+size_t StartMessage(std::vector<char>* batch, uint16_t type, uint16_t flags, uint8_t family,
+                    uint32_t seq, uint16_t res_id) {
+  size_t at = batch->size();
+  batch->resize(at + NLMSG_HDRLEN + NLMSG_ALIGN(sizeof(nfgenmsg)));
+  auto* header = reinterpret_cast<nlmsghdr*>(batch->data() + at);
+  header->nlmsg_type = type;
+  header->nlmsg_flags = static_cast<uint16_t>(NLM_F_REQUEST | flags);
+  header->nlmsg_seq = seq;
+  auto* nfg = reinterpret_cast<nfgenmsg*>(batch->data() + at + NLMSG_HDRLEN);
+  nfg->nfgen_family = family;
+  nfg->version = NFNETLINK_V0;
+  nfg->res_id = htons(res_id);
+  return at;
+}
+
+void FinishMessage(std::vector<char>* batch, size_t at) {
+  batch->resize(NLMSG_ALIGN(batch->size()));
+  reinterpret_cast<nlmsghdr*>(batch->data() + at)->nlmsg_len =
+      static_cast<uint32_t>(batch->size() - at);
+}
+
+// An nlattr's length is 16 bits: the elements go in messages well under that.
+constexpr size_t kElementsPerMessage = 512;
+
+}  // namespace
+
+Status ReplaceSetElements(uint8_t family, const std::string& table, const std::string& set,
+                          const std::vector<std::vector<uint8_t>>& keys) {
+  const uint16_t nft = NFNL_SUBSYS_NFTABLES << 8;
+  std::vector<char> batch;
+  uint32_t seq = 1;
+  FinishMessage(&batch, StartMessage(&batch, NFNL_MSG_BATCH_BEGIN, 0, AF_UNSPEC, seq++,
+                                     NFNL_SUBSYS_NFTABLES));
+  // The set's elements flushed: a DELSETELEM naming no element.
+  std::vector<uint32_t> acked;
+  size_t message = StartMessage(&batch, nft | NFT_MSG_DELSETELEM, NLM_F_ACK, family, seq, 0);
+  acked.push_back(seq++);
+  {
+    Writer attrs(&batch);
+    attrs.PutString(NFTA_SET_ELEM_LIST_TABLE, table);
+    attrs.PutString(NFTA_SET_ELEM_LIST_SET, set);
+  }
+  FinishMessage(&batch, message);
+  for (size_t first = 0; first < keys.size(); first += kElementsPerMessage) {
+    message =
+        StartMessage(&batch, nft | NFT_MSG_NEWSETELEM, NLM_F_CREATE | NLM_F_ACK, family, seq, 0);
+    acked.push_back(seq++);
+    Writer attrs(&batch);
+    attrs.PutString(NFTA_SET_ELEM_LIST_TABLE, table);
+    attrs.PutString(NFTA_SET_ELEM_LIST_SET, set);
+    size_t list = attrs.Begin(NLA_F_NESTED | NFTA_SET_ELEM_LIST_ELEMENTS);
+    for (size_t i = first; i < keys.size() && i < first + kElementsPerMessage; i++) {
+      size_t element = attrs.Begin(NLA_F_NESTED | NFTA_LIST_ELEM);
+      size_t key = attrs.Begin(NLA_F_NESTED | NFTA_SET_ELEM_KEY);
+      attrs.Put(NFTA_DATA_VALUE, keys[i].data(), keys[i].size());
+      attrs.End(key);
+      attrs.End(element);
+    }
+    attrs.End(list);
+    FinishMessage(&batch, message);
+  }
+  FinishMessage(
+      &batch, StartMessage(&batch, NFNL_MSG_BATCH_END, 0, AF_UNSPEC, seq++, NFNL_SUBSYS_NFTABLES));
+
+  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
+  if (fd < 0) return {false, std::string("netlink socket: ") + strerror(errno)};
+  // Closed on a thread of its own: after a deletion the close waits for the kernel (runner.h).
+  std::unique_ptr<int, std::function<void(int*)>> guard(&fd, [](int* f) {
+    const int closing = *f;
+    runner::Later([closing] { close(closing); });
+  });
+  timeval limit{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  int room = static_cast<int>(batch.size()) * 2;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &room, sizeof(room));
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  if (sendto(fd, batch.data(), batch.size(), 0, reinterpret_cast<sockaddr*>(&kernel),
+             sizeof(kernel)) < 0)
+    return {false, std::string("netlink send: ") + strerror(errno)};
+  // One ACK per message asked for; any error means the kernel took none of the batch.
+  alignas(nlmsghdr) static thread_local char buf[65536];
+  size_t answered = 0;
+  while (answered < acked.size()) {
+    ssize_t len = recv(fd, buf, sizeof(buf), 0);
+    if (len < 0 && errno == EINTR) continue;
+    if (len < 0) return {false, std::string("netlink recv: ") + strerror(errno)};
+    for (auto* nlh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nlh, len);
+         nlh = NLMSG_NEXT(nlh, len)) {
+      if (nlh->nlmsg_type != NLMSG_ERROR) continue;
+      auto* e = static_cast<nlmsgerr*>(NLMSG_DATA(nlh));
+      if (e->error != 0)
+        return {false, "set " + set + " of table " + table + ": " + strerror(-e->error)};
+      answered++;
+    }
+  }
+  return {true, ""};
 }
 
 }  // namespace netlink

@@ -31,4 +31,10 @@ struct Tables {
 };
 Tables ListTables();
 
+// Replaces what a set of ours holds with these keys, in one transaction (a batch of a flush and
+// the additions), each element taking the set's own timeout. Keys are the set's key bytes, as the
+// kernel stores a concatenation: each part in network order, padded to 4 bytes.
+Status ReplaceSetElements(uint8_t family, const std::string& table, const std::string& set,
+                          const std::vector<std::vector<uint8_t>>& keys);
+
 }  // namespace netlink

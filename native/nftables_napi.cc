@@ -1,7 +1,8 @@
-// nftables_napi: the N-API glue over three plain C++ layers that know nothing of N-API — runner
-// (libnftables in a child forked per call), netlink (plain nf_tables requests) and conntrack
-// (libnetfilter_conntrack). Each call copies its arguments on the JS thread, runs its job on a pool
-// thread through the one Worker, and resolves with JS values built back on the JS thread.
+// nftables_napi: the N-API glue over plain C++ layers that know nothing of N-API — runner
+// (libnftables in a child forked per call), netlink (plain nf_tables requests), conntrack
+// (libnetfilter_conntrack) and route (rtnetlink lookups for it). Each call copies its arguments on
+// the JS thread, runs its job on a pool thread through the one Worker, and resolves with JS values
+// built back on the JS thread.
 #include <arpa/inet.h>
 #include <malloc.h>
 #include <napi.h>
@@ -115,39 +116,10 @@ Napi::Value Tables(const Napi::CallbackInfo& info) {
   });
 }
 
-// The flush's result as JS: { seen, deleted: [[protocol, count]…], replies: [{ source,
-// sourcePort, destination, destinationPort }…], error? }, addresses as inet_ntop prints them.
-Napi::Value FlushValue(Napi::Env env, int af, const conntrack::FlushResult& result) {
-  Napi::Object value = Napi::Object::New(env);
-  value.Set("seen", Napi::Number::New(env, static_cast<double>(result.seen)));
-  Napi::Array deleted = Napi::Array::New(env, result.deleted.size());
-  for (size_t i = 0; i < result.deleted.size(); i++) {
-    Napi::Array pair = Napi::Array::New(env, 2);
-    pair.Set(0u, Napi::Number::New(env, result.deleted[i].first));
-    pair.Set(1u, Napi::Number::New(env, static_cast<double>(result.deleted[i].second)));
-    deleted.Set(static_cast<uint32_t>(i), pair);
-  }
-  value.Set("deleted", deleted);
-  Napi::Array replies = Napi::Array::New(env);
-  char source[INET6_ADDRSTRLEN], destination[INET6_ADDRSTRLEN];
-  for (const auto& reply : result.replies) {
-    if (!inet_ntop(af, reply.source.data(), source, sizeof source) ||
-        !inet_ntop(af, reply.destination.data(), destination, sizeof destination))
-      continue;
-    Napi::Object tuple = Napi::Object::New(env);
-    tuple.Set("source", source);
-    tuple.Set("sourcePort", Napi::Number::New(env, reply.source_port));
-    tuple.Set("destination", destination);
-    tuple.Set("destinationPort", Napi::Number::New(env, reply.destination_port));
-    replies.Set(replies.Length(), tuple);
-  }
-  value.Set("replies", replies);
-  if (!result.ok) value.Set("error", result.error);
-  return value;
-}
-
 // Pairs of first and last address (4 or 16 bytes each, network order), sorted, disjoint.
-std::vector<conntrack::Range> RangesOf(Napi::Env env, Napi::Buffer<uint8_t> buffer, size_t width) {
+std::vector<conntrack::Range> RangesOf(Napi::Env env, Napi::Value value, size_t width) {
+  if (!value.IsBuffer()) throw Napi::TypeError::New(env, "ranges must be a Buffer");
+  auto buffer = value.As<Napi::Buffer<uint8_t>>();
   if (buffer.Length() % (2 * width) != 0)
     throw Napi::RangeError::New(env, "ranges must hold first/last address pairs");
   std::vector<conntrack::Range> ranges;
@@ -160,37 +132,153 @@ std::vector<conntrack::Range> RangesOf(Napi::Env env, Napi::Buffer<uint8_t> buff
   return ranges;
 }
 
-// conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer, listOnly: boolean,
-//                sources: Buffer, translatedOnly: boolean)
-// ranges: of the reply's source; sources: of the original source, empty for any.
-Napi::Value ConntrackFlush(const Napi::CallbackInfo& info) {
+// { sources: Buffer | null, interfaces: string[] | null, snat: Buffer | null } (null: any /
+// masquerade)
+conntrack::Policy PolicyOf(Napi::Env env, Napi::Value value, size_t width) {
+  if (!value.IsObject()) throw Napi::TypeError::New(env, "a policy must be an object");
+  Napi::Object object = value.As<Napi::Object>();
+  conntrack::Policy policy;
+  Napi::Value sources = object.Get("sources");
+  if (!sources.IsNull()) {
+    policy.any_source = false;
+    policy.sources = RangesOf(env, sources, width);
+  }
+  Napi::Value interfaces = object.Get("interfaces");
+  if (!interfaces.IsNull()) {
+    if (!interfaces.IsArray()) throw Napi::TypeError::New(env, "interfaces must be an array");
+    policy.any_interface = false;
+    Napi::Array names = interfaces.As<Napi::Array>();
+    for (uint32_t i = 0; i < names.Length(); i++) {
+      Napi::Value name = names.Get(i);
+      if (!name.IsString()) throw Napi::TypeError::New(env, "interface names must be strings");
+      policy.interfaces.push_back(name.As<Napi::String>().Utf8Value());
+    }
+  }
+  Napi::Value snat = object.Get("snat");
+  if (!snat.IsNull()) {
+    std::vector<conntrack::Range> range = RangesOf(env, snat, width);
+    if (range.size() != 1) throw Napi::RangeError::New(env, "snat must be one range");
+    policy.snat = true;
+    policy.snat_range = range[0];
+  }
+  return policy;
+}
+
+// The plan of a judged flush lives in C++; JS holds it as an External until it is done with it.
+using PlanRef = std::shared_ptr<conntrack::Plan>;
+
+Napi::Value PlanValue(Napi::Env env, const PlanRef& plan) {
+  Napi::Object value = Napi::Object::New(env);
+  value.Set("seen", Napi::Number::New(env, static_cast<double>(plan->seen)));
+  value.Set("unjudged", Napi::Number::New(env, static_cast<double>(plan->unjudged)));
+  value.Set("now", Napi::Number::New(env, static_cast<double>(plan->now.size())));
+  value.Set("later", Napi::Number::New(env, static_cast<double>(plan->later.size())));
+  value.Set("hold", Napi::Number::New(env, static_cast<double>(plan->hold.size())));
+  value.Set("plan", Napi::External<PlanRef>::New(env, new PlanRef(plan),
+                                                 [](Napi::Env, PlanRef* ref) { delete ref; }));
+  return value;
+}
+
+PlanRef PlanOf(Napi::Env env, Napi::Value value) {
+  if (!value.IsExternal()) throw Napi::TypeError::New(env, "not a conntrack plan");
+  return *value.As<Napi::External<PlanRef>>().Data();
+}
+
+// conntrackJudge({ family, protocols, lost, gained, policyChanged, exemptAfter, before, after,
+// holdMax }) → Promise<{ seen, unjudged, now, later, hold, plan }>
+Napi::Value ConntrackJudge(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() != 6 || !info[0].IsNumber() || !info[1].IsArray() || !info[2].IsBuffer() ||
-      !info[3].IsBoolean() || !info[4].IsBuffer() || !info[5].IsBoolean())
-    throw Napi::TypeError::New(env,
-                               "conntrackFlush(family: 4 | 6, protocols: number[], ranges: Buffer, "
-                               "listOnly: boolean, sources: Buffer, translatedOnly: boolean)");
-  int family = info[0].As<Napi::Number>().Int32Value();
+  if (info.Length() != 1 || !info[0].IsObject())
+    throw Napi::TypeError::New(env, "conntrackJudge(request: object)");
+  Napi::Object object = info[0].As<Napi::Object>();
+  int family = object.Get("family").ToNumber().Int32Value();
   if (family != 4 && family != 6) throw Napi::RangeError::New(env, "family must be 4 or 6");
-  conntrack::FlushRequest request;
+  const size_t width = family == 4 ? 4 : 16;
+  conntrack::JudgeRequest request;
   request.family = family == 4 ? AF_INET : AF_INET6;
-  request.list_only = info[3].As<Napi::Boolean>().Value();
-  Napi::Array protocols = info[1].As<Napi::Array>();
-  for (uint32_t i = 0; i < protocols.Length(); i++) {
-    Napi::Value value = protocols.Get(i);
-    int protocol = value.IsNumber() ? value.As<Napi::Number>().Int32Value() : -1;
+  Napi::Value protocols = object.Get("protocols");
+  if (!protocols.IsArray()) throw Napi::TypeError::New(env, "protocols must be an array");
+  for (uint32_t i = 0; i < protocols.As<Napi::Array>().Length(); i++) {
+    int protocol = protocols.As<Napi::Array>().Get(i).ToNumber().Int32Value();
     if (protocol < 0 || protocol > 255) throw Napi::RangeError::New(env, "protocols are 0-255");
     request.protocols.push_back(static_cast<uint8_t>(protocol));
   }
-  size_t width = family == 4 ? 4 : 16;
-  request.ranges = RangesOf(env, info[2].As<Napi::Buffer<uint8_t>>(), width);
-  request.sources = RangesOf(env, info[4].As<Napi::Buffer<uint8_t>>(), width);
-  request.translated_only = info[5].As<Napi::Boolean>().Value();
+  request.lost = RangesOf(env, object.Get("lost"), width);
+  request.gained = RangesOf(env, object.Get("gained"), width);
+  request.policy_changed = object.Get("policyChanged").ToBoolean().Value();
+  request.exempt_after = RangesOf(env, object.Get("exemptAfter"), width);
+  request.before = PolicyOf(env, object.Get("before"), width);
+  request.after = PolicyOf(env, object.Get("after"), width);
+  double hold_max = object.Get("holdMax").ToNumber().DoubleValue();
+  if (!(hold_max >= 0 && hold_max <= 1e6)) throw Napi::RangeError::New(env, "holdMax: 0-1e6");
+  request.hold_max = static_cast<size_t>(hold_max);
   return Queue(env, [request = std::move(request)]() {
-    conntrack::FlushResult result = conntrack::Flush(request);
-    const int af = request.family;
-    return Value(
-        [af, result = std::move(result)](Napi::Env env) { return FlushValue(env, af, result); });
+    conntrack::JudgeResult result = conntrack::Judge(request);
+    if (!result.ok) return Failed(result.error);
+    return Value([plan = result.plan](Napi::Env env) { return PlanValue(env, plan); });
+  });
+}
+
+// conntrackHold(plan, family: 4 | 6, table: string, set: string) → Promise<number>: the plan's
+// reply tuples replace what the set holds, each for the set's own timeout.
+Napi::Value ConntrackHold(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 4 || !info[1].IsNumber() || !info[2].IsString() || !info[3].IsString())
+    throw Napi::TypeError::New(env, "conntrackHold(plan, family: 4 | 6, table, set)");
+  PlanRef plan = PlanOf(env, info[0]);
+  int family = info[1].As<Napi::Number>().Int32Value();
+  if (family != 4 && family != 6) throw Napi::RangeError::New(env, "family must be 4 or 6");
+  std::string table = info[2].As<Napi::String>().Utf8Value();
+  std::string set = info[3].As<Napi::String>().Utf8Value();
+  return Queue(env, [plan, family, table, set]() {
+    // The set's key, `ADDR saddr . udp sport . ADDR daddr . udp dport`: each part in network
+    // order, padded to 4 bytes.
+    const size_t width = family == 4 ? 4 : 16;
+    std::vector<std::vector<uint8_t>> keys;
+    keys.reserve(plan->hold.size());
+    for (const auto& reply : plan->hold) {
+      std::vector<uint8_t> key(2 * width + 8, 0);
+      const uint16_t source_port = htons(reply.source_port);
+      const uint16_t destination_port = htons(reply.destination_port);
+      memcpy(key.data(), reply.source.data(), width);
+      memcpy(key.data() + width, &source_port, 2);
+      memcpy(key.data() + width + 4, reply.destination.data(), width);
+      memcpy(key.data() + 2 * width + 4, &destination_port, 2);
+      keys.push_back(std::move(key));
+    }
+    netlink::Status status = netlink::ReplaceSetElements(
+        static_cast<uint8_t>(family == 4 ? AF_INET : AF_INET6), table, set, keys);
+    if (!status.ok) return Failed(status.error);
+    const double held = static_cast<double>(keys.size());
+    return Value([held](Napi::Env env) { return Napi::Number::New(env, held); });
+  });
+}
+
+// conntrackDelete(plan, which: 'now' | 'later') → Promise<{ deleted: [[protocol, count]…], error?
+// }>
+Napi::Value ConntrackDelete(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 2 || !info[1].IsString())
+    throw Napi::TypeError::New(env, "conntrackDelete(plan, which: 'now' | 'later')");
+  PlanRef plan = PlanOf(env, info[0]);
+  std::string which = info[1].As<Napi::String>().Utf8Value();
+  if (which != "now" && which != "later")
+    throw Napi::RangeError::New(env, "which must be 'now' or 'later'");
+  return Queue(env, [plan, later = which == "later"]() {
+    conntrack::DeleteResult result = conntrack::Delete(later ? plan->later : plan->now);
+    return Value([result = std::move(result)](Napi::Env env) {
+      Napi::Object value = Napi::Object::New(env);
+      Napi::Array deleted = Napi::Array::New(env, result.deleted.size());
+      for (size_t i = 0; i < result.deleted.size(); i++) {
+        Napi::Array pair = Napi::Array::New(env, 2);
+        pair.Set(0u, Napi::Number::New(env, result.deleted[i].first));
+        pair.Set(1u, Napi::Number::New(env, static_cast<double>(result.deleted[i].second)));
+        deleted.Set(static_cast<uint32_t>(i), pair);
+      }
+      value.Set("deleted", deleted);
+      if (!result.ok) value.Set("error", result.error);
+      return value;
+    });
   });
 }
 
@@ -252,7 +340,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("run", Napi::Function::New(env, Run));
   exports.Set("generationId", Napi::Function::New(env, GenerationId));
   exports.Set("listTables", Napi::Function::New(env, Tables));
-  exports.Set("conntrackFlush", Napi::Function::New(env, ConntrackFlush));
+  exports.Set("conntrackJudge", Napi::Function::New(env, ConntrackJudge));
+  exports.Set("conntrackHold", Napi::Function::New(env, ConntrackHold));
+  exports.Set("conntrackDelete", Napi::Function::New(env, ConntrackDelete));
   exports.Set("releaseMemory", Napi::Function::New(env, ReleaseMemory));
   exports.Set("mapLargeAllocations", Napi::Function::New(env, MapLargeAllocations));
   exports.Set("pageOutFileMappings", Napi::Function::New(env, PageOutFileMappings));

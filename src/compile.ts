@@ -6,8 +6,7 @@ import {
   BASE_CHAIN,
   EGRESS_INTERFACES_SET,
   LATE_REPLIES_CHAIN,
-  LATE_REPLIES_SET,
-  lateReplyKey,
+  lateRepliesChain,
   lateRepliesSet,
   MASQ_SET,
   NONMASQ_SET,
@@ -207,11 +206,7 @@ function compileFamily(
         rules: [jumpRule(options, mark)],
       },
       decision,
-      {
-        name: LATE_REPLIES_CHAIN,
-        base: { type: 'filter', hook: 'prerouting', priority: 'mangle', policy: 'accept' },
-        rules: [`${lateReplyKey(family)} @${LATE_REPLIES_SET} drop`],
-      },
+      lateRepliesChain(family),
     ],
   };
 }

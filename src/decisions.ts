@@ -74,8 +74,8 @@ function compare(
 
 /** Per family: destinations exempt before and masqueraded after (`lost`), and the reverse (`gained`). */
 export function flippedRanges(
-  before: Config,
-  after: Config,
+  before: Decisive,
+  after: Decisive,
   which: readonly AddressFamily[],
 ): Array<{ family: Family; lost: Range[]; gained: Range[] }> {
   return which.map((family) => {

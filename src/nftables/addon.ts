@@ -5,44 +5,56 @@
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { packRanges, PackedRanges, type RangeList } from '../cidr/index.js';
 import {
-  formatAddress,
-  packRanges,
-  PackedRanges,
-  parseAddress,
-  type Range,
-  type RangeList,
-} from '../cidr/index.js';
-import { nftFailureKinds, type CommitStep, type NftFailureKind, type ReplyTuple } from './types.js';
+  nftFailureKinds,
+  type CommitStep,
+  type DeletedFlows,
+  type FlowJudgement,
+  type FlowPlan,
+  type FlowPolicy,
+  type NftFailureKind,
+} from './types.js';
 import { errorText } from '../errors.js';
 
 export type { NftFailureKind } from './types.js';
 
-/** What the native flush answers: counts, and with listOnly the reply tuples (inet_ntop's text). */
-interface NativeFlush {
+/** What the native judgement answers: counts, and the plan it keeps (an External). */
+interface NativePlan {
   readonly seen: number;
-  readonly deleted: ReadonlyArray<readonly [protocol: number, count: number]>;
-  readonly replies: ReadonlyArray<{
-    readonly source: string;
-    readonly sourcePort: number;
-    readonly destination: string;
-    readonly destinationPort: number;
-  }>;
-  readonly error?: string;
+  readonly unjudged: number;
+  readonly now: number;
+  readonly later: number;
+  readonly hold: number;
+  readonly plan: unknown;
+}
+
+interface NativePolicy {
+  sources: Buffer | null;
+  interfaces: string[] | null;
+  snat: Buffer | null;
 }
 
 interface NativeAddon {
   run(script: string, dryRun: boolean, json: boolean, timeoutMs: number): Promise<string>;
   generationId(): Promise<number>;
   listTables(): Promise<Array<{ family: string; name: string }>>;
-  conntrackFlush(
-    family: 4 | 6,
-    protocols: number[],
-    ranges: Buffer,
-    listOnly: boolean,
-    sources: Buffer,
-    translatedOnly: boolean,
-  ): Promise<NativeFlush>;
+  conntrackJudge(request: {
+    family: 4 | 6;
+    protocols: number[];
+    lost: Buffer;
+    gained: Buffer;
+    policyChanged: boolean;
+    exemptAfter: Buffer;
+    before: NativePolicy;
+    after: NativePolicy;
+    holdMax: number;
+  }): Promise<NativePlan>;
+  conntrackHold(plan: unknown, family: 4 | 6, table: string, set: string): Promise<number>;
+  conntrackDelete(
+    plan: unknown,
+    which: 'now' | 'later',
+  ): Promise<{ deleted: Array<[number, number]>; error?: string }>;
   releaseMemory(): boolean;
   mapLargeAllocations(bytes: number): boolean;
   pageOutFileMappings(): Promise<number>;
@@ -123,10 +135,16 @@ function serialised<T>(call: () => Promise<T>): Promise<T> {
   return result;
 }
 
-function runNative(native: NativeAddon, script: string, options: RunOptions): Promise<string> {
+/** One libnftables call; its time limit is read when the call is asked for (nftTimeoutMs). */
+function runNative(
+  native: NativeAddon,
+  script: string,
+  options: RunOptions,
+  timeoutMs: number,
+): Promise<string> {
   return (
     native
-      .run(script, options.dryRun ?? false, options.json ?? false, nftTimeoutMs())
+      .run(script, options.dryRun ?? false, options.json ?? false, timeoutMs)
       // Rethrown with a JS stack; the native error carries nothing more than its text and kind.
       .catch((err: unknown) => {
         const code = (err as { code?: unknown } | null)?.code;
@@ -139,7 +157,8 @@ function runNative(native: NativeAddon, script: string, options: RunOptions): Pr
 /** Run an nft script (what `nft -f` accepts) in one libnftables call, off the JS thread. */
 export async function runNft(script: string, options: RunOptions = {}): Promise<string> {
   const native = addon();
-  return serialised(() => runNative(native, script, options));
+  const timeoutMs = nftTimeoutMs();
+  return serialised(() => runNative(native, script, options, timeoutMs));
 }
 
 /**
@@ -149,10 +168,11 @@ export async function runNft(script: string, options: RunOptions = {}): Promise<
  */
 export async function commitNft(script: string): Promise<CommitStep> {
   const native = addon();
+  const timeoutMs = nftTimeoutMs();
   const generation = () => native.generationId().catch(() => undefined);
   return serialised(async () => {
     const before = await generation();
-    await runNative(native, script, {});
+    await runNative(native, script, {}, timeoutMs);
     return { before, after: await generation() };
   });
 }
@@ -169,14 +189,7 @@ export async function nftTableNames(): Promise<Array<{ family: string; name: str
   return serialised(() => native.listTables());
 }
 
-/** What one conntrack flush did: entries of the family seen, deleted per protocol, what failed. */
-export interface ConntrackFlushResult {
-  readonly seen: number;
-  readonly deleted: ReadonlyMap<number, number>;
-  readonly error: string | undefined;
-}
-
-/** Packed buffers by range list: a flush passes the same list to the addon twice. */
+/** Packed buffers by range list: a judgement may pass the same list more than once. */
 const packedLists = new WeakMap<object, PackedRanges>();
 
 /** The ranges as the addon takes them (cidr/ranges.ts, PackedRanges), packed once per list. */
@@ -190,82 +203,56 @@ function rangeBuffer(family: 4 | 6, ranges: RangeList): Buffer {
   return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
-/** The native flush's answer, its reply addresses parsed and formatted by the agent itself. */
-function flushAnswer(answer: NativeFlush): ConntrackFlushResult & { replies: ReplyTuple[] } {
-  const replies = answer.replies.map((reply) => {
-    // Re-formatted by the agent's own parser: only addresses it formatted reach nftables.
-    const source = parseAddress(reply.source);
-    const destination = parseAddress(reply.destination);
-    return {
-      source: formatAddress(source.family, source.addr),
-      sourcePort: port(reply.sourcePort),
-      destination: formatAddress(destination.family, destination.addr),
-      destinationPort: port(reply.destinationPort),
-    };
+function nativePolicy(family: 4 | 6, policy: FlowPolicy): NativePolicy {
+  return {
+    sources: policy.sources === null ? null : rangeBuffer(family, policy.sources),
+    interfaces: policy.interfaces === null ? null : [...policy.interfaces],
+    snat: policy.snat === null ? null : rangeBuffer(family, [policy.snat]),
+  };
+}
+
+/**
+ * Dumps the family's conntrack entries on a pool thread and finds those a config change must delete
+ * (native/conntrack.h): judged one by one by both configs' decisions, the egress interface from the
+ * routing where a decision depends on it. Deletes nothing: see holdReplies and deleteFlows. Never
+ * rejects for a kernel without conntrack.
+ */
+export async function judgeFlows(request: FlowJudgement): Promise<FlowPlan> {
+  const { family } = request;
+  const answer = await addon().conntrackJudge({
+    family,
+    protocols: [...request.protocols],
+    lost: rangeBuffer(family, request.lost),
+    gained: rangeBuffer(family, request.gained),
+    policyChanged: request.exemptAfter !== null,
+    exemptAfter: rangeBuffer(family, request.exemptAfter ?? []),
+    before: nativePolicy(family, request.before),
+    after: nativePolicy(family, request.after),
+    holdMax: request.holdMax,
   });
-  return { seen: answer.seen, deleted: new Map(answer.deleted), error: answer.error, replies };
-}
-
-function port(value: number): number {
-  if (!Number.isInteger(value) || value < 0 || value > 65_535) throw new Error(`bad port ${value}`);
-  return value;
+  const { seen, unjudged, now, later, hold } = answer;
+  return { family, seen, unjudged, now, later, hold, handle: answer.plan };
 }
 
 /**
- * Deletes the conntrack entries of `family` whose reply comes from one of `ranges` (sorted,
- * disjoint [first, last]) — the destination after any DNAT, the one postrouting decided on — and
- * whose protocol is one of `protocols` (every one when empty), through libnetfilter_conntrack on a
- * pool thread. Never rejects for a kernel without conntrack.
+ * Replaces what our table's set of late replies holds with the plan's reply tuples, as one commit
+ * through netlink (no libnftables: the tuples never leave the addon), with the generation ids read
+ * around it in the same turn of the queue as every commit of ours.
  */
-/**
- * Which entries a flush takes besides their destination (the reply's source): those whose sender
- * is in `sources` (any when absent), and only the translated ones with `translatedOnly` (README,
- * "Egress policy": a changed sourceCIDRs or snatAddress).
- */
-export interface FlowSelection {
-  readonly sources?: readonly Range[];
-  readonly translatedOnly?: boolean;
+export async function holdReplies(plan: FlowPlan, table: string, set: string): Promise<CommitStep> {
+  const native = addon();
+  const generation = () => native.generationId().catch(() => undefined);
+  return serialised(async () => {
+    const before = await generation();
+    await native.conntrackHold(plan.handle, plan.family, table, set);
+    return { before, after: await generation() };
+  });
 }
 
-export async function conntrackFlush(
-  family: 4 | 6,
-  protocols: readonly number[],
-  ranges: RangeList,
-  selection: FlowSelection = {},
-): Promise<ConntrackFlushResult> {
-  const answer = await addon().conntrackFlush(
-    family,
-    [...protocols],
-    rangeBuffer(family, ranges),
-    false,
-    rangeBuffer(family, selection.sources ?? []),
-    selection.translatedOnly ?? false,
-  );
-  const { seen, deleted, error } = flushAnswer(answer);
-  return { seen, deleted, error };
-}
-
-/**
- * The reply directions of the UDP entries conntrackFlush would delete whose replies go to the pod's
- * own address (no SNAT): deletes nothing. Their late replies are dropped while the flush happens
- * (README, "Existing flows").
- */
-export async function conntrackReplies(
-  family: 4 | 6,
-  ranges: RangeList,
-  selection: FlowSelection = {},
-): Promise<ReplyTuple[]> {
-  const answer = await addon().conntrackFlush(
-    family,
-    [17],
-    rangeBuffer(family, ranges),
-    true,
-    rangeBuffer(family, selection.sources ?? []),
-    selection.translatedOnly ?? false,
-  );
-  const { replies, error } = flushAnswer(answer);
-  if (error !== undefined) throw new Error(error);
-  return replies;
+/** Deletes the plan's entries, `now` or `later`, each only if it is still the same entry. */
+export async function deleteFlows(plan: FlowPlan, which: 'now' | 'later'): Promise<DeletedFlows> {
+  const answer = await addon().conntrackDelete(plan.handle, which);
+  return { deleted: new Map(answer.deleted), error: answer.error };
 }
 
 /**

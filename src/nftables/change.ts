@@ -1,6 +1,7 @@
 // Changes of a table of ours in place (README, "When it writes"; docs/design.md, "Writes on the
 // wire"): which shape each set's change takes, as measured, and the transactions for each shape.
-import { elementList, setBlock, validateTable } from './render.js';
+import type { TransientObjects } from './listing.js';
+import { elementList, renderChain, setBlock, validateTable } from './render.js';
 import type { NamedSet, Table } from './types.js';
 
 /** The names of a table's sets that a change keeps or makes: all but the transient ones. */
@@ -27,7 +28,12 @@ function presentSets(next: Table, old: Table | undefined, present?: ReadonlySet<
  * flows slipping past it; a set `next` drops is deleted last, once no rule refers to it. Returns the
  * transactions in order: one, or two when a set is made.
  */
-export function renderInPlace(next: Table, old?: Table, present?: ReadonlySet<string>): string[] {
+export function renderInPlace(
+  next: Table,
+  old?: Table,
+  present?: ReadonlySet<string>,
+  remake?: TransientObjects,
+): string[] {
   validateTable(next);
   const { family, name } = next;
   const held = presentSets(next, old, present);
@@ -52,6 +58,7 @@ export function renderInPlace(next: Table, old?: Table, present?: ReadonlySet<st
   }
   if (additions.length > 0) lines.push(`table ${family} ${name} {`, ...additions, '}');
   for (const chain of next.chains) {
+    if (remake && chain.transient) continue;
     const before = old?.chains.find((c) => c.name === chain.name);
     const same =
       before !== undefined &&
@@ -65,8 +72,26 @@ export function renderInPlace(next: Table, old?: Table, present?: ReadonlySet<st
   const wanted = new Set(next.sets.map((set) => set.name));
   for (const gone of [...held].filter((set) => !wanted.has(set)).sort())
     lines.push(`delete set ${family} ${name} ${gone}`);
+  if (remake) lines.push(...remakeTransient(next, remake));
   const main = lines.join('\n') + '\n';
   return made.length > 0 ? [setsBlock(family, name, made), main] : [main];
+}
+
+/**
+ * The transient objects (the late replies' set and chain) made anew: those the kernel holds
+ * deleted — a chain emptied first, a set once no rule refers to it — and the table's declared again.
+ * They take no part in the decision, so no new flow is decided otherwise meanwhile.
+ */
+function remakeTransient(next: Table, remake: TransientObjects): string[] {
+  const { family, name } = next;
+  const lines: string[] = [];
+  for (const chain of remake.chains) {
+    lines.push(`flush chain ${family} ${name} ${chain}`, `delete chain ${family} ${name} ${chain}`);
+  }
+  for (const set of remake.sets) lines.push(`delete set ${family} ${name} ${set}`);
+  const sets = next.sets.filter((set) => set.transient).flatMap((set) => setBlock(set, family));
+  const chains = next.chains.filter((chain) => chain.transient).flatMap(renderChain);
+  return [...lines, `table ${family} ${name} {`, ...sets, ...chains, '}'];
 }
 
 /** One table block declaring these sets with all their elements. */
@@ -201,7 +226,11 @@ export function nextSetName(name: string): string {
  * filled; 2: the rules moved to them, the old sets deleted; 3: the new sets under their own names,
  * filled; 4: the rules moved back, the write's mark, the temporary sets deleted. Between steps the decision is the old config's (1) or the new one's (2-4).
  */
-export function renderKeyChange(next: Table, present?: ReadonlySet<string>): string[] {
+export function renderKeyChange(
+  next: Table,
+  present?: ReadonlySet<string>,
+  remake?: TransientObjects,
+): string[] {
   validateTable(next);
   const { family, name } = next;
   const keyed = next.sets.filter((set) => !set.transient);
@@ -243,8 +272,11 @@ export function renderKeyChange(next: Table, present?: ReadonlySet<string>): str
     ownNames,
     // From the table of step 3, whose base chains are as before: their rules are rewritten too
     // (the jump rule takes this write's mark).
-    renderInPlace(next, { ...moved, chains: moved.chains.filter((chain) => !chain.base) }).join(
-      '',
-    ) + temporary.map((s) => `delete set ${family} ${name} ${s.name}\n`).join(''),
+    renderInPlace(
+      next,
+      { ...moved, chains: moved.chains.filter((chain) => !chain.base) },
+      undefined,
+      remake,
+    ).join('') + temporary.map((s) => `delete set ${family} ${name} ${s.name}\n`).join(''),
   ];
 }

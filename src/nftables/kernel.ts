@@ -1,18 +1,16 @@
 // The agent's one view of the kernel, all through the addon: nothing else in src/ runs nftables
 // commands. Tests wrap it to count reads or stand in a fake (test/helpers/fake-kernel.ts).
 import {
-  conntrackFlush,
-  conntrackReplies,
-  type ConntrackFlushResult,
-  type FlowSelection,
+  deleteFlows,
+  holdReplies,
+  judgeFlows,
   NftError,
   nftGenerationId,
   nftTableNames,
   commitNft,
   runNft,
 } from './addon.js';
-import type { RangeList } from '../cidr/index.js';
-import type { CommitStep, ReplyTuple, TableRef } from './types.js';
+import type { CommitStep, DeletedFlows, FlowJudgement, FlowPlan, TableRef } from './types.js';
 
 /** A table of any family, as the kernel names it (`inet`, `bridge`, … as well as ours). */
 export interface AnyTableRef {
@@ -37,22 +35,12 @@ export interface Kernel {
   removeLegacyChain(chain: string): Promise<number>;
   /** Whether the kernel's set holds `element` (for an interval set, a range containing it). */
   setHas(ref: TableRef, set: string, element: string): Promise<boolean>;
-  /**
-   * Deletes conntrack entries of flows to these ranges, of these protocols (all when empty), and
-   * as `selection` narrows them (by sender, translated only).
-   */
-  flushConntrack(
-    family: 4 | 6,
-    protocols: readonly number[],
-    ranges: RangeList,
-    selection?: FlowSelection,
-  ): Promise<ConntrackFlushResult>;
-  /** The replies to the pod's own address of the UDP flows flushConntrack would delete. */
-  conntrackReplies(
-    family: 4 | 6,
-    ranges: RangeList,
-    selection?: FlowSelection,
-  ): Promise<ReplyTuple[]>;
+  /** The conntrack entries a config change must delete, judged one by one (README, "Existing flows"). */
+  judgeFlows(request: FlowJudgement): Promise<FlowPlan>;
+  /** Lets the plan's late replies through untracked for a moment: one commit to our table's set. */
+  holdReplies(plan: FlowPlan, table: string, set: string): Promise<CommitStep>;
+  /** Deletes the plan's entries, at once (`now`) or those in flight after their grace (`later`). */
+  deleteFlows(plan: FlowPlan, which: 'now' | 'later'): Promise<DeletedFlows>;
 }
 
 export { NftError };
@@ -139,6 +127,7 @@ export const nftKernel: Kernel = {
       throw err;
     }
   },
-  flushConntrack: conntrackFlush,
-  conntrackReplies,
+  judgeFlows,
+  holdReplies,
+  deleteFlows,
 };

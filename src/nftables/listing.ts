@@ -13,6 +13,20 @@ export function listingIs(listing: string, table: Table): boolean {
   return listingShape(listing) === listingShape(renderTable(table));
 }
 
+/** Whether a listing is exactly the rendering of `table` but for its transient objects. */
+export function listingIsApartFromTransient(listing: string, table: Table): boolean {
+  const drop = transientNames(table);
+  const without = (text: string) => {
+    const shape = listingShape(text);
+    const open = shape.indexOf('{');
+    const kept = objectsOf(shape).filter(
+      (object) => !drop.has(/^(set|chain) \S+/.exec(object)?.[0] ?? ''),
+    );
+    return `${shape.slice(0, open + 1)} ${kept.join(' ')} }`;
+  };
+  return without(listing) === without(renderTable(table));
+}
+
 /**
  * A listing in a form that compares equal whatever order the sets, the chains and the elements are
  * in: a concatenated set lists its elements in the order they were added, in-place writes add them
@@ -20,13 +34,29 @@ export function listingIs(listing: string, table: Table): boolean {
  */
 function listingShape(text: string): string {
   const flat = normaliseListing(withoutTableComment(text))
-    .replace(new RegExp(`(set ${LATE_REPLIES_SET} \\{[^{}]*?) elements = \\{[^}]*\\}`), '$1')
+    .replace(
+      new RegExp(`(set ${LATE_REPLIES_SET} \\{[^{}]*?) elements = \\{([^}]*)\\}`),
+      (_, head: string, items: string) => head + plantedReplies(items),
+    )
     .replace(
       /elements = \{ ([^}]*) \}/g,
       (_, items: string) => `elements = { ${items.split(', ').sort().join(', ')} }`,
     );
   const open = flat.indexOf('{');
   return `${flat.slice(0, open + 1)} ${objectsOf(flat).sort().join(' ')} }`;
+}
+
+/**
+ * The held replies' elements come and go with the set's own timeout and are never compared, but
+ * for those that carry a timeout of their own: the agent never writes one, so such an element was
+ * put there by someone else, to stay (README, "Existing flows").
+ */
+function plantedReplies(items: string): string {
+  const planted = items
+    .split(',')
+    .map((item) => item.trim())
+    .filter((item) => / timeout /.test(` ${item} `));
+  return planted.length > 0 ? ` elements = { ${planted.sort().join(', ')} }` : '';
 }
 
 /** A flattened table's objects (brace depth 1 to 2), each `set NAME { … }` or `chain NAME { … }`. */
@@ -107,14 +137,51 @@ export function compareStructure(listing: string, table: Table): 'same' | 'key' 
   const skeleton = { ...table, sets: table.sets.map((set) => ({ ...set, elements: [] })) };
   const wanted = structure(renderTable(skeleton));
   const names = new Set([...found.keys(), ...wanted.keys()]);
-  // A transient set is never made by an in-place write: one missing makes the table another's.
-  const transient = new Set(table.sets.filter((set) => set.transient).map((s) => `set ${s.name}`));
+  // The transient objects are made anew by an in-place write wherever they differ (transientDrift).
+  const transient = transientNames(table);
   const compared = [...names].filter(
     (name) =>
-      !name.startsWith('set ') || transient.has(name) || (found.has(name) && wanted.has(name)),
+      !transient.has(name) && (!name.startsWith('set ') || (found.has(name) && wanted.has(name))),
   );
   const differ = (strip: (text: string) => string) =>
     compared.some((name) => strip(found.get(name) ?? '') !== strip(wanted.get(name) ?? ''));
   if (!differ((text) => text)) return 'same';
   return differ((text) => text.replace(/^typeof .*$/gm, '')) ? 'other' : 'key';
+}
+
+/** `set NAME` / `chain NAME` of a table's transient objects (the late replies' set and chain). */
+function transientNames(table: Table): Set<string> {
+  return new Set([
+    ...table.sets.filter((set) => set.transient).map((set) => `set ${set.name}`),
+    ...table.chains.filter((chain) => chain.transient).map((chain) => `chain ${chain.name}`),
+  ]);
+}
+
+/** The transient objects a table of ours in the kernel holds, by kind, to delete before remaking them. */
+export interface TransientObjects {
+  readonly sets: readonly string[];
+  readonly chains: readonly string[];
+}
+
+/**
+ * The transient objects of the listing to make anew because some differ from what the agent
+ * writes for `table` (their declarations or rules; an older release's shape, or someone's edit,
+ * or an element planted to stay), or undefined when they are as written.
+ */
+export function transientDrift(listing: string, table: Table): TransientObjects | undefined {
+  const names = transientNames(table);
+  const found = declarations(listing);
+  const skeleton = { ...table, sets: table.sets.map((set) => ({ ...set, elements: [] })) };
+  const wanted = declarations(renderTable(skeleton));
+  const differ = [...names].some((name) => found.get(name) !== wanted.get(name));
+  const planted = plantedReplies(
+    new RegExp(`\\tset ${LATE_REPLIES_SET} \\{[^}]*?elements = \\{([^}]*)\\}`).exec(listing)?.[1] ??
+      '',
+  );
+  if (!differ && planted === '') return undefined;
+  const present = [...names].filter((name) => found.has(name));
+  return {
+    sets: present.filter((name) => name.startsWith('set ')).map((name) => name.slice(4)),
+    chains: present.filter((name) => name.startsWith('chain ')).map((name) => name.slice(6)),
+  };
 }

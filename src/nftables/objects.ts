@@ -1,7 +1,7 @@
 // The objects of our tables by name (README, "Reading `nft list table ip ipmasq`"): the compiler
 // declares them, and the listing comparisons, the conntrack flush and `--explain --live` find them,
 // each through these definitions.
-import type { NamedSet, TableFamily } from './types.js';
+import type { Chain, NamedSet, TableFamily } from './types.js';
 
 /** Each object's name in the kernel, by the name the code uses for it. */
 const objectNames = {
@@ -16,13 +16,13 @@ const objectNames = {
   /** egressInterfaces: declared only while the config gives them. */
   EGRESS_INTERFACES_SET: 'egress-interfaces',
   /**
-   * Replies on their way while the conntrack flush deletes their flow's entry: dropped for a
-   * moment, or they would start an entry the other way round that keeps the flow on its old
-   * decision (README, "Existing flows"). The set's elements come and go with timeouts; the chain
-   * drops them.
+   * Replies on their way while the conntrack flush deletes their flow's entry: let through
+   * untracked for a moment, or they would start an entry the other way round that keeps the flow on
+   * its old decision (README, "Existing flows"). Bounded in size; each element lives as long as
+   * the set's own timeout.
    */
   LATE_REPLIES_SET: 'late-replies',
-  /** The filter prerouting base chain that drops what the late-replies set holds. */
+  /** The raw prerouting base chain (before conntrack) that lets what the late-replies set holds through untracked. */
   LATE_REPLIES_CHAIN: 'prerouting',
 } as const;
 
@@ -41,13 +41,29 @@ export function lateReplyKey(family: TableFamily): string {
   return `${family} saddr . udp sport . ${family} daddr . udp dport`;
 }
 
+/** How many replies the late-replies set holds at most, and for how long each. */
+export const LATE_REPLIES_SIZE = 16_384;
+export const LATE_REPLIES_TIMEOUT_S = 3;
+
 /** The late-replies set of a table of this family: empty but for the moments after a flush. */
 export function lateRepliesSet(family: TableFamily): NamedSet {
   return {
     name: LATE_REPLIES_SET,
     key: { expression: lateReplyKey(family), elementSuffix: '' },
-    flags: ['timeout'],
+    flags: [],
+    size: LATE_REPLIES_SIZE,
+    timeoutS: LATE_REPLIES_TIMEOUT_S,
     elements: [],
+    transient: true,
+  };
+}
+
+/** The chain that lets the held replies through untracked: before conntrack (priority raw). */
+export function lateRepliesChain(family: TableFamily): Chain {
+  return {
+    name: LATE_REPLIES_CHAIN,
+    base: { type: 'filter', hook: 'prerouting', priority: 'raw', policy: 'accept' },
+    rules: [`${lateReplyKey(family)} @${LATE_REPLIES_SET} notrack`],
     transient: true,
   };
 }

@@ -2,7 +2,7 @@
 // prints, so the same text serves as the write and as the expectation a read-back is compared with.
 import { formatAddress, parseCidr, prefixRange, type Prefix } from '../cidr/index.js';
 import { nameProblem } from './names.js';
-import type { Chain, TableFamily, NamedSet, ReplyTuple, Table, TableRef } from './types.js';
+import type { Chain, TableFamily, NamedSet, Table, TableRef } from './types.js';
 
 /** Throws unless every name is a plain identifier and the comment cannot break out of its quotes. */
 export function validateTable(table: Table): void {
@@ -14,6 +14,11 @@ export function validateTable(table: Table): void {
   if (!/^[A-Za-z0-9 .:_-]{0,128}$/.test(table.comment)) {
     throw new Error(`invalid table comment ${JSON.stringify(table.comment)}`);
   }
+}
+
+function integer(n: number): string {
+  if (!Number.isSafeInteger(n) || n < 0) throw new Error(`not a non-negative integer: ${n}`);
+  return String(n);
 }
 
 /** nft prints a full-length prefix as a bare address; write it the same way. */
@@ -105,13 +110,16 @@ export async function prerenderElements(
 /** A set as a block of a table block; `elements` (all of the set's by default) inside it. */
 export function setBlock(set: NamedSet, family: TableFamily, elements = set.elements): string[] {
   const lines = [`\tset ${set.name} {`, `\t\ttypeof ${set.key.expression}`];
+  // In the order nft lists them (1.0.6 and 1.1.x alike); a timeout implies its flag.
+  if (set.size !== undefined) lines.push(`\t\tsize ${integer(set.size)}`);
   if (set.flags.length > 0) lines.push(`\t\tflags ${set.flags.join(',')}`);
+  if (set.timeoutS !== undefined) lines.push(`\t\ttimeout ${integer(set.timeoutS)}s`);
   if (elements.length > 0) lines.push(`\t\telements = { ${elementList(set, elements, family)} }`);
   lines.push('\t}');
   return lines;
 }
 
-function renderChain(chain: Chain): string[] {
+export function renderChain(chain: Chain): string[] {
   const lines = [`\tchain ${chain.name} {`];
   if (chain.base) {
     const { type, hook, priority, policy } = chain.base;
@@ -182,41 +190,4 @@ export function normaliseListing(text: string): string {
 /** The table's listing without its own comment line, which nftables never changes once written. */
 export function withoutTableComment(listing: string): string {
   return listing.replace(/^\tcomment "[^"\n]*"\n/m, '');
-}
-
-/**
- * Replaces what a table's late-replies set holds with these replies, for `timeoutS` seconds each
- * (README, "Existing flows"): one transaction, the elements inside the set block so that nft fills
- * no cache. The addresses are the agent's own formatting of what conntrack reported.
- */
-export function renderLateReplies(
-  family: TableFamily,
-  table: string,
-  set: NamedSet,
-  replies: readonly ReplyTuple[],
-  timeoutS: number,
-): string {
-  const elements = replies.map((r) => {
-    for (const p of [r.sourcePort, r.destinationPort, timeoutS]) {
-      if (!Number.isInteger(p) || p < 0 || p > 65_535)
-        throw new Error(`late replies: bad number ${p}`);
-    }
-    return `${r.source} . ${r.sourcePort} . ${r.destination} . ${r.destinationPort}`;
-  });
-  const stray = /[^0-9a-f.:, ]/.exec(elements.join(', '));
-  if (stray) throw new Error(`late replies: ${JSON.stringify(stray[0])}: not a formatted address`);
-  const lines = [`flush set ${family} ${table} ${set.name}`];
-  if (elements.length > 0) {
-    const timed = elements.map((e) => `${e} timeout ${timeoutS}s`).join(', ');
-    lines.push(
-      `table ${family} ${table} {`,
-      `\tset ${set.name} {`,
-      `\t\ttypeof ${set.key.expression}`,
-      `\t\tflags ${set.flags.join(',')}`,
-      `\t\telements = { ${timed} }`,
-      '\t}',
-      '}',
-    );
-  }
-  return lines.join('\n') + '\n';
 }

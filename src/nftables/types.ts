@@ -1,4 +1,6 @@
-// Data types of the nftables objects the agent writes. Behaviour (rendering) lives in render.ts.
+// Data types of the nftables objects the agent writes, and of what the kernel port (kernel.ts) takes
+// and answers. Behaviour (rendering) lives in render.ts.
+import type { Range, RangeList } from '../cidr/index.js';
 
 export type TableFamily = 'ip' | 'ip6';
 
@@ -19,7 +21,11 @@ export interface SetKey {
 export interface NamedSet {
   readonly name: string;
   readonly key: SetKey;
-  readonly flags: readonly ('interval' | 'timeout')[];
+  readonly flags: readonly 'interval'[];
+  /** At most this many elements (`size`). */
+  readonly size?: number;
+  /** Each element's life unless it says otherwise (`timeout`, which implies the timeout flag). */
+  readonly timeoutS?: number;
   /**
    * Canonical prefixes formatted by src/cidr, or (a `names` key) interface names the config
    * checked: never text taken from a config file unchecked.
@@ -35,7 +41,7 @@ export interface NamedSet {
 export interface BaseChainHook {
   readonly type: 'nat' | 'filter';
   readonly hook: 'postrouting' | 'prerouting';
-  readonly priority: 'srcnat' | 'mangle';
+  readonly priority: 'srcnat' | 'raw';
   readonly policy: 'accept';
 }
 
@@ -44,6 +50,11 @@ export interface Chain {
   readonly base?: BaseChainHook;
   /** Rules as nft prints them; built only from typed values by the compiler. */
   readonly rules: readonly string[];
+  /**
+   * Not part of the decision (the late replies' chain): an in-place write makes it anew, with the
+   * transient sets, wherever the kernel's differs from it (an older release's).
+   */
+  readonly transient?: true;
 }
 
 export interface Table {
@@ -59,12 +70,53 @@ export interface TableRef {
   readonly name: string;
 }
 
-/** A UDP flow's reply direction as conntrack holds it: from the remote, to the pod. */
-export interface ReplyTuple {
-  readonly source: string;
-  readonly sourcePort: number;
-  readonly destination: string;
-  readonly destinationPort: number;
+/**
+ * What one config decides for a family's flows beside their destination, as the conntrack flush
+ * judges each entry by it (README, "Existing flows"): the senders it considers (null: every one), the
+ * egress interfaces (null: every one; a trailing `*` a prefix), and the SNAT range it translates to
+ * (null: masquerade). Ranges in normal form.
+ */
+export interface FlowPolicy {
+  readonly sources: RangeList | null;
+  readonly interfaces: readonly string[] | null;
+  readonly snat: Range | null;
+}
+
+/** Which entries of a family a config change may flip, for the flush to judge one by one. */
+export interface FlowJudgement {
+  readonly family: 4 | 6;
+  /** Protocol numbers looked at; empty: every one. */
+  readonly protocols: readonly number[];
+  /** Destinations exempt before the change only, and after it only. */
+  readonly lost: RangeList;
+  readonly gained: RangeList;
+  /** Every destination exempt after the change, given when the policies differ (then any may flip). */
+  readonly exemptAfter: RangeList | null;
+  readonly before: FlowPolicy;
+  readonly after: FlowPolicy;
+  /** At most this many replies held. */
+  readonly holdMax: number;
+}
+
+/** The entries a judgement found to delete, kept by the kernel side until deleted. */
+export interface FlowPlan {
+  readonly family: 4 | 6;
+  /** Entries of the family seen, and those whose egress interface the routing could not tell. */
+  readonly seen: number;
+  readonly unjudged: number;
+  /** Entries deleted at once, and UDP ones with a query in flight deleted after a grace. */
+  readonly now: number;
+  readonly later: number;
+  /** Replies of the untranslated UDP flows among `now`, to let through untracked for a moment. */
+  readonly hold: number;
+  /** The kernel side's own handle on the entries. */
+  readonly handle: unknown;
+}
+
+/** What a deletion did: entries deleted by protocol number, and what failed. */
+export interface DeletedFlows {
+  readonly deleted: ReadonlyMap<number, number>;
+  readonly error: string | undefined;
 }
 
 /**

@@ -1,6 +1,6 @@
-// The ranges a config change flips, computed off the JavaScript thread for large configs: parsing
-// and sweeping both configs would hold /healthz up (docs/design.md, "Figures"). A worker is started
-// for that one computation and ends with it; small configs stay in-thread.
+// The destinations a config change flips, per family, computed off the JavaScript thread for large
+// configs: parsing and sweeping both configs would hold /healthz up (docs/design.md, "Figures"). A
+// worker is started for that one computation and ends with it; small configs stay in-thread.
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { startWorker } from '../worker.js';
 import {
@@ -13,7 +13,7 @@ import {
   type RangeList,
 } from '../cidr/index.js';
 import type { AddressFamily } from '../config/types.js';
-import { changedRanges, type Decisive } from '../decisions.js';
+import { exemptRanges, flippedRanges, type Decisive } from '../decisions.js';
 
 /** Up to this many entries in both configs together, the computation is cheaper than a worker. */
 export const IN_THREAD_MAX_ENTRIES = 4_000;
@@ -26,6 +26,7 @@ interface Job {
   readonly before: Packed;
   readonly after: Packed;
   readonly which: readonly AddressFamily[];
+  readonly withExempt: readonly AddressFamily[];
 }
 
 const pack = (sets: Decisive): Packed => ({
@@ -37,11 +38,24 @@ const unpack = (sets: Packed): Decisive => ({
   masquerade: familyLists(sets.masquerade),
 });
 
-/** Per family, the ranges whose decision changed: packed when they come from the worker. */
-type Changes = Array<{ family: Family; ranges: RangeList }>;
+/**
+ * Per family, the destinations exempt before only (`lost`) and after only (`gained`), and where
+ * asked for (the families whose egress policy changed), every destination exempt after.
+ */
+export interface DecisionChange {
+  readonly family: Family;
+  readonly lost: RangeList;
+  readonly gained: RangeList;
+  readonly exemptAfter: RangeList | null;
+}
 
-/** What the worker posts: each family's ranges packed, their buffers moved rather than copied. */
-type PostedChanges = Array<{ family: Family; bytes: Uint8Array }>;
+/** What the worker posts: each list packed, its buffer moved rather than copied. */
+type Posted = Array<{
+  family: Family;
+  lost: Uint8Array;
+  gained: Uint8Array;
+  exempt: Uint8Array | null;
+}>;
 
 const entries = (sets: Decisive) =>
   sets.nonMasquerade.ipv4.length +
@@ -49,13 +63,31 @@ const entries = (sets: Decisive) =>
   sets.masquerade.ipv4.length +
   sets.masquerade.ipv6.length;
 
-export function changedRangesOffThread(
+function compute(
   before: Decisive,
   after: Decisive,
   which: readonly AddressFamily[],
-): Promise<Changes> {
+  withExempt: readonly AddressFamily[],
+): DecisionChange[] {
+  return flippedRanges(before, after, which).map(({ family, lost, gained }, i) => {
+    const name = which[i]!;
+    return {
+      family,
+      lost,
+      gained,
+      exemptAfter: withExempt.includes(name) ? exemptRanges(after, name) : null,
+    };
+  });
+}
+
+export function decisionChangesOffThread(
+  before: Decisive,
+  after: Decisive,
+  which: readonly AddressFamily[],
+  withExempt: readonly AddressFamily[],
+): Promise<DecisionChange[]> {
   if (entries(before) + entries(after) <= IN_THREAD_MAX_ENTRIES) {
-    return Promise.resolve(changedRanges(before, after, which));
+    return Promise.resolve(compute(before, after, which, withExempt));
   }
   const job: Job = {
     kind: 'ipmasq-changed-ranges',
@@ -63,12 +95,18 @@ export function changedRangesOffThread(
     before: pack(before),
     after: pack(after),
     which,
+    withExempt,
   };
   return new Promise((resolve, reject) => {
     const worker = startWorker(new URL(import.meta.url), job);
-    worker.once('message', (changes: PostedChanges) =>
+    worker.once('message', (posted: Posted) =>
       resolve(
-        changes.map(({ family, bytes }) => ({ family, ranges: new PackedRanges(family, bytes) })),
+        posted.map(({ family, lost, gained, exempt }) => ({
+          family,
+          lost: new PackedRanges(family, lost),
+          gained: new PackedRanges(family, gained),
+          exemptAfter: exempt === null ? null : new PackedRanges(family, exempt),
+        })),
       ),
     );
     worker.once('error', reject);
@@ -80,11 +118,21 @@ export function changedRangesOffThread(
 
 const job = workerData as Job | undefined;
 if (!isMainThread && parentPort && job?.kind === 'ipmasq-changed-ranges') {
-  const posted: PostedChanges = changedRanges(unpack(job.before), unpack(job.after), job.which).map(
-    ({ family, ranges }) => ({ family, bytes: packRanges(family, ranges).bytes }),
-  );
+  const posted: Posted = compute(
+    unpack(job.before),
+    unpack(job.after),
+    job.which,
+    job.withExempt,
+  ).map(({ family, lost, gained, exemptAfter }) => ({
+    family,
+    lost: packRanges(family, lost).bytes,
+    gained: packRanges(family, gained).bytes,
+    exempt: exemptAfter === null ? null : packRanges(family, exemptAfter).bytes,
+  }));
   parentPort.postMessage(
     posted,
-    posted.map(({ bytes }) => bytes.buffer as ArrayBuffer),
+    posted.flatMap(({ lost, gained, exempt }) =>
+      [lost, gained, ...(exempt ? [exempt] : [])].map((bytes) => bytes.buffer as ArrayBuffer),
+    ),
   );
 }

@@ -1,17 +1,14 @@
-// Existing flows follow a config change (README, "Existing flows"): after a write that flips the
-// decision for some destinations, the conntrack entries of flows to them are deleted, so each
-// flow's next packet is decided by the new rules. Never fatal to the write.
+// Existing flows follow a config change (README, "Existing flows"): after a write that changes the
+// decision for some flows, the conntrack entries of exactly those flows are deleted, so that each
+// one's next packet is decided by the new rules; every other entry stays. Never fatal to the write.
 import type { Logger } from 'pino';
-import { lateRepliesSet } from '../nftables/objects.js';
-import { symmetricDifference, type Range, type RangeList } from '../cidr/index.js';
-import { snatText } from '../config/egress.js';
+import { parseAddress, type Range } from '../cidr/index.js';
 import type { AddressFamily, Config } from '../config/types.js';
 import { setRanges } from '../decisions.js';
-import type { FlowSelection } from '../nftables/addon.js';
-import { renderLateReplies } from '../nftables/render.js';
-import type { CommitStep, TableFamily } from '../nftables/types.js';
-import { changedRangesOffThread } from './changed-ranges.js';
+import { LATE_REPLIES_SET } from '../nftables/objects.js';
+import type { CommitStep, FlowPlan, FlowPolicy } from '../nftables/types.js';
 import type { Kernel } from '../nftables/kernel.js';
+import { decisionChangesOffThread, type DecisionChange } from './changed-ranges.js';
 import type { AgentMetrics } from './metrics.js';
 
 export const conntrackFlushModes = ['udp', 'all', 'none'] as const;
@@ -34,132 +31,137 @@ export function protocolName(protocol: number): string {
 }
 
 /**
- * How long the replies of a deleted UDP flow that still go to the pod's own address are dropped:
- * longer than the deletion itself takes plus a slow peer's round trip. A reply that arrived in that
- * time with its flow's entry gone would start an entry the other way round, without NAT, which the
- * pod's next datagrams match as replies: the flow would stay on its old decision while it lasts.
- * The next flush ends them at once (its flows are decided anew).
+ * At most this many replies are held per flush (the late-replies set's size): the most recently
+ * active flows first. The set lives 3 s (its own timeout) and a read-back of our table lists it.
  */
-export const LATE_REPLY_TIMEOUT_S = 3;
+export const LATE_REPLIES_MAX = 16_384;
+
+/**
+ * How long a translated UDP flow still waiting for its first reply (a query in flight) keeps its
+ * entry after a change that flips it: its answer comes back through the translation it was sent
+ * with, then the entry goes and the flow's next packet is decided anew.
+ */
+export const IN_FLIGHT_GRACE_MS = 2_000;
 
 export interface ConntrackDeps {
   readonly kernel: Kernel;
   readonly mode: ConntrackFlushMode;
   readonly enableIPv6: boolean;
-  /** Our table's name: its late-replies set holds the replies dropped during a flush. */
+  /** Our table's name: its late-replies set holds the replies let through during a flush. */
   readonly table: string;
   readonly logger: Logger;
   readonly metrics: AgentMetrics;
   /** Told of each commit of ours besides the writes (the generation ids around it). */
   readonly onCommit?: (step: CommitStep) => void;
+  /** Waits before the entries in flight go (tests pass a shorter one). */
+  readonly graceMs?: number;
 }
 
-/** One flush of a family's entries: those to `ranges`, narrowed by `selection`. */
-interface FlushPart {
-  readonly family: 4 | 6;
-  readonly ranges: RangeList;
-  readonly selection?: FlowSelection;
+/** What a config decides for a family's flows beside their destination, as the flush judges them. */
+export function flowPolicy(config: Config, family: AddressFamily): FlowPolicy {
+  const egress = config.egress;
+  const sources = egress?.sourceCIDRs?.[family];
+  const snat = egress?.snat?.[family];
+  const address = (text: string) => parseAddress(text).addr;
+  return {
+    sources: egress?.sourceCIDRs && sources ? setRanges(sources, family) : null,
+    interfaces: egress?.egressInterfaces ?? null,
+    snat: snat ? ([address(snat.first), address(snat.last)] as Range) : null,
+  };
 }
 
-const EVERY: Record<4 | 6, Range[]> = {
-  4: [[0n, 2n ** 32n - 1n]],
-  6: [[0n, 2n ** 128n - 1n]],
-};
-
-/**
- * The flushes an egress policy change needs (README, "Egress policy"), beside those of destinations
- * whose decision flipped: a changed egressInterfaces, every flow of the family (conntrack does not
- * record the interface a flow leaves through); a changed sourceCIDRs, the flows of the senders that
- * joined or left it; a changed snatAddress, every translated flow, so that it is translated anew.
- */
-export function policyFlushes(
-  before: Config,
-  after: Config,
-  families: readonly AddressFamily[],
-): FlushPart[] {
-  const parts: FlushPart[] = [];
-  for (const name of families) {
-    const family = name === 'ipv4' ? 4 : 6;
-    const interfaces = (c: Config) => (c.egress?.egressInterfaces ?? []).join();
-    if (interfaces(before) !== interfaces(after)) {
-      parts.push({ family, ranges: EVERY[family] });
-      continue;
-    }
-    // Without sourceCIDRs every sender is considered.
-    const senders = (c: Config) => {
-      const listed = c.egress?.sourceCIDRs;
-      return listed ? setRanges(listed[name], name) : EVERY[family];
-    };
-    const changed = symmetricDifference(senders(before), senders(after));
-    if (changed.length > 0)
-      parts.push({ family, ranges: EVERY[family], selection: { sources: changed } });
-    const snat = (c: Config) => {
-      const target = c.egress?.snat?.[name];
-      return target ? snatText(target) : '';
-    };
-    if (snat(before) !== snat(after))
-      parts.push({ family, ranges: EVERY[family], selection: { translatedOnly: true } });
-  }
-  return parts;
+/** Whether two policies decide alike for every flow (all of their parts in normal form). */
+export function samePolicy(a: FlowPolicy, b: FlowPolicy): boolean {
+  const same = (x: readonly unknown[] | null, y: readonly unknown[] | null) =>
+    x === y || (x !== null && y !== null && JSON.stringify(x, big) === JSON.stringify(y, big));
+  return (
+    same(a.sources as readonly unknown[] | null, b.sources as readonly unknown[] | null) &&
+    same(a.interfaces, b.interfaces) &&
+    same(a.snat, b.snat)
+  );
 }
+
+const big = (_key: string, value: unknown) => (typeof value === 'bigint' ? String(value) : value);
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 export class ConntrackFlush {
   private readonly deps: ConntrackDeps;
 
   /** Flushes run one after another, beside the syncs: a sync never waits for one. */
   private queue: Promise<void> = Promise.resolve();
-  /** Until when (performance.now()) late replies written by a flush may still be held, per family. */
-  private readonly heldUntil = new Map<4 | 6, number>();
+  /** Deletions of entries in flight, after their grace. */
+  private later: Promise<void> = Promise.resolve();
 
   constructor(deps: ConntrackDeps) {
     this.deps = deps;
   }
 
   /**
-   * Called once `after` is committed. `before` is what the kernel held until then, undefined when
-   * not known (the first write of this process): then nothing is deleted. Returns at once; the
-   * flush follows the ones queued before it. Deleting an entry is safe whatever was committed since:
-   * its flow's next packet is decided by the rules in place then.
+   * Called once `after` is committed. `before` is what the kernel held until then. Returns at
+   * once; the flush follows the ones queued before it. Deleting an entry is safe whatever was
+   * committed since: its flow's next packet is decided by the rules in place then.
    */
-  afterWrite(before: Config | undefined, after: Config, generation: number): void {
-    if (this.deps.mode === 'none' || before === undefined) return;
+  afterWrite(before: Config, after: Config, generation: number): void {
+    if (this.deps.mode === 'none') return;
     this.queue = this.queue.then(() => this.flush(before, after, generation));
   }
 
-  /** Resolves when every flush asked for so far has ended. */
-  settled(): Promise<void> {
-    return this.queue;
+  /** Resolves when every flush asked for so far has ended, its deletions after a grace too. */
+  async settled(): Promise<void> {
+    await this.queue;
+    await this.later;
   }
 
   private async flush(before: Config, after: Config, generation: number): Promise<void> {
-    const { kernel, mode, logger, metrics } = this.deps;
+    const { logger, metrics } = this.deps;
     const started = performance.now();
-    const families = this.deps.enableIPv6 ? (['ipv4', 'ipv6'] as const) : (['ipv4'] as const);
-    const changes = await changedRangesOffThread(before, after, families).catch((err: unknown) => {
-      metrics.incConntrackFlushFailures();
-      logger.error(
-        { err, generation },
-        'could not work out which destinations changed; no conntrack entry deleted',
-      );
-      return [];
+    const families: AddressFamily[] = this.deps.enableIPv6 ? ['ipv4', 'ipv6'] : ['ipv4'];
+    const policies = new Map(
+      families.map((family) => [
+        family,
+        { before: flowPolicy(before, family), after: flowPolicy(after, family) },
+      ]),
+    );
+    const policyChanged = families.filter((f) => {
+      const p = policies.get(f)!;
+      return !samePolicy(p.before, p.after);
     });
-    const parts: FlushPart[] = [...changes, ...policyFlushes(before, after, families)];
-    if (parts.length === 0) return;
-    const protocols = mode === 'udp' ? [UDP, UDPLITE] : [];
+    const changes = await decisionChangesOffThread(before, after, families, policyChanged).catch(
+      (err: unknown) => {
+        metrics.incConntrackFlushFailures();
+        logger.error(
+          { err, generation },
+          'could not work out which flows changed their decision; no conntrack entry deleted',
+        );
+        return [] as DecisionChange[];
+      },
+    );
     const deleted: Record<string, Record<string, number>> = {};
-    let guarded = 0;
-    for (const { family, ranges, selection } of parts) {
-      const label = family === 4 ? ('ipv4' as const) : ('ipv6' as const);
+    const summary = { lateRepliesHeld: 0, inFlight: 0, unjudged: 0 };
+    for (const change of changes) {
+      const label: AddressFamily = change.family === 4 ? 'ipv4' : 'ipv6';
+      if (change.exemptAfter === null && change.lost.length === 0 && change.gained.length === 0)
+        continue;
+      const { before: old, after: now } = policies.get(label)!;
       try {
-        guarded += await this.dropLateReplies(family, ranges, generation, selection);
-        const result = await kernel.flushConntrack(family, protocols, ranges, selection);
-        deleted[label] ??= {};
-        for (const [protocol, count] of result.deleted) {
-          const name = protocolName(protocol);
-          deleted[label][name] = (deleted[label][name] ?? 0) + count;
-          metrics.addConntrackFlushed(label, name, count);
+        const plan = await this.deps.kernel.judgeFlows({
+          family: change.family,
+          protocols: this.deps.mode === 'udp' ? [UDP, UDPLITE] : [],
+          lost: change.lost,
+          gained: change.gained,
+          exemptAfter: change.exemptAfter,
+          before: old,
+          after: now,
+          holdMax: LATE_REPLIES_MAX,
+        });
+        summary.unjudged += plan.unjudged;
+        summary.lateRepliesHeld += await this.hold(plan, generation);
+        this.count(deleted, label, await this.deps.kernel.deleteFlows(plan, 'now'));
+        if (plan.later > 0) {
+          summary.inFlight += plan.later;
+          this.deleteLater(plan, label, generation);
         }
-        if (result.error !== undefined) throw new Error(result.error);
       } catch (err) {
         metrics.incConntrackFlushFailures();
         logger.error(
@@ -169,54 +171,67 @@ export class ConntrackFlush {
       }
     }
     logger.info(
-      {
-        generation,
-        deleted,
-        lateRepliesDropped: guarded,
-        durationMs: Math.round(performance.now() - started),
-      },
+      { generation, deleted, ...summary, durationMs: Math.round(performance.now() - started) },
       'deleted the conntrack entries of flows whose masquerade decision changed',
     );
   }
 
+  /** Counts a deletion's entries in `into` and the metrics; a failure is thrown once counted. */
+  private count(
+    into: Record<string, Record<string, number>>,
+    family: AddressFamily,
+    result: Awaited<ReturnType<Kernel['deleteFlows']>>,
+  ): void {
+    into[family] ??= {};
+    for (const [protocol, count] of result.deleted) {
+      const name = protocolName(protocol);
+      into[family][name] = (into[family][name] ?? 0) + count;
+      this.deps.metrics.addConntrackFlushed(family, name, count);
+    }
+    if (result.error !== undefined) throw new Error(result.error);
+  }
+
   /**
-   * Before the entries go: the replies of their UDP flows that come back to the pod's own address
-   * are dropped for LATE_REPLY_TIMEOUT_S, through our table's late-replies set. Returns how many
-   * flows were so guarded; a failure to write them is logged and the flush goes on without.
+   * Before the entries go: the replies of their untranslated UDP flows, still on their way to the
+   * pod's own address, are let through untracked for a moment (our table's late-replies set, before
+   * conntrack), so that none starts an entry the other way round. Returns how many; a failure is
+   * logged and the flush goes on without.
    */
-  private async dropLateReplies(
-    family: 4 | 6,
-    ranges: RangeList,
-    generation: number,
-    selection?: FlowSelection,
-  ): Promise<number> {
-    const { kernel, logger, table } = this.deps;
-    const tableFamily: TableFamily = family === 4 ? 'ip' : 'ip6';
-    // A translated flow's replies go to the node's address, never the pod's: nothing to hold.
-    if (selection?.translatedOnly) return 0;
+  private async hold(plan: FlowPlan, generation: number): Promise<number> {
+    if (plan.hold === 0) return 0;
     try {
-      const replies = await kernel.conntrackReplies(family, ranges, selection);
-      // The replies held back by an earlier flush go first: their flows may be exempt again now.
-      const held = (this.heldUntil.get(family) ?? 0) > performance.now();
-      if (replies.length === 0 && !held) return 0;
-      const script = renderLateReplies(
-        tableFamily,
-        table,
-        lateRepliesSet(tableFamily),
-        replies,
-        LATE_REPLY_TIMEOUT_S,
+      this.deps.onCommit?.(
+        await this.deps.kernel.holdReplies(plan, this.deps.table, LATE_REPLIES_SET),
       );
-      const step = await kernel.apply(script);
-      this.deps.onCommit?.(step);
-      const until = replies.length > 0 ? performance.now() + LATE_REPLY_TIMEOUT_S * 1000 : 0;
-      this.heldUntil.set(family, until);
-      return replies.length;
+      return plan.hold;
     } catch (err) {
-      logger.warn(
-        { err, family: tableFamily, generation },
-        'could not hold back late replies during the conntrack flush; a flow to a slow peer may keep its old decision',
+      this.deps.logger.warn(
+        { err, family: plan.family === 4 ? 'ip' : 'ip6', generation },
+        'could not let late replies through during the conntrack flush; a flow to a slow peer may keep its old decision',
       );
       return 0;
     }
+  }
+
+  /** The entries in flight go after their grace, beside later flushes. */
+  private deleteLater(plan: FlowPlan, family: AddressFamily, generation: number): void {
+    const { logger, metrics } = this.deps;
+    const grace = this.deps.graceMs ?? IN_FLIGHT_GRACE_MS;
+    this.later = Promise.all([this.later, sleep(grace)]).then(async () => {
+      const deleted: Record<string, Record<string, number>> = {};
+      try {
+        this.count(deleted, family, await this.deps.kernel.deleteFlows(plan, 'later'));
+        logger.info(
+          { generation, deleted },
+          'deleted the conntrack entries of flows that had a query in flight at the change',
+        );
+      } catch (err) {
+        metrics.incConntrackFlushFailures();
+        logger.error(
+          { err, family, generation },
+          'could not delete the conntrack entries of flows in flight at the change; they keep the old decision until they end',
+        );
+      }
+    });
   }
 }

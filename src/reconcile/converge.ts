@@ -20,7 +20,14 @@ import { errorText } from '../errors.js';
 import type { Kernel } from '../nftables/kernel.js';
 import type { AgentMetrics } from './metrics.js';
 import { OtherAgentWatch } from './other-agent.js';
-import { compareStructure, listedSetNames, listingIs } from '../nftables/listing.js';
+import {
+  compareStructure,
+  listedSetNames,
+  listingIs,
+  listingIsApartFromTransient,
+  transientDrift,
+  type TransientObjects,
+} from '../nftables/listing.js';
 import { holds, readTables, type KernelTables } from './read-back.js';
 
 export interface ConvergeDeps {
@@ -45,8 +52,12 @@ export type Timed = <T>(phase: string, work: () => Promise<T>) => Promise<T>;
  * or replaced whole (not of our shape any more: a repair).
  */
 type Plan =
-  | { readonly kind: 'exact'; readonly old: Table }
-  | { readonly kind: 'refill' | 'key'; readonly present: ReadonlySet<string> }
+  | { readonly kind: 'exact'; readonly old: Table; readonly remake?: TransientObjects }
+  | {
+      readonly kind: 'refill' | 'key';
+      readonly present: ReadonlySet<string>;
+      readonly remake?: TransientObjects;
+    }
   | { readonly kind: 'create' | 'replace' };
 
 /** The sets of a table of ours, by name, but for the transient ones (which every table has). */
@@ -207,7 +218,7 @@ export class Converger {
         : compile(config, compileOptions, generation, writer);
       if (drift)
         logger.warn({ generation }, 'our tables in the kernel drifted from the config; repairing');
-      const scripts = await this.scripts(tables, found);
+      const scripts = await this.scripts(tables, found, held);
       // Our commits must follow on from `base` one step each (our held replies aside): any other
       // step is another tool's commit, which may have changed what we wrote.
       let chain = base;
@@ -274,7 +285,7 @@ export class Converger {
   }
 
   /** How each family's table is written, from what the kernel was found to hold (or is known to). */
-  private plan(table: Table, found: KernelTables | undefined): Plan {
+  private plan(table: Table, found: KernelTables | undefined, held?: Table): Plan {
     const last = this.lastTables.get(table.family);
     // New sets where the key changes, or where the change is cheaper made that way (nftables/change.ts).
     const fromLast = (old: Table): Plan =>
@@ -289,25 +300,35 @@ export class Converger {
     if (listing === null) return { kind: 'create' };
     if (last && listingIs(listing, last)) return fromLast(last);
     if (found.owners.get(table.family)?.kind !== 'ours') return { kind: 'replace' };
+    // Where only the transient objects differ (an older release's), only they are made anew.
+    const remake = transientDrift(listing, table);
+    if (held && listingIsApartFromTransient(listing, held))
+      return { kind: 'exact', old: held, ...(remake ? { remake } : {}) };
     const structure = compareStructure(listing, table);
     const present = listedSetNames(listing);
+    const withRemake = remake ? { remake } : {};
     if (structure === 'same')
       return needsNewSets(table, undefined, present)
-        ? { kind: 'key', present }
-        : { kind: 'refill', present };
-    return structure === 'key' ? { kind: 'key', present } : { kind: 'replace' };
+        ? { kind: 'key', present, ...withRemake }
+        : { kind: 'refill', present, ...withRemake };
+    return structure === 'key' ? { kind: 'key', present, ...withRemake } : { kind: 'replace' };
   }
 
   /** The transactions of one write, in order: the last one carries the write's mark. */
   private async scripts(
     tables: readonly Table[],
     found: KernelTables | undefined,
+    held?: readonly Table[],
   ): Promise<string[]> {
     const before: string[][] = [];
     let last = '';
     for (const table of tables) {
       await breathe();
-      const plan = this.plan(table, found);
+      const plan = this.plan(
+        table,
+        found,
+        held?.find((h) => h.family === table.family),
+      );
       await breathe();
       // What a write renders of large sets — whole sets, or a delta's additions — is rendered
       // ahead, a slice at a time.
@@ -326,13 +347,13 @@ export class Converger {
       };
       switch (plan.kind) {
         case 'exact':
-          staged(renderInPlace(table, plan.old));
+          staged(renderInPlace(table, plan.old, undefined, plan.remake));
           break;
         case 'refill':
-          staged(renderInPlace(table, undefined, plan.present));
+          staged(renderInPlace(table, undefined, plan.present, plan.remake));
           break;
         case 'key':
-          staged(renderKeyChange(table, plan.present));
+          staged(renderKeyChange(table, plan.present, plan.remake));
           break;
         case 'create':
           last += renderTable(table);

@@ -30,6 +30,8 @@ export interface ReconcilerDeps {
   readonly metrics: AgentMetrics;
   /** What happens to existing flows whose decision a config change flips (the default is plan()'s). */
   readonly conntrackFlush: ConntrackFlushMode;
+  /** How long a flipped flow with a query in flight keeps its entry (tests pass a short one). */
+  readonly conntrackGraceMs?: number;
   /** The original agent's chain: warned about before the first sync, removed if asked. */
   readonly legacy: LegacyOptions;
   /** Effective set size above which other nftables users are measurably slowed. */
@@ -102,6 +104,7 @@ export class Reconciler {
     this.conntrack = new ConntrackFlush({
       kernel,
       mode: deps.conntrackFlush,
+      ...(deps.conntrackGraceMs !== undefined ? { graceMs: deps.conntrackGraceMs } : {}),
       enableIPv6: deps.compileOptions.enableIPv6,
       table: deps.compileOptions.table,
       logger,

@@ -1,13 +1,18 @@
 // README, "HTTP": the server keeps answering while a 100 000-CIDR transaction is applied, because
 // libnftables runs off the JavaScript thread. A client inside the namespace probes /healthz the way
 // the kubelet does (a new connection each time) before, during and after the write.
-import { spawn } from 'node:child_process';
 import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { httpGet, generationOf, metricValue, startAgent, waitFor } from '../../harness/agent.js';
+import {
+  httpGet,
+  generationOf,
+  metricValue,
+  startAgent,
+  startHealthProbe,
+  waitFor,
+} from '../../harness/agent.js';
 import { inNetns, makeNetns, requireRoot, tempDir } from '../../harness/netns.js';
-import { python } from '../../harness/topology.js';
 
 const CIDRS = 100_000;
 const MAX_REQUESTS = 2_000;
@@ -18,39 +23,6 @@ const GAP_SECONDS = 0.005;
 const KERNEL_CALL_TAIL_MS = 300;
 /** Generous: the real figure is reported (t.comment, the benchmark), not asserted tightly. */
 const P99_BOUND_MS = 250;
-
-// Sequential GETs until stdin closes or a bound is hit; prints one JSON line with each request's
-// start (epoch ms) and latency (ms), and the failures.
-const client = `
-import http.client, json, sys, threading, time
-port, max_n, max_s, gap = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
-stop = threading.Event()
-threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
-samples, failures = [], []
-deadline = time.monotonic() + max_s
-print("ready", flush=True)
-while not stop.is_set() and len(samples) + len(failures) < max_n and time.monotonic() < deadline:
-    start, t0 = time.time(), time.perf_counter()
-    try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        conn.request("GET", "/healthz")
-        response = conn.getresponse()
-        response.read()
-        conn.close()
-        if response.status == 200:
-            samples.append([round(start * 1000, 1), round((time.perf_counter() - t0) * 1000, 3)])
-        else:
-            failures.append("status %d" % response.status)
-    except Exception as e:
-        failures.append(repr(e))
-    time.sleep(gap)
-print(json.dumps({"samples": samples, "failures": failures}), flush=True)
-`;
-
-interface ClientResult {
-  samples: Array<[number, number]>;
-  failures: string[];
-}
 
 function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? NaN;
@@ -94,23 +66,11 @@ if (requireRoot(t)) {
     ),
   );
 
-  const probe = spawn('ip', [
-    'netns',
-    'exec',
-    ns,
-    python,
-    '-c',
-    client,
-    String(port),
-    String(MAX_REQUESTS),
-    String(MAX_SECONDS),
-    String(GAP_SECONDS),
-  ]);
-  t.teardown(() => probe.kill('SIGKILL'));
-  let output = '';
-  probe.stdout.on('data', (chunk: Buffer) => (output += chunk.toString('utf8')));
-  const probeDone = new Promise<void>((resolve) => probe.once('exit', () => resolve()));
-  await waitFor('the client', () => (output.startsWith('ready') ? true : undefined));
+  const probe = await startHealthProbe(t, ns, port, {
+    maxRequests: MAX_REQUESTS,
+    maxSeconds: MAX_SECONDS,
+    gapS: GAP_SECONDS,
+  });
 
   await new Promise((r) => setTimeout(r, 500)); // a baseline before the write
   const writeStarted = Date.now();
@@ -118,9 +78,7 @@ if (requireRoot(t)) {
   const applied = await waitFor('generation 2', () => written(2), 20_000, 20);
   const writeDone = Number(applied.time);
   await new Promise((r) => setTimeout(r, 500)); // and some after it
-  probe.stdin.end();
-  await probeDone;
-  const result = JSON.parse(output.slice(output.indexOf('\n') + 1)) as ClientResult;
+  const result = await probe.stop();
 
   t.test('every probe answered within the bound during a 100 000-CIDR write', async (t) => {
     t.same(result.failures, [], 'all requests succeeded');

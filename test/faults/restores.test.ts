@@ -33,7 +33,7 @@ if (requireRoot(t)) {
     await untilUp(where, agent);
     // The set is not there until the agent's first write.
     const written = async () =>
-      (await setElements(where, 'nonmasq').catch(() => [])).includes(cidrs[0]!);
+      (await setElements(where, 'nonmasq').catch((): string[] => [])).includes(cidrs[0]!);
     await waitFor('its write', async () => ((await written()) ? true : undefined));
     return { agent, table: (await listTable(where.ns, 'ip'))! };
   };

@@ -2,9 +2,13 @@
 // the renderer writes (add/delete table, nested table blocks), keeps listings as nft would print
 // them, and moves a generation id on every commit. Real behaviour is proven by the kernel tests.
 import type { AnyTableRef, Kernel } from '../../src/nftables/kernel.js';
-import type { CommitStep, ReplyTuple, TableRef } from '../../src/nftables/types.js';
-import type { Range } from '../../src/cidr/index.js';
-import type { ConntrackFlushResult } from '../../src/nftables/addon.js';
+import type {
+  CommitStep,
+  DeletedFlows,
+  FlowJudgement,
+  FlowPlan,
+  TableRef,
+} from '../../src/nftables/types.js';
 import { parseAddress } from '../../src/cidr/index.js';
 import { NftError } from '../../src/nftables/kernel.js';
 
@@ -65,24 +69,28 @@ export class FakeKernel implements Kernel {
     throw new Error('fake kernel: setHas is proven against the real kernel only');
   }
 
-  /** Conntrack flushes asked for, in order. */
-  flushes: Array<{ family: 4 | 6; protocols: readonly number[]; ranges: readonly Range[] }> = [];
-  /** What conntrackReplies answers, and the ranges it was asked about. */
-  replies: ReplyTuple[] = [];
-  repliesAsked: Array<{ family: 4 | 6; ranges: readonly Range[] }> = [];
+  /** Conntrack judgements asked for, in order, and what each plan found (set by the test). */
+  judgements: FlowJudgement[] = [];
+  plan: Omit<FlowPlan, 'family' | 'handle'> = { seen: 0, unjudged: 0, now: 0, later: 0, hold: 0 };
+  /** Holds written and deletions made, in order. */
+  holds: Array<{ family: 4 | 6; table: string; set: string; hold: number }> = [];
+  deletions: Array<{ family: 4 | 6; which: 'now' | 'later'; count: number }> = [];
 
-  async flushConntrack(
-    family: 4 | 6,
-    protocols: readonly number[],
-    ranges: readonly Range[],
-  ): Promise<ConntrackFlushResult> {
-    this.flushes.push({ family, protocols, ranges });
-    return { seen: 0, deleted: new Map(), error: undefined };
+  async judgeFlows(request: FlowJudgement): Promise<FlowPlan> {
+    this.judgements.push(request);
+    return { ...this.plan, family: request.family, handle: this.judgements.length };
   }
 
-  async conntrackReplies(family: 4 | 6, ranges: readonly Range[]): Promise<ReplyTuple[]> {
-    this.repliesAsked.push({ family, ranges });
-    return this.replies;
+  async holdReplies(plan: FlowPlan, table: string, set: string): Promise<CommitStep> {
+    const before = this.genId++;
+    this.holds.push({ family: plan.family, table, set, hold: plan.hold });
+    return { before, after: this.genId };
+  }
+
+  async deleteFlows(plan: FlowPlan, which: 'now' | 'later'): Promise<DeletedFlows> {
+    const count = which === 'now' ? plan.now : plan.later;
+    this.deletions.push({ family: plan.family, which, count });
+    return { deleted: new Map(count > 0 ? [[17, count]] : []), error: undefined };
   }
 
   async apply(script: string): Promise<CommitStep> {
@@ -137,6 +145,11 @@ export class FakeKernel implements Kernel {
             throw new NftError(`Error: Could not process rule: No such file or directory\n${line}`);
           s.elements = s.elements.filter((e) => e !== element);
         }
+      } else if ((m = /^delete chain (ip6?) (\S+) (\S+)$/.exec(line))) {
+        const t = table(m[1], m[2], line);
+        if (chain(t, m[3], line).rules.length > 0)
+          throw new NftError(`Error: Could not process rule: Device or resource busy\n${line}`);
+        t.chains = t.chains.filter((c) => c.name !== m?.[3]);
       } else if ((m = /^flush chain (ip6?) (\S+) (\S+)$/.exec(line))) {
         chain(table(m[1], m[2], line), m[3], line).rules = [];
       } else if ((m = /^add rule (ip6?) (\S+) (\S+) (.+)$/.exec(line))) {

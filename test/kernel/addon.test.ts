@@ -2,6 +2,11 @@
 // addon running in a child process inside it (fixtures/addon-server.ts: the addon's threads cannot
 // be moved into a namespace from here); this process drives it, and checks the kernel with `nft`.
 import t from 'tap';
+import type { Test } from 'tap';
+import { compile } from '../../src/compile.js';
+import { parseConfigText } from '../../src/config/index.js';
+import type { Config } from '../../src/config/types.js';
+import { renderTable } from '../../src/nftables/render.js';
 import { inNetns, requireRoot } from '../../harness/netns.js';
 import { startAddon } from './fixtures/addon-client.js';
 import type { Outcome, TickReport } from './fixtures/addon-server.js';
@@ -209,101 +214,257 @@ t.test('nftGenerationId moves by one per committed transaction only', async (t) 
   t.equal(await addon.generation(), g0 + 3, 'a multi-command script is one transaction');
 });
 
+function parseOk(text: string): Config {
+  const result = parseConfigText(text, 'test', {
+    enableIPv6: true,
+    nomasqAllReservedRanges: false,
+  });
+  if (!result.ok) throw result.error;
+  return result.config;
+}
+
+/** An IPv4 address as a bigint. */
+const v4 = (text: string) =>
+  text.split('.').reduce((n, part) => n * 256n + BigInt(Number(part)), 0n);
+const one = (text: string) => [v4(text), v4(text)] as const;
+const EVERY_V4 = [[0n, 2n ** 32n - 1n]] as const;
+
+/**
+ * The addon's namespace as a node: the pod network on pod0, the uplinks up0 (192.0.2.1, to
+ * 198.19.0.0/16) and up1 (203.0.113.1, to 198.51.100.0/24), forwarding on; and conntrack entries
+ * made with conntrack -I, listed as "SRC>DST" by what is left.
+ */
+async function nodeWithEntries(t: Test) {
+  const addon = await startAddon(t);
+  const ip = (line: string) => inNetns(addon.ns, 'ip', line.split(' '));
+  for (const [name, address] of [
+    ['pod0', '10.244.1.1/24'],
+    ['up0', '192.0.2.1/24'],
+    ['up1', '203.0.113.1/24'],
+  ] as const) {
+    // veth pairs, both ends here: this kernel may have no dummy driver.
+    await ip(`link add ${name} type veth peer name ${name}-peer`);
+    await ip(`address add ${address} dev ${name}`);
+    await ip(`link set ${name}-peer up`);
+    await ip(`link set ${name} up`);
+  }
+  await ip('link set lo up');
+  await ip('route add 198.19.0.0/16 dev up0');
+  await ip('route add 198.51.100.0/24 dev up1');
+  await inNetns(addon.ns, 'sysctl', ['-q', '-w', 'net.ipv4.ip_forward=1']);
+  /** A UDP entry from SRC to DST (sport 1000, dport 53), optionally replied and translated. */
+  const insert = (
+    src: string,
+    dst: string,
+    opts: { replied?: boolean; snat?: string; proto?: string; reply?: string } = {},
+  ) =>
+    inNetns(addon.ns, 'conntrack', [
+      '-I',
+      ...['-p', opts.proto ?? 'udp', '-s', src, '-d', dst, '--sport', '1000', '--dport', '53'],
+      ...['-t', '300'],
+      ...(opts.proto === 'tcp' ? ['--state', 'ESTABLISHED'] : []),
+      ...(opts.replied ? ['-u', 'SEEN_REPLY'] : []),
+      ...(opts.snat ? ['--src-nat', opts.snat] : []),
+      // A DNAT'd flow: its reply comes from `reply` (the backend) back to the sender.
+      ...(opts.reply
+        ? ['-r', opts.reply, '-q', src, '--reply-port-src', '53', '--reply-port-dst', '1000']
+        : []),
+    ]);
+  const left = async () =>
+    (await inNetns(addon.ns, 'conntrack', ['-L'])).stdout
+      .split('\n')
+      .filter(Boolean)
+      .map((line) => /src=(\S+) dst=(\S+)/.exec(line)?.slice(1).join('>'))
+      .sort();
+  const clear = () => inNetns(addon.ns, 'conntrack', ['-F']).catch(() => undefined);
+  return { addon, insert, left, clear };
+}
+
 t.test(
-  'conntrackFlush deletes exactly the entries in the ranges, of the protocols asked for',
+  'the conntrack judge: destinations that flipped, entries carrying the old decision only, deleted by id',
   async (t) => {
     if (!requireRoot(t)) return;
-    const addon = await startAddon(t);
-    const insert = (...args: string[]) =>
-      inNetns(addon.ns, 'conntrack', [
-        '-I',
-        ...args,
-        '--sport',
-        '1000',
-        '--dport',
-        '53',
-        '-t',
-        '300',
-      ]);
-    const listed = async () =>
-      (await inNetns(addon.ns, 'conntrack', ['-L'])).stdout
-        .split('\n')
-        .filter(Boolean)
-        .map((line) => /^(\w+).*? dst=(\S+)/.exec(line)?.slice(1).join(' '))
-        .sort();
-    t.same(
-      await addon.conntrackFlush(4, [17], [[0n, 2n ** 32n - 1n]]),
-      {
-        seen: 0,
-        deleted: [],
-        error: null,
-      },
-      'no entry: nothing to do, no error',
-    );
+    const { addon, insert, left, clear } = await nodeWithEntries(t);
+    t.match(await addon.judge({ family: 4, lost: [...EVERY_V4] }), { seen: 0, now: 0 }, 'no entry');
+    // 10.0.0.0/16 was exempt and is translated now.
     for (const dst of ['10.0.0.0', '10.0.255.255', '10.1.0.0', '9.255.255.255'])
-      await insert('-p', 'udp', '-s', '192.0.2.1', '-d', dst);
-    await insert('-p', 'tcp', '-s', '192.0.2.1', '-d', '10.0.0.7', '--state', 'ESTABLISHED');
-    await insert('-p', 'udp', '-s', 'fd00::1', '-d', 'fd12::5');
-    const v4 = (a: number, b: number, c: number, d: number) =>
-      BigInt(((a * 256 + b) * 256 + c) * 256 + d);
-    const result = await addon.conntrackFlush(
-      4,
-      [17, 136],
-      [[v4(10, 0, 0, 0), v4(10, 0, 255, 255)]],
+      await insert('10.244.1.2', dst, { replied: true });
+    await insert('10.244.1.3', '10.0.0.9', { snat: '192.0.2.1' }); // someone else translated it
+    await insert('10.244.1.2', '10.0.0.7', { proto: 'tcp' });
+    const lost = [[v4('10.0.0.0'), v4('10.0.255.255')] as const];
+    const judged = await addon.judge({ family: 4, lost });
+    t.match(
+      judged,
+      { seen: 6, now: 2, later: 0, hold: 2, unjudged: 0 },
+      'both ends of the range, UDP only, untranslated only; their replies to hold',
     );
-    t.same(
-      result,
-      { seen: 5, deleted: [[17, 2]], error: null },
-      'both ends of the range, UDP only; the kernel dumped the 5 IPv4 entries, not the IPv6 one',
-    );
-    t.same(await listed(), ['tcp 10.0.0.7', 'udp 10.1.0.0', 'udp 9.255.255.255', 'udp fd12::5']);
-    const all = await addon.conntrackFlush(4, [], [[v4(10, 0, 0, 0), v4(10, 0, 255, 255)]]);
-    t.same(all.deleted, [[6, 1]], 'every protocol: the TCP entry too');
-    const six = await addon.conntrackFlush(6, [17], [[0xfd12n << 112n, (0xfd13n << 112n) - 1n]]);
-    t.same(six.deleted, [[17, 1]], 'IPv6');
-    t.same(await listed(), ['udp 10.1.0.0', 'udp 9.255.255.255']);
+    t.same((await addon.remove(judged.plan)).deleted, [[17, 2]]);
+    t.same(await left(), [
+      '10.244.1.2>10.0.0.7',
+      '10.244.1.2>10.1.0.0',
+      '10.244.1.2>9.255.255.255',
+      '10.244.1.3>10.0.0.9',
+    ]);
+    t.match(await addon.judge({ family: 4, protocols: [], lost }), { now: 1 }, 'all: TCP too');
 
-    // After DNAT: a pod's flow to a Service IP whose reply comes from its backend. Matched by the
-    // backend's address (the one postrouting decided on), not by the Service IP.
-    const service = v4(10, 96, 0, 10);
-    const backend = v4(198, 18, 0, 1);
-    await insert(
-      ...['-p', 'udp', '-s', '10.244.1.2', '-d', '10.96.0.10'],
-      ...['-r', '198.18.0.1', '-q', '10.244.1.2', '--reply-port-src', '9999'],
-      ...['--reply-port-dst', '1000'],
-    );
-    t.same(
-      await addon.conntrackReplies(4, [[backend, backend]]),
-      [
-        {
-          source: '198.18.0.1',
-          sourcePort: 9999,
-          destination: '10.244.1.2',
-          destinationPort: 1000,
-        },
-      ],
-      'its reply, listed (no SNAT: it goes to the pod): nothing deleted',
-    );
-    const byService = await addon.conntrackFlush(4, [17], [[service, service]]);
-    t.same(byService.deleted, [], 'not by the Service IP');
-    const byBackend = await addon.conntrackFlush(4, [17], [[backend, backend]]);
-    t.same(byBackend.deleted, [[17, 1]], 'by its backend');
-    t.same(await listed(), ['udp 10.1.0.0', 'udp 9.255.255.255']);
+    // Deleted only while it is the same entry: one made anew meanwhile (another id) stays.
+    await clear();
+    await insert('10.244.1.2', '10.0.0.1', { replied: true });
+    const stale = await addon.judge({ family: 4, lost });
+    await clear();
+    // Another entry first: one made at once in the freed slot would have the same id (a hash of it).
+    await insert('10.244.1.9', '10.9.9.9', { replied: true });
+    await insert('10.244.1.2', '10.0.0.1', { replied: true });
+    t.same((await addon.remove(stale.plan)).deleted, [], 'a new entry on the same addresses stays');
+    t.same(await left(), ['10.244.1.2>10.0.0.1', '10.244.1.9>10.9.9.9']);
 
-    // A changed sourceCIDRs (README, "Egress policy"): only the flows of the senders it concerns.
-    await insert('-p', 'udp', '-s', '10.244.1.2', '-d', '198.19.0.4');
-    await insert('-p', 'udp', '-s', '10.250.1.2', '-d', '198.19.0.4');
-    const pods: [bigint, bigint] = [v4(10, 244, 0, 0), v4(10, 244, 255, 255)];
-    const bySender = await addon.conntrackFlush(4, [17], [[0n, 2n ** 32n - 1n]], {
-      sources: [pods],
+    // After DNAT: judged by the backend (the reply's source), the address postrouting decided on.
+    await clear();
+    await insert('10.244.1.2', '10.96.0.10', { reply: '198.18.0.1' });
+    t.match(
+      await addon.judge({ family: 4, lost: [one('10.96.0.10')] }),
+      { now: 0 },
+      'not by the Service IP',
+    );
+    t.match(
+      await addon.judge({ family: 4, lost: [one('198.18.0.1')] }),
+      { now: 1 },
+      'by its backend',
+    );
+
+    // A flow to a local address never reaches our chain: never taken, whatever flipped.
+    await clear();
+    await insert('198.19.0.4', '192.0.2.1', { replied: true });
+    t.match(await addon.judge({ family: 4, lost: [...EVERY_V4] }), { seen: 1, now: 0 });
+
+    // Translated to exempt: a replied entry goes now, one waiting for its first reply later.
+    await clear();
+    await insert('10.244.1.2', '10.0.0.1', { snat: '192.0.2.1', replied: true });
+    await insert('10.244.1.3', '10.0.0.1', { snat: '192.0.2.1' });
+    const gained = await addon.judge({ family: 4, gained: lost });
+    t.match(gained, { now: 1, later: 1, hold: 0 });
+    t.same((await addon.remove(gained.plan, 'later')).deleted, [[17, 1]]);
+    t.same(await left(), ['10.244.1.2>10.0.0.1']);
+
+    // IPv6, by the kernel's family filter.
+    await insert('fd00::1', 'fd12::5', { replied: true });
+    const six = await addon.judge({ family: 6, lost: [[0xfd12n << 112n, (0xfd13n << 112n) - 1n]] });
+    t.match(six, { seen: 1, now: 1, hold: 1 });
+  },
+);
+
+t.test(
+  'the conntrack judge: a policy change takes the flows it changes, by source, interface and SNAT target',
+  async (t) => {
+    if (!requireRoot(t)) return;
+    const { addon, insert, left, clear } = await nodeWithEntries(t);
+    const exemptAfter = [[v4('10.0.0.0'), v4('10.255.255.255')] as const];
+    const pods = [[v4('10.244.0.0'), v4('10.244.255.255')] as const];
+    const judge = (before: object, after: object, protocols?: number[]) =>
+      addon.judge({ family: 4, exemptAfter, before, after, ...(protocols ? { protocols } : {}) });
+
+    // sourceCIDRs given: flows from elsewhere (the node's own, 192.0.2.1) are left alone now.
+    await insert('10.244.1.2', '198.19.0.4', { snat: '192.0.2.1', replied: true });
+    await insert('192.0.2.1', '198.19.0.4', { snat: '192.0.2.1:40000', replied: true });
+    await insert('192.0.2.1', '10.9.0.1', { replied: true }); // exempt in both
+    await insert('10.244.1.2', '10.9.0.1', { replied: true }); // exempt in both
+    const bySource = await judge({}, { sources: pods });
+    t.match(bySource, { now: 1, hold: 0 }, "only the node's translated flow");
+    await addon.remove(bySource.plan);
+    t.same(await left(), ['10.244.1.2>10.9.0.1', '10.244.1.2>198.19.0.4', '192.0.2.1>10.9.0.1']);
+
+    // egressInterfaces [up1] appear: a pod's flow out through up0 is left alone now; out through
+    // up1 it is translated as before; to where no route leads it cannot be judged, and stays.
+    await clear();
+    await insert('10.244.1.2', '198.19.0.4', { snat: '192.0.2.1', replied: true });
+    await insert('10.244.1.2', '198.51.100.7', { snat: '203.0.113.1', replied: true });
+    await insert('10.244.1.2', '100.64.0.1', { snat: '192.0.2.1', replied: true });
+    await insert('192.0.2.1', '198.19.0.9', { snat: '192.0.2.1:40000', replied: true });
+    const byInterface = await judge({}, { interfaces: ['up1'] });
+    t.match(byInterface, { now: 2, unjudged: 1 }, 'the pod and the node leaving up0; one unjudged');
+    await addon.remove(byInterface.plan);
+    t.same(await left(), ['10.244.1.2>100.64.0.1', '10.244.1.2>198.51.100.7']);
+    t.match(
+      await judge({ interfaces: ['up*'] }, { interfaces: ['up1'] }),
+      { now: 0 },
+      'left: 100.64 unjudged again',
+    );
+    t.match(
+      await judge({ interfaces: ['up1'] }, { interfaces: ['up1', 'eth0'] }),
+      { now: 0, unjudged: 1 },
+      'a list change that takes nothing here: only the flow with no route is not judged',
+    );
+    t.match(
+      await judge({ interfaces: ['up1'] }, { interfaces: ['up1'], sources: pods }),
+      { now: 0, unjudged: 0 },
+      'the same list, a change that decides nothing otherwise: no route looked up',
+    );
+
+    // snatAddress given: translated flows go unless already translated to it.
+    await clear();
+    await insert('10.244.1.2', '198.19.0.4', { snat: '192.0.2.1', replied: true });
+    await insert('10.244.1.3', '198.19.0.4', { snat: '192.0.2.10', replied: true });
+    await insert('10.244.1.4', '10.9.0.1', { replied: true });
+    const snat = [v4('192.0.2.10'), v4('192.0.2.10')] as const;
+    const bySnat = await judge({}, { snat });
+    t.match(
+      bySnat,
+      { now: 1 },
+      'the masqueraded one; the one on the new address and the exempt one stay',
+    );
+    await addon.remove(bySnat.plan);
+    t.same(await left(), ['10.244.1.3>198.19.0.4', '10.244.1.4>10.9.0.1']);
+    t.match(await judge({ snat }, {}), { now: 1 }, 'and back: the one on the old address');
+  },
+);
+
+t.test(
+  "held replies: written as nft would, listed alike, each for the set's own timeout",
+  async (t) => {
+    if (!requireRoot(t)) return;
+    const { addon, insert } = await nodeWithEntries(t);
+    const table = compile(
+      parseOk('nonMasqueradeCIDRs: [10.0.0.0/8]\n'),
+      {
+        table: 'ipmasq',
+        masqChain: 'IP-MASQ-AGENT',
+        randomFully: true,
+        toPorts: [],
+        enableIPv6: true,
+      },
+      1,
+    );
+    await addon.runNft(table.map(renderTable).join(''));
+    await insert('10.244.1.2', '10.0.0.1', { replied: true });
+    await insert('fd00:10:244::2', 'fd12::1', { replied: true });
+    const v4Plan = await addon.judge({ family: 4, lost: [one('10.0.0.1')] });
+    const v6Plan = await addon.judge({
+      family: 6,
+      lost: [[0xfd12n << 112n, (0xfd13n << 112n) - 1n]],
     });
-    t.same(bySender.deleted, [[17, 1]], 'the pod range sender only');
-    t.same(await listed(), ['udp 10.1.0.0', 'udp 198.19.0.4', 'udp 9.255.255.255']);
-    // A changed snatAddress: only translated flows, and none of these is.
-    const translated = await addon.conntrackFlush(4, [17], [[0n, 2n ** 32n - 1n]], {
-      translatedOnly: true,
-    });
-    t.same(translated.deleted, [], 'no untranslated flow is deleted');
-    t.equal((await listed()).length, 3);
+    const step = await addon.hold(v4Plan.plan);
+    t.equal(step.after, (step.before ?? -2) + 1, 'one commit');
+    await addon.hold(v6Plan.plan);
+    const listed = async (family: string) =>
+      (await inNetns(addon.ns, 'nft', ['list', 'set', family, 'ipmasq', 'late-replies'])).stdout
+        .replace(/ expires \S+/g, '')
+        .replace(/\s+/g, ' ');
+    const held = { ip: await listed('ip'), ip6: await listed('ip6') };
+    t.match(held.ip, /elements = \{ 10\.0\.0\.1 \. 53 \. 10\.244\.1\.2 \. 1000 \}/);
+    t.match(held.ip6, /elements = \{ fd12::1 \. 53 \. fd00:10:244::2 \. 1000 \}/);
+    // The same elements written by nft itself list the same.
+    await addon.runNft(
+      'flush set ip ipmasq late-replies\nflush set ip6 ipmasq late-replies\n' +
+        'add element ip ipmasq late-replies { 10.0.0.1 . 53 . 10.244.1.2 . 1000 }\n' +
+        'add element ip6 ipmasq late-replies { fd12::1 . 53 . fd00:10:244::2 . 1000 }\n',
+    );
+    t.same({ ip: await listed('ip'), ip6: await listed('ip6') }, held, "identical to nft's own");
+    await addon.hold(v4Plan.plan);
+    const expiry = /expires (\d+)s/.exec(
+      (await inNetns(addon.ns, 'nft', ['list', 'set', 'ip', 'ipmasq', 'late-replies'])).stdout,
+    );
+    t.ok(expiry && Number(expiry[1]) <= 3, `the set's own 3 s (${expiry?.[0]})`);
+    const capped = await addon.judge({ family: 4, lost: [one('10.0.0.1')], holdMax: 0 });
+    t.match(capped, { now: 1, hold: 0 }, 'held no more than asked');
   },
 );

@@ -164,10 +164,11 @@ t.test('every table has its sets, the base chains and the decision chain', async
     );
     t.same(table.chains[2], {
       name: 'prerouting',
-      base: { type: 'filter', hook: 'prerouting', priority: 'mangle', policy: 'accept' },
+      base: { type: 'filter', hook: 'prerouting', priority: 'raw', policy: 'accept' },
       rules: [
-        `${table.family} saddr . udp sport . ${table.family} daddr . udp dport @late-replies drop`,
+        `${table.family} saddr . udp sport . ${table.family} daddr . udp dport @late-replies notrack`,
       ],
+      transient: true,
     });
     t.same(table.chains[0]?.base, {
       type: 'nat',

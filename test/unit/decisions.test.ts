@@ -10,12 +10,14 @@ import {
   subtract,
   symmetricDifference,
   type Range,
-  type RangeList,
 } from '../../src/cidr/index.js';
 import { parseConfigText } from '../../src/config/index.js';
 import type { Config } from '../../src/config/types.js';
-import { changedRanges, exemptRanges } from '../../src/decisions.js';
-import { changedRangesOffThread } from '../../src/reconcile/changed-ranges.js';
+import { changedRanges, exemptRanges, flippedRanges } from '../../src/decisions.js';
+import {
+  decisionChangesOffThread,
+  type DecisionChange,
+} from '../../src/reconcile/changed-ranges.js';
 import { smallConfigArb, smallConfigText } from '../fuzz/helpers/generators.js';
 
 const V6 = { enableIPv6: true, nomasqAllReservedRanges: false };
@@ -146,17 +148,31 @@ t.test('large configs: the changed ranges come from a worker, the same as in-thr
   process.on('worker', counted);
   t.teardown(() => process.off('worker', counted));
   const threadsBefore = process.getActiveResourcesInfo().length;
-  const away = await changedRangesOffThread(a, b, ['ipv4', 'ipv6']);
+  const away = await decisionChangesOffThread(a, b, ['ipv4', 'ipv6'], ['ipv4']);
   t.equal(workers, 1, 'one worker started for it');
-  const packed = (changes: Array<{ family: 4 | 6; ranges: RangeList }>) =>
-    changes.map(({ family, ranges }) => ({ family, bytes: packRanges(family, ranges).bytes }));
-  t.ok(away[0]?.ranges instanceof PackedRanges, 'packed on the worker');
-  t.same(packed(away), packed(changedRanges(a, b, ['ipv4', 'ipv6'])), 'same ranges');
-  t.equal(away[0]?.ranges.length, 1, '6 000 flipped /24s join into one range');
-  t.same(await changedRangesOffThread(a, a, ['ipv4']), [], 'no change');
+  const packed = (changes: DecisionChange[]) =>
+    changes.map(({ family, lost, gained, exemptAfter }) => ({
+      family,
+      lost: packRanges(family, lost).bytes,
+      gained: packRanges(family, gained).bytes,
+      exempt: exemptAfter && packRanges(family, exemptAfter).bytes,
+    }));
+  t.ok(away[0]?.lost instanceof PackedRanges, 'packed on the worker');
+  const here = flippedRanges(a, b, ['ipv4', 'ipv6']).map((change, i) => ({
+    ...change,
+    exemptAfter: i === 0 ? exemptRanges(b, 'ipv4') : null,
+  }));
+  t.same(packed(away), packed(here), 'the same ranges as in-thread');
+  t.equal(away[1]?.exemptAfter, null, 'every exempt destination only where asked for');
+  t.equal(away[0]?.lost.length, 3_000, "3 000 /24s leave the config, none adjacent to another's");
+  const none = await decisionChangesOffThread(a, a, ['ipv4'], []);
+  t.same([none[0]?.lost.length, none[0]?.gained.length], [0, 0], 'no change');
   t.equal(workers, 2, 'over the in-thread limit: a worker again');
   const small = config('nonMasqueradeCIDRs: [10.0.0.0/8]\n');
-  t.same(await changedRangesOffThread(small, a, ['ipv4']), changedRanges(small, a, ['ipv4']));
+  t.same(
+    await decisionChangesOffThread(small, a, ['ipv4'], []),
+    flippedRanges(small, a, ['ipv4']).map((change) => ({ ...change, exemptAfter: null })),
+  );
   t.equal(workers, 2, 'up to 4 000 entries together: in-thread');
   t.ok(process.getActiveResourcesInfo().length <= threadsBefore + 1, 'no handle left behind');
   for (const deadline = Date.now() + 5_000; exited < workers && Date.now() < deadline;) {

@@ -858,97 +858,159 @@ t.test('without --remove-legacy-chain the chain is only warned about, once', asy
 });
 
 t.test(
-  'conntrack: a config change flushes the flipped ranges once committed; the first write, a drift repair and none do not',
+  'conntrack: a config change judges the flipped ranges once committed; the first write, a drift repair and none do not',
   async (t) => {
     const a: LoadResult = { ok: true, config: config(['10.0.0.0/8']), warnings: [] };
     const b: LoadResult = { ok: true, config: config(['10.0.0.0/9']), warnings: [] };
     const kernel = new FakeKernel();
     const { reconciler, setConfig, logs, metric } = setup(kernel, a, { conntrackFlush: 'udp' });
     await reconciler.sync();
-    t.same(kernel.flushes, [], 'the first write has nothing to compare with');
+    t.same(kernel.judgements, [], 'the first write has nothing to compare with');
     setConfig(b);
-    let appliesAtFlush = -1;
-    const flush = kernel.flushConntrack.bind(kernel);
-    kernel.flushConntrack = async (...args) => {
-      appliesAtFlush = kernel.applies.length;
-      return { ...(await flush(...args)), deleted: new Map([[17, 3]]) };
+    let appliesAtJudgement = -1;
+    const judge = kernel.judgeFlows.bind(kernel);
+    kernel.judgeFlows = async (request) => {
+      appliesAtJudgement = kernel.applies.length;
+      return judge(request);
     };
+    kernel.plan = { seen: 9, unjudged: 0, now: 3, later: 0, hold: 0 };
     await reconciler.sync();
     await reconciler.flushesSettled();
-    t.equal(appliesAtFlush, 2, 'after the new ruleset was committed');
-    t.same(kernel.flushes, [
-      { family: 4, protocols: [17, 136], ranges: [[0x0a800000n, 0x0affffffn]] },
+    t.equal(appliesAtJudgement, 2, 'after the new ruleset was committed');
+    t.match(kernel.judgements, [
+      {
+        family: 4,
+        protocols: [17, 136],
+        lost: [[0x0a800000n, 0x0affffffn]],
+        gained: [],
+        exemptAfter: null,
+        before: { sources: null, interfaces: null, snat: null },
+        after: { sources: null, interfaces: null, snat: null },
+      },
     ]);
+    t.same(kernel.deletions, [{ family: 4, which: 'now', count: 3 }]);
+    t.same(kernel.holds, [], 'no reply to hold: nothing written');
     t.equal(await metric('ipmasq_conntrack_flushed_total', { family: 'ipv4', protocol: 'udp' }), 3);
     t.ok(logs.some((l) => /deleted the conntrack entries/.test(l.msg)));
-    t.same(
-      kernel.repliesAsked,
-      [{ family: 4, ranges: [[0x0a800000n, 0x0affffffn]] }],
-      'its late replies looked for first, in the same ranges: none, so nothing more written',
-    );
     t.equal(kernel.applies.length, 2);
     kernel.tamper(ip, () => null);
     await reconciler.sync();
     await reconciler.flushesSettled();
     t.equal(kernel.applies.length, 3, 'drift repaired');
-    t.equal(kernel.flushes.length, 1, 'a drift repair to the same config flushes nothing');
+    t.equal(kernel.judgements.length, 1, 'a drift repair to the same config judges nothing');
 
     const all = setup(new FakeKernel(), a, { conntrackFlush: 'all' });
     await all.reconciler.sync();
     all.setConfig(b);
     await all.reconciler.sync();
     await all.reconciler.flushesSettled();
-    t.same(all.kernel.flushes[0]?.protocols, [], 'all: every protocol');
+    t.same(all.kernel.judgements[0]?.protocols, [], 'all: every protocol');
 
     const none = setup(new FakeKernel(), a, { conntrackFlush: 'none' });
     await none.reconciler.sync();
     none.setConfig(b);
     await none.reconciler.sync();
     await none.reconciler.flushesSettled();
-    t.same(none.kernel.flushes, [], 'none: nothing');
+    t.same(none.kernel.judgements, [], 'none: nothing');
   },
 );
 
 t.test(
-  'conntrack: replies still going to the pod are held back before the entries go, and released by the next flush',
+  'conntrack: a policy change is judged with both policies and every exempt destination; an unchanged one only where destinations flipped',
+  async (t) => {
+    const policy = (egress: Config['egress']): LoadResult => ({
+      ok: true,
+      config: {
+        ...config(['10.0.0.0/8']),
+        egress,
+        hash: createHash('sha256')
+          .update(JSON.stringify(egress ?? null))
+          .digest('hex'),
+      },
+      warnings: [],
+    });
+    const kernel = new FakeKernel();
+    const { reconciler, setConfig } = setup(kernel, policy(undefined), { conntrackFlush: 'udp' });
+    await reconciler.sync();
+    setConfig(
+      policy({
+        sourceCIDRs: { ipv4: ['10.244.0.0/16'], ipv6: [] },
+        egressInterfaces: ['eth*'],
+        snat: { ipv4: { first: '192.0.2.10', last: '192.0.2.10' } },
+      }),
+    );
+    await reconciler.sync();
+    await reconciler.flushesSettled();
+    t.match(kernel.judgements.at(-1), {
+      lost: [],
+      gained: [],
+      exemptAfter: [[0x0a000000n, 0x0affffffn]],
+      before: { sources: null, interfaces: null, snat: null },
+      after: {
+        sources: [[0x0af40000n, 0x0af4ffffn]],
+        interfaces: ['eth*'],
+        snat: [0xc000020an, 0xc000020an],
+      },
+    });
+    const judged = kernel.judgements.length;
+    // The same decisions under another hash (cidrLimit, say): nothing flips, nothing is judged.
+    setConfig({
+      ok: true,
+      config: {
+        ...config(['10.0.0.0/8'], 'ff'.repeat(32)),
+        egress: {
+          sourceCIDRs: { ipv4: ['10.244.0.0/16'], ipv6: [] },
+          egressInterfaces: ['eth*'],
+          snat: { ipv4: { first: '192.0.2.10', last: '192.0.2.10' } },
+        },
+      },
+      warnings: [],
+    });
+    await reconciler.sync();
+    await reconciler.flushesSettled();
+    t.equal(kernel.judgements.length, judged, 'nothing to judge');
+  },
+);
+
+t.test(
+  'conntrack: replies still going to the pod are held before the entries go; queries in flight go after their grace',
   async (t) => {
     const a: LoadResult = { ok: true, config: config(['10.0.0.0/8']), warnings: [] };
     const b: LoadResult = { ok: true, config: config(['10.0.0.0/9']), warnings: [] };
     const kernel = new FakeKernel();
-    const { reconciler, setConfig } = setup(kernel, a, { conntrackFlush: 'udp' });
+    const { reconciler, setConfig, logs } = setup(kernel, a, {
+      conntrackFlush: 'udp',
+      conntrackGraceMs: 50,
+    });
     await reconciler.sync();
     const order: string[] = [];
-    const apply = kernel.apply.bind(kernel);
-    kernel.apply = async (script) => {
-      order.push(/late-replies/.test(script) ? 'hold' : 'write');
-      return apply(script);
+    const hold = kernel.holdReplies.bind(kernel);
+    kernel.holdReplies = async (...args) => {
+      order.push('hold');
+      return hold(...args);
     };
-    const flush = kernel.flushConntrack.bind(kernel);
-    kernel.flushConntrack = async (...args) => {
-      order.push('flush');
-      return flush(...args);
+    const remove = kernel.deleteFlows.bind(kernel);
+    kernel.deleteFlows = async (plan, which) => {
+      order.push(which);
+      return remove(plan, which);
     };
-    kernel.replies = [
-      { source: '10.200.0.1', sourcePort: 53, destination: '10.244.1.2', destinationPort: 40000 },
-    ];
+    kernel.plan = { seen: 5, unjudged: 0, now: 2, later: 1, hold: 1 };
     setConfig(b);
+    const started = Date.now();
     await reconciler.sync();
     await reconciler.flushesSettled();
-    t.same(order, ['write', 'hold', 'flush'], 'held back before the entries are deleted');
-    t.match(
-      kernel.applies.at(-1),
-      /^flush set ip ipmasq late-replies\n[^]*elements = \{ 10\.200\.0\.1 \. 53 \. 10\.244\.1\.2 \. 40000 timeout 3s \}/,
-    );
+    t.same(order, ['hold', 'now', 'later'], 'held before the entries are deleted');
+    t.ok(Date.now() - started >= 50, 'the flows in flight after their grace');
+    t.same(kernel.holds, [{ family: 4, table: 'ipmasq', set: 'late-replies', hold: 1 }]);
     t.equal(reconciler.status(true).ready, true, 'still in sync: the hold is not drift');
     const reads = kernel.reads;
     await reconciler.sync();
     t.equal(kernel.reads, reads, 'the hold moved the generation id by one: no read-back');
-    kernel.replies = [];
-    setConfig(a);
-    await reconciler.sync();
-    await reconciler.flushesSettled();
-    t.same(order.slice(3), ['write', 'hold', 'flush'], 'the next flush releases them first');
-    t.equal(kernel.applies.at(-1), 'flush set ip ipmasq late-replies\n');
+    t.match(
+      logs.find((l) => /masquerade decision changed/.test(l.msg)),
+      { lateRepliesHeld: 1, inFlight: 1, deleted: { ipv4: { udp: 2 } } },
+    );
+    t.ok(logs.some((l) => /a query in flight at the change/.test(l.msg)));
   },
 );
 
@@ -957,7 +1019,8 @@ t.test('conntrack: a failed flush is counted and logged, and the write stands', 
   const a: LoadResult = { ok: true, config: config(['10.0.0.0/8']), warnings: [] };
   const { reconciler, setConfig, logs, metric } = setup(kernel, a, { conntrackFlush: 'udp' });
   await reconciler.sync();
-  kernel.flushConntrack = async () => ({ seen: 0, deleted: new Map(), error: 'dump: ENOBUFS' });
+  kernel.plan = { seen: 5, unjudged: 0, now: 2, later: 0, hold: 0 };
+  kernel.deleteFlows = async () => ({ deleted: new Map(), error: 'delete: ENOBUFS' });
   setConfig({ ok: true, config: config(['10.0.0.0/9']), warnings: [] });
   t.same(await reconciler.sync(), { ok: true });
   await reconciler.flushesSettled();
@@ -975,11 +1038,12 @@ t.test(
     await reconciler.sync();
     let release: () => void = () => undefined;
     const order: string[] = [];
-    kernel.flushConntrack = async (_family, _protocols, ranges) => {
-      order.push(`start ${ranges.length}`);
+    const judge = kernel.judgeFlows.bind(kernel);
+    kernel.judgeFlows = async (request) => {
+      order.push(`start ${request.lost.length + request.gained.length}`);
       if (order.length === 1) await new Promise<void>((resolve) => (release = resolve));
       order.push('end');
-      return { seen: 0, deleted: new Map(), error: undefined };
+      return judge(request);
     };
     setConfig({ ok: true, config: config(['10.0.0.0/9']), warnings: [] });
     await reconciler.sync();

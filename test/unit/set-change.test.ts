@@ -2,11 +2,16 @@
 // on the wire"): deltas where few elements go, a refill of an interval set where many do, new sets
 // for a concatenated one, and the everyday edit of a large set compared only where it differs.
 import t from 'tap';
-import { elementDiff, setChange } from '../../src/nftables/change.js';
+import { elementDiff, renderInPlace, setChange } from '../../src/nftables/change.js';
 import { compile } from '../../src/compile.js';
 import { elementList, prerenderElements, renderTable } from '../../src/nftables/render.js';
 import type { NamedSet } from '../../src/nftables/types.js';
-import { compareStructure } from '../../src/nftables/listing.js';
+import {
+  compareStructure,
+  listingIs,
+  listingIsApartFromTransient,
+  transientDrift,
+} from '../../src/nftables/listing.js';
 
 const prefixes = (n: number, from = 0) =>
   Array.from({ length: n }, (_, i) => {
@@ -84,9 +89,14 @@ t.test('compareStructure: the objects in any order, the key apart', async (t) =>
   t.equal(compareStructure(reordered, concat!), 'key', 'another key');
   t.equal(
     compareStructure(renderTable({ ...interval!, sets: keyed }), interval!),
-    'other',
-    'the late-replies set missing: an in-place write does not make it',
+    'same',
+    'the late-replies set missing: an in-place write makes the transient objects anew',
   );
+  t.same(transientDrift(renderTable({ ...interval!, sets: keyed }), interval!), {
+    sets: [],
+    chains: ['prerouting'],
+  });
+  t.equal(transientDrift(renderTable(interval!), interval!), undefined, 'as written: nothing');
   t.equal(
     compareStructure(renderTable({ ...interval!, sets: [late!, keyed[1]!] }), interval!),
     'same',
@@ -147,5 +157,56 @@ t.test(
     );
     t.not(elementDiff(small, prefixes(100_000)), diff, 'another list is diffed anew');
     t.same(elementDiff(large, small), { removed: large.slice(10_000), added: [] });
+  },
+);
+
+t.test(
+  "an older release's late-replies objects (mangle, drop, no size) are made anew in place, nothing else",
+  async (t) => {
+    const options = {
+      table: 'ipmasq',
+      masqChain: 'IP-MASQ-AGENT',
+      randomFully: true,
+      toPorts: [],
+      enableIPv6: false,
+    };
+    const config = {
+      nonMasquerade: { ipv4: prefixes(3), ipv6: [] },
+      masquerade: { ipv4: [], ipv6: [] },
+      masqLinkLocal: false,
+      masqLinkLocalIPv6: false,
+      cidrLimit: 64,
+      resyncIntervalMs: 60_000,
+      hash: 'ab'.repeat(32),
+      sources: [],
+    };
+    const [table] = compile(config, options, 2);
+    const older = renderTable(table!)
+      .replace(/\t\tsize 16384\n\t\ttimeout 3s\n/, '\t\tflags timeout\n')
+      .replace('priority raw', 'priority mangle')
+      .replace('@late-replies notrack', '@late-replies drop');
+    t.equal(compareStructure(older, table!), 'same', 'the same decision objects');
+    t.notOk(listingIs(older, table!), 'but not what we write');
+    t.ok(listingIsApartFromTransient(older, table!), 'apart from the transient objects');
+    const remake = transientDrift(older, table!);
+    t.same(remake, { sets: ['late-replies'], chains: ['prerouting'] });
+    const [script] = renderInPlace(table!, table!, undefined, remake);
+    t.match(
+      script,
+      /flush chain ip ipmasq prerouting\ndelete chain ip ipmasq prerouting\ndelete set ip ipmasq late-replies\ntable ip ipmasq \{\n\tset late-replies \{\n[^]*priority raw[^]*notrack/,
+    );
+    t.notMatch(script, /nonmasq|IP-MASQ-AGENT \S/, 'the decision untouched');
+    // An element someone planted to stay (a timeout of its own): made anew too.
+    const planted = renderTable(table!).replace(
+      '\t\ttimeout 3s\n',
+      '\t\ttimeout 3s\n\t\telements = { 10.0.0.1 . 53 . 10.244.1.2 . 1000 timeout 1h expires 59m59s }\n',
+    );
+    t.notOk(listingIs(planted, table!), 'a planted element is not what we write');
+    t.ok(transientDrift(planted, table!), 'and is removed by remaking the set');
+    const ours = renderTable(table!).replace(
+      '\t\ttimeout 3s\n',
+      '\t\ttimeout 3s\n\t\telements = { 10.0.0.1 . 53 . 10.244.1.2 . 1000 expires 2s100ms }\n',
+    );
+    t.ok(listingIs(ours, table!), 'our own held replies are never compared');
   },
 );
