@@ -89,6 +89,41 @@ if (requireRoot(t)) {
     });
   }
 
+  t.test(
+    'an element planted in late-replies: one to stay is repaired, one without a timeout of its own expires',
+    async (t) => {
+      const planted = (extra: string) =>
+        inNetns(node.ns, 'nft', [
+          'add',
+          'element',
+          'ip',
+          'ipmasq',
+          'late-replies',
+          `{ 10.9.0.1 . 53 . 10.244.1.2 . 1000${extra} }`,
+        ]);
+      const held = async () =>
+        (await inNetns(node.ns, 'nft', ['list', 'set', 'ip', 'ipmasq', 'late-replies'])).stdout;
+      const repairs = agent.logs.filter((l) => /drifted/.test(l.msg ?? '')).length;
+      await planted(' timeout 1h');
+      await waitFor('ready again', async () => ((await ready()) ? true : undefined), 10_000, 20);
+      t.notMatch(await held(), /10\.9\.0\.1/, 'the element meant to stay is gone');
+      t.equal(
+        agent.logs.filter((l) => /drifted/.test(l.msg ?? '')).length,
+        repairs + 1,
+        'repaired as drift',
+      );
+      await planted('');
+      t.match(await held(), /expires [0-3]s/, "one without a timeout takes the set's 3 s");
+      await waitFor(
+        'it expired',
+        async () => (/10\.9\.0\.1/.test(await held()) ? undefined : true),
+        10_000,
+        100,
+      );
+      t.pass('expired by itself');
+    },
+  );
+
   t.test('each interleaving was repaired, none waited for a resync', async (t) => {
     const repairs = agent.logs.filter((l) => /drifted|changed under it/.test(l.msg ?? '')).length;
     t.ok(repairs > 0, `${repairs} repairs logged`);
