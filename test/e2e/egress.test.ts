@@ -217,6 +217,14 @@ if (requireRoot(t)) {
     t.equal(await seen(topo, V6.uniqueLocalOther), NODE_IPV6, 'IPv6 through eth0 as well');
     await write(`${base}egressInterfaces: [eth0, ext1]\n`);
     t.same(await both(), [NODE_IPV4, EXT_NODE], 'both named');
+    // Names a wildcard covers collapse before the kernel sees them (nft refuses the overlap).
+    await write(`${base}egressInterfaces: [eth0, "eth*", ext1, "ext*"]\n`);
+    t.same(await both(), [NODE_IPV4, EXT_NODE], 'eth0 beside eth*, ext1 beside ext*: written');
+    t.match(
+      await listTable(topo.node, 'ip'),
+      /elements = \{ "eth\*", "ext\*" \}/,
+      'the wildcards alone in the set',
+    );
   });
 
   t.test('snatAddress: the remote sees exactly that address, or one of the range', async (t) => {
