@@ -172,7 +172,8 @@ def serve(port, lifetime, addresses):
                 pass  # an ICMP error for an earlier reply whose prober had already given up
 
 
-def slow(port, delay, lifetime, addresses):
+def delayed(port, delay, lifetime, addresses):
+    """A UDP echo on every address that answers each datagram delay() seconds late."""
     sockets = [udp_socket(address, port) for address in addresses]
     due = []  # (time, sequence, socket, peer): answers not yet sent, in time order
     sequence = 0
@@ -198,37 +199,7 @@ def slow(port, delay, lifetime, addresses):
             except OSError:
                 continue
             sequence += 1
-            heapq.heappush(due, (time.monotonic() + delay, sequence, sock, peer))
-
-
-def jitter(port, max_delay, lifetime, addresses):
-    sockets = [udp_socket(address, port) for address in addresses]
-    due = []  # (time, sequence, socket, peer): answers not yet sent, in time order
-    sequence = 0
-    print("ready", flush=True)
-    deadline = time.monotonic() + lifetime
-    while time.monotonic() < deadline:
-        now = time.monotonic()
-        while due and due[0][0] <= now:
-            _, _, sock, peer = heapq.heappop(due)
-            try:
-                sock.sendto(reply_text(peer), peer)
-            except OSError:
-                pass
-        wait = max(0.0, min(deadline - now, (due[0][0] - now) if due else 1.0))
-        readable, _, _ = select.select([sys.stdin, *sockets], [], [], wait)
-        for sock in readable:
-            if sock is sys.stdin:
-                if not sys.stdin.buffer.read1(4096):
-                    return
-                continue
-            try:
-                _data, peer = sock.recvfrom(256)
-            except OSError:
-                continue
-            sequence += 1
-            answer_at = time.monotonic() + random.uniform(0, max_delay)
-            heapq.heappush(due, (answer_at, sequence, sock, peer))
+            heapq.heappush(due, (time.monotonic() + delay(), sequence, sock, peer))
 
 
 def queries(port, rate, duration, timeout, dst):
@@ -344,12 +315,14 @@ def main(argv):
     elif len(argv) >= 6 and argv[0] == "probe" and argv[1] in ("udp", "tcp"):
         probe(argv[1], int(argv[2]), float(argv[3]), int(argv[4]), argv[5:])
     elif len(argv) >= 5 and argv[0] == "slow":
-        slow(int(argv[1]), float(argv[2]), float(argv[3]), argv[4:])
+        late = float(argv[2])
+        delayed(int(argv[1]), lambda: late, float(argv[3]), argv[4:])
     elif len(argv) in (6, 7) and argv[0] == "stream" and argv[1] in ("udp", "tcp"):
         bind = argv[6] if len(argv) == 7 else None
         stream(argv[1], int(argv[2]), float(argv[3]), float(argv[4]), argv[5], bind)
     elif len(argv) >= 5 and argv[0] == "jitter":
-        jitter(int(argv[1]), float(argv[2]), float(argv[3]), argv[4:])
+        most = float(argv[2])
+        delayed(int(argv[1]), lambda: random.uniform(0, most), float(argv[3]), argv[4:])
     elif len(argv) == 6 and argv[0] == "queries":
         queries(int(argv[1]), float(argv[2]), float(argv[3]), float(argv[4]), argv[5])
     elif len(argv) == 4 and argv[0] == "blast":

@@ -2,11 +2,10 @@
 // destinations, the agent deletes the conntrack entries of flows to them, so long-lived UDP flows
 // follow the new rules within a second; flows to unaffected destinations keep their entries.
 import { renameSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import t from 'tap';
-import { generationOf, listTable, startAgent, waitFor } from '../../harness/agent.js';
-import { inNetns, requireRoot, tempDir, type TapTest } from '../../harness/netns.js';
-import { metric, untilUp, type Node } from '../helpers/node.js';
+import { generationOf, listTable, waitFor } from '../../harness/agent.js';
+import { inNetns, requireRoot, type TapTest } from '../../harness/netns.js';
+import { agentInTopology, metric } from '../helpers/node.js';
 import {
   makeTopology,
   NODE_IPV4,
@@ -32,42 +31,8 @@ const fromPod = (a: StreamAnswer) => a.address === POD_IPV4 || a.address === POD
 
 if (requireRoot(t)) {
   /** A node with the agent running on config A and the given --conntrack-flush. */
-  async function agentOn(t: TapTest, topo: Topology, mode: string, first = A) {
-    const dir = tempDir(t, 'conntrack');
-    const node: Node = { ns: topo.node, dir, configFile: join(dir, 'ip-masq-agent'), port: 9410 };
-    writeFileSync(node.configFile, first);
-    const agent = startAgent(t, topo.node, [
-      '--config',
-      node.configFile,
-      '--listen',
-      '127.0.0.1:9410',
-      '--enable-ipv6',
-      `--conntrack-flush=${mode}`,
-    ]);
-    t.teardown(async () => {
-      agent.child.kill('SIGKILL');
-      await agent.exited;
-    });
-    await untilUp(node, agent);
-    let generation = 0;
-    const generationNow = async () => generationOf(await listTable(topo.node, 'ip')) ?? 0;
-    await waitFor('generation 1', async () => ((await generationNow()) >= 1 ? true : undefined));
-    generation = await generationNow();
-    /** Renames `text` in; resolves with the time the next generation was seen in the kernel. */
-    const write = async (text: string) => {
-      writeFileSync(`${node.configFile}.tmp`, text);
-      renameSync(`${node.configFile}.tmp`, node.configFile);
-      generation++;
-      await waitFor(
-        `generation ${generation}`,
-        async () => ((await generationNow()) >= generation ? true : undefined),
-        5_000,
-        5,
-      );
-      return Date.now();
-    };
-    return { agent, node, write };
-  }
+  const agentOn = (t: TapTest, topo: Topology, mode: string, first = A) =>
+    agentInTopology(t, topo, first, ['--enable-ipv6', `--conntrack-flush=${mode}`]);
 
   /** conntrack entries in the node namespace, optionally of one protocol and destination, with their ids. */
   async function entries(topo: Topology, ...filter: string[]): Promise<string[]> {

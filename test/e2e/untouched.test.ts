@@ -3,17 +3,9 @@
 // before and after, the node's own stream, DNS-like queries — lose no reply through egress policy
 // changes; queries through a real flip lose at most 1 % of their answers, in both directions and
 // both families; and a flush of 60 000 flows leaves the next change as fast as ever.
-import { renameSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
 import t from 'tap';
-import {
-  generationOf,
-  listTable,
-  startAgent,
-  startHealthProbe,
-  waitFor,
-} from '../../harness/agent.js';
-import { inNetns, requireRoot, tempDir, type TapTest } from '../../harness/netns.js';
+import { startHealthProbe, waitFor } from '../../harness/agent.js';
+import { inNetns, requireRoot } from '../../harness/netns.js';
 import {
   blastFlows,
   makeTopology,
@@ -28,9 +20,8 @@ import {
   startJitterEcho,
   startStream,
   type StreamAnswer,
-  type Topology,
 } from '../../harness/topology.js';
-import { processStats, untilUp, type Node } from '../helpers/node.js';
+import { agentInTopology, processStats } from '../helpers/node.js';
 
 /** The UDP entries a flush's log line says it deleted for IPv4. */
 const deletedUdp = (line: Record<string, unknown>) =>
@@ -40,36 +31,6 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const from = (address: string) => (a: StreamAnswer) => a.address === address;
 
 if (requireRoot(t)) {
-  /** The agent on `first`, in the topology's node; write() renames a config in and waits for it. */
-  async function agentOn(t: TapTest, topo: Topology, first: string, args: string[] = []) {
-    const dir = tempDir(t, 'untouched');
-    const node: Node = { ns: topo.node, dir, configFile: join(dir, 'ip-masq-agent'), port: 9410 };
-    writeFileSync(node.configFile, first);
-    const agent = startAgent(t, topo.node, [
-      ...['--config', node.configFile, '--listen', '127.0.0.1:9410'],
-      ...args,
-    ]);
-    await untilUp(node, agent);
-    const generationNow = async () => generationOf(await listTable(topo.node, 'ip')) ?? 0;
-    await waitFor('generation 1', async () => ((await generationNow()) >= 1 ? true : undefined));
-    let generation = await generationNow();
-    /** Renames `text` in; resolves with the rename's time once the kernel holds it. */
-    const write = async (text: string, timeoutMs = 5_000) => {
-      writeFileSync(`${node.configFile}.tmp`, text);
-      const at = Date.now();
-      renameSync(`${node.configFile}.tmp`, node.configFile);
-      generation++;
-      await waitFor(
-        `generation ${generation}`,
-        async () => ((await generationNow()) >= generation ? true : undefined),
-        timeoutMs,
-        5,
-      );
-      return at;
-    };
-    return { agent, node, write };
-  }
-
   t.test(
     "egress policy changes: untouched flows lose no reply, the node's own included; changed ones follow",
     async (t) => {
@@ -77,7 +38,7 @@ if (requireRoot(t)) {
       await startJitterEcho(t, topo, 0.15);
       // 10.9.0.1 and the node's peer (192.0.2.2) are exempt in every config below.
       const base = 'nonMasqueradeCIDRs: [10.0.0.0/8, 192.0.2.0/24]\nresyncInterval: 1h\n';
-      const { write } = await agentOn(t, topo, base);
+      const { write } = await agentInTopology(t, topo, base);
       const exempt = startStream(t, topo, 'udp', V4.private10, 0.02, 30);
       const own = startStream(t, topo, 'udp', REMOTE_IPV4, 0.02, 30, undefined, {
         ns: topo.node,
@@ -145,7 +106,7 @@ if (requireRoot(t)) {
       const A =
         'nonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12, "fd12::/16"]\nresyncInterval: 1h\n';
       const B = 'nonMasqueradeCIDRs: [10.200.0.0/16, 172.16.0.0/12]\nresyncInterval: 1h\n';
-      const { write, agent } = await agentOn(t, topo, A, ['--enable-ipv6']);
+      const { write, agent } = await agentInTopology(t, topo, A, ['--enable-ipv6']);
       const durationS = 18;
       const loads = [V4.private10, V6.uniqueLocal].map((dst) =>
         runQueries(topo, dst, { rate: 100, durationS, timeoutS: 2 }),
@@ -187,7 +148,7 @@ if (requireRoot(t)) {
       const topo = await makeTopology(t, { ipv6: false });
       const A = 'nonMasqueradeCIDRs: [10.0.0.0/8]\nresyncInterval: 1h\n';
       const B = 'nonMasqueradeCIDRs: [10.200.0.0/16]\nresyncInterval: 1h\n';
-      const { write, agent } = await agentOn(t, topo, A);
+      const { write, agent } = await agentInTopology(t, topo, A);
       const pid = agent.child.pid!;
       const rssBefore = processStats(pid).rssKiB;
       await blastFlows(topo, V4.private10, 2_000, 60_000);

@@ -8,6 +8,7 @@ import {
   httpGet,
   listTable,
   metricValue,
+  startAgent,
   waitFor,
   type RunningAgent,
 } from '../../harness/agent.js';
@@ -212,4 +213,41 @@ export function isRunning(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/**
+ * The agent in a packet topology's node namespace on config `first` (with `args`), up and written;
+ * write() renames a config in and resolves with the time of the rename once the kernel holds it.
+ */
+export async function agentInTopology(
+  t: TapTest,
+  topo: { node: string },
+  first: string,
+  args: string[] = [],
+) {
+  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-topology-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const node: Node = { ns: topo.node, dir, configFile: join(dir, 'ip-masq-agent'), port: 9410 };
+  writeFileSync(node.configFile, first);
+  const agent = startAgent(t, topo.node, [...agentArgs(node), ...args]);
+  t.teardown(async () => {
+    agent.child.kill('SIGKILL');
+    await agent.exited;
+  });
+  await untilUp(node, agent);
+  const generationNow = async () => (await generation(node)) ?? 0;
+  await waitFor('generation 1', async () => ((await generationNow()) >= 1 ? true : undefined));
+  let written = await generationNow();
+  const write = async (text: string, timeoutMs = 5_000) => {
+    const at = writeConfig(node, text);
+    written++;
+    await waitFor(
+      `generation ${written}`,
+      async () => ((await generationNow()) >= written ? true : undefined),
+      timeoutMs,
+      5,
+    );
+    return at;
+  };
+  return { agent, node, write };
 }

@@ -14,23 +14,16 @@ import type { Config } from '../../src/config/types.js';
 import { isNewerWriter, markText, newWriterId, tableOwner } from '../../src/nftables/ownership.js';
 import { normaliseListing, renderReplace, renderTable } from '../../src/nftables/render.js';
 
+import { configWith } from '../helpers/config.js';
+
 const fixtures = new URL('../fixtures/compile/', import.meta.url);
 
 function config(over: Partial<Config> = {}): Config {
-  return {
-    nonMasquerade: {
-      ipv4: ['10.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.168.0.0/16'],
-      ipv6: [],
-    },
-    masquerade: { ipv4: [], ipv6: [] },
-    masqLinkLocal: false,
-    masqLinkLocalIPv6: false,
-    cidrLimit: 64,
-    resyncIntervalMs: 60_000,
-    hash: 'ab'.repeat(32),
-    sources: [],
-    ...over,
+  const nonMasquerade = {
+    ipv4: ['10.0.0.0/8', '169.254.0.0/16', '172.16.0.0/12', '192.168.0.0/16'],
+    ipv6: [],
   };
+  return configWith({ nonMasquerade, ...over });
 }
 
 const flags: CompileOptions = {

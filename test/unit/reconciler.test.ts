@@ -15,6 +15,21 @@ import { FakeKernel } from '../helpers/fake-kernel.js';
 
 const ip = { family: 'ip', name: 'ipmasq' } as const;
 
+/** Another writer's commit to our table: its mark on the jump rule (another config), and `edit`. */
+function writtenBy(
+  kernel: FakeKernel,
+  writer: string,
+  generation: number,
+  edit: (listing: string) => string = (listing) => listing,
+): void {
+  kernel.tamper(ip, (listing) =>
+    edit(listing).replace(
+      /jump IP-MASQ-AGENT comment "[^"]*"/,
+      `jump IP-MASQ-AGENT comment "${markText({ generation, hash: 'ee'.repeat(32), writer })}"`,
+    ),
+  );
+}
+
 function config(
   ipv4: string[],
   hash = createHash('sha256').update(ipv4.join(',')).digest('hex'),
@@ -504,13 +519,7 @@ t.test(
     await reconciler.sync();
     t.equal(kernel.applies.length, 1, 'our first write');
     // A newer agent (a later start) writes its config: its mark on the jump rule.
-    const other = (generation: number) =>
-      kernel.tamper(ip, (listing) =>
-        listing.replace(
-          /jump IP-MASQ-AGENT comment "[^"]*"/,
-          `jump IP-MASQ-AGENT comment "${markText({ generation, hash: 'ee'.repeat(32), writer: 'zzzzzzzz.zzz' })}"`,
-        ),
-      );
+    const other = (generation: number) => writtenBy(kernel, 'zzzzzzzz.zzz', generation);
     other(2);
     await reconciler.sync();
     t.equal(
@@ -564,13 +573,7 @@ t.test(
     const kernel = new FakeKernel();
     const { reconciler, logs, metric } = setup(kernel);
     await reconciler.sync();
-    const older = (generation: number) =>
-      kernel.tamper(ip, (listing) =>
-        listing.replace(
-          /jump IP-MASQ-AGENT comment "[^"]*"/,
-          `jump IP-MASQ-AGENT comment "${markText({ generation, hash: 'ee'.repeat(32), writer: 'a0000000.000' })}"`,
-        ),
-      );
+    const older = (generation: number) => writtenBy(kernel, 'a0000000.000', generation);
     older(5);
     await reconciler.sync();
     t.equal(kernel.applies.length, 2, 'first sight: repaired as drift');
@@ -595,13 +598,8 @@ t.test(
     const { reconciler, metric } = setup(kernel, undefined, { now: () => now });
     await reconciler.sync();
     const restore = (generation: number, writer: string) =>
-      kernel.tamper(ip, (listing) =>
-        listing
-          .replace('elements = { ', 'elements = { 198.51.100.0/24, ')
-          .replace(
-            /jump IP-MASQ-AGENT comment "[^"]*"/,
-            `jump IP-MASQ-AGENT comment "${markText({ generation, hash: 'ee'.repeat(32), writer })}"`,
-          ),
+      writtenBy(kernel, writer, generation, (listing) =>
+        listing.replace('elements = { ', 'elements = { 198.51.100.0/24, '),
       );
     const snapshots: Array<[number, string, string]> = [
       [40, 'a0000000.000', "our previous process's older write"],

@@ -6,6 +6,7 @@ import { elementDiff, renderInPlace, setChange } from '../../src/nftables/change
 import { compile } from '../../src/compile.js';
 import { elementList, prerenderElements, renderTable } from '../../src/nftables/render.js';
 import type { NamedSet } from '../../src/nftables/types.js';
+import { configWith } from '../helpers/config.js';
 import {
   compareStructure,
   listingIs,
@@ -62,24 +63,17 @@ t.test('elementDiff: exactly the elements only one side has, in any order', asyn
   t.same(elementDiff(['a', 'b', 'c'], ['c']), { removed: ['a', 'b'], added: [] });
 });
 
+/** A table of three /24s, as the structure tests compile it. */
+const options = {
+  table: 'ipmasq',
+  masqChain: 'IP-MASQ-AGENT',
+  randomFully: true,
+  toPorts: [],
+  enableIPv6: false,
+};
+const config = configWith({ nonMasquerade: { ipv4: prefixes(3), ipv6: [] } });
+
 t.test('compareStructure: the objects in any order, the key apart', async (t) => {
-  const options = {
-    table: 'ipmasq',
-    masqChain: 'IP-MASQ-AGENT',
-    randomFully: true,
-    toPorts: [],
-    enableIPv6: false,
-  };
-  const config = {
-    nonMasquerade: { ipv4: prefixes(3), ipv6: [] },
-    masquerade: { ipv4: [], ipv6: [] },
-    masqLinkLocal: false,
-    masqLinkLocalIPv6: false,
-    cidrLimit: 64,
-    resyncIntervalMs: 60_000,
-    hash: 'ab'.repeat(32),
-    sources: [],
-  };
   const [interval] = compile(config, { ...options, setLayout: 'interval' }, 1);
   const [concat] = compile(config, { ...options, setLayout: 'concat' }, 1);
   // As the kernel lists a table after the layout switch: the kept set first, the sets made anew after.
@@ -163,23 +157,6 @@ t.test(
 t.test(
   "an older release's late-replies objects (mangle, drop, no size) are made anew in place, nothing else",
   async (t) => {
-    const options = {
-      table: 'ipmasq',
-      masqChain: 'IP-MASQ-AGENT',
-      randomFully: true,
-      toPorts: [],
-      enableIPv6: false,
-    };
-    const config = {
-      nonMasquerade: { ipv4: prefixes(3), ipv6: [] },
-      masquerade: { ipv4: [], ipv6: [] },
-      masqLinkLocal: false,
-      masqLinkLocalIPv6: false,
-      cidrLimit: 64,
-      resyncIntervalMs: 60_000,
-      hash: 'ab'.repeat(32),
-      sources: [],
-    };
     const [table] = compile(config, options, 2);
     const older = renderTable(table!)
       .replace(/\t\tsize 16384\n\t\ttimeout 3s\n/, '\t\tflags timeout\n')
