@@ -1,5 +1,6 @@
 // Config + flags → the agent's desired tables (pure). README, "What it does".
 import { snatText } from './config/egress.js';
+import { decisionOf, type ListStep, type Step } from './decision.js';
 import type { Config, SnatRange } from './config/types.js';
 import { markText, type WriteMark } from './nftables/ownership.js';
 import {
@@ -118,40 +119,34 @@ export function setKey(
 const interfaceKey: SetKey = { expression: 'oifname', elementSuffix: '', elements: 'names' };
 
 /**
- * The egress policy's sets and the rules that come first in the decision chain (README, "Egress
- * policy", steps 1 and 2): traffic leaving through another interface, or from another source, is
- * left alone. A family without sourceCIDRs of its own has an empty set: none of its traffic is
- * considered. Declared only while the config gives the keys.
+ * The set a step's list lives in: interface names (interval, so that a trailing `*` matches as a
+ * prefix), or addresses keyed as the layout keys them, on the step's field.
  */
-function egressPolicy(
-  family: TableFamily,
-  config: Config,
-  layout: 'interval' | 'concat',
-): { sets: NamedSet[]; rules: string[] } {
-  const egress = config.egress;
-  const sets: NamedSet[] = [];
-  const rules: string[] = [];
-  if (egress?.egressInterfaces) {
-    sets.push({
-      name: EGRESS_INTERFACES_SET,
-      key: interfaceKey,
-      flags: ['interval'],
-      elements: egress.egressInterfaces,
-    });
-    rules.push(`${interfaceKey.expression} != @${EGRESS_INTERFACES_SET} return`);
-  }
-  if (egress?.sourceCIDRs) {
-    const key = setKey(family, layout, 'saddr');
-    sets.push({
-      name: SOURCES_SET,
-      key,
-      flags: ['interval'],
-      elements: egress.sourceCIDRs[family === 'ip' ? 'ipv4' : 'ipv6'],
-    });
-    rules.push(`${key.expression} != @${SOURCES_SET} return`);
-  }
-  return { sets, rules };
+function stepSet(step: ListStep, family: TableFamily, layout: 'interval' | 'concat'): NamedSet {
+  const key = step.field === 'oifname' ? interfaceKey : setKey(family, layout, step.field);
+  return { name: step.set, key, flags: ['interval'], elements: step.list };
 }
+
+/**
+ * A step as rules of the decision chain: the flows it takes (in its set, or not in it) leave the
+ * chain untouched (`return`: skipped or exempt) or are translated (one rule per translating
+ * statement); the last step translates every flow that comes to it.
+ */
+function stepRules(
+  step: Step,
+  family: TableFamily,
+  layout: 'interval' | 'concat',
+  translate: readonly string[],
+): string[] {
+  if (step.field === undefined) return [...translate];
+  const match = `${stepSet(step, family, layout).key.expression} ${step.takes === 'listed' ? '' : '!= '}@${step.set}`;
+  return step.outcome === 'translated'
+    ? translate.map((statement) => `${match} ${statement}`)
+    : [`${match} return`];
+}
+
+/** The sets in the order a table declares them (README, "Reading `nft list table ip ipmasq`"). */
+const SET_ORDER: readonly string[] = [NONMASQ_SET, MASQ_SET, EGRESS_INTERFACES_SET, SOURCES_SET];
 
 function compileFamily(
   family: TableFamily,
@@ -160,52 +155,33 @@ function compileFamily(
   mark: WriteMark,
   layout: 'interval' | 'concat',
 ): Table {
-  const v4 = family === 'ip';
-  const key = setKey(family, layout);
-  const snatTo = config.egress?.snat?.[v4 ? 'ipv4' : 'ipv6'];
-  const masquerade = masqueradeRules(
+  const decision = decisionOf(config, family === 'ip' ? 'ipv4' : 'ipv6');
+  const translate = masqueradeRules(
     options.randomFully,
     options.toPorts,
-    snatTo ? { family, to: snatTo } : undefined,
+    decision.snat ? { family, to: decision.snat } : undefined,
   );
-  const policy = egressPolicy(family, config, layout);
-  const decision: Chain = {
+  const listed = decision.steps.filter((step): step is ListStep => step.field !== undefined);
+  const sets = listed
+    .map((step) => stepSet(step, family, layout))
+    .sort((a, b) => SET_ORDER.indexOf(a.name) - SET_ORDER.indexOf(b.name));
+  const chain: Chain = {
     name: options.masqChain,
-    rules: [
-      ...policy.rules,
-      ...masquerade.map((rule) => `${key.expression} @${MASQ_SET} ${rule}`),
-      `${key.expression} @${NONMASQ_SET} return`,
-      ...masquerade,
-    ],
+    rules: decision.steps.flatMap((step) => stepRules(step, family, layout, translate)),
   };
   return {
     family,
     name: options.table,
     // What a table created by this write carries for good; the jump rule carries every write's mark.
     comment: markText({ generation: mark.generation, hash: mark.hash }),
-    sets: [
-      {
-        name: NONMASQ_SET,
-        key,
-        flags: ['interval'],
-        elements: v4 ? config.nonMasquerade.ipv4 : config.nonMasquerade.ipv6,
-      },
-      {
-        name: MASQ_SET,
-        key,
-        flags: ['interval'],
-        elements: v4 ? config.masquerade.ipv4 : config.masquerade.ipv6,
-      },
-      ...policy.sets,
-      lateRepliesSet(family),
-    ],
+    sets: [...sets, lateRepliesSet(family)],
     chains: [
       {
         name: BASE_CHAIN,
         base: { type: 'nat', hook: 'postrouting', priority: 'srcnat', policy: 'accept' },
         rules: [jumpRule(options, mark)],
       },
-      decision,
+      chain,
       lateRepliesChain(family),
     ],
   };

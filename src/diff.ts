@@ -4,7 +4,7 @@ import { formatAddress, formatPrefix, rangesToPrefixes, type Range } from './cid
 import type { CompileOptions } from './compile.js';
 import { snatText } from './config/egress.js';
 import type { AddressFamily, Config } from './config/types.js';
-import { flippedRanges } from './decisions.js';
+import { flippedRanges } from './decision.js';
 import { explain, type Explanation } from './explain.js';
 
 export type Direction = 'masqueraded → not masqueraded' | 'not masqueraded → masqueraded';

@@ -1,6 +1,6 @@
-// Why traffic to an address is masqueraded or not (README, "Explain, diff, check"): the decision in
-// the order the rules make it (compile.ts), with the config entries responsible. Pure; needs a
-// Config loaded with provenance.
+// Why traffic to an address is masqueraded or not (README, "Explain, diff, check"): the decision's
+// steps (decision.ts) evaluated for it, with the config entries responsible. Pure; needs a Config
+// loaded with provenance.
 import {
   escapeUnprintable,
   type Family,
@@ -11,12 +11,18 @@ import {
   parseAddress,
   prefixRange,
   quote,
-  type Range,
 } from './cidr/index.js';
 import type { CompileOptions } from './compile.js';
 import { snatText } from './config/egress.js';
 import type { AddressFamily, Config, Origin } from './config/types.js';
-import { setRanges } from './decisions.js';
+import {
+  decide,
+  decisionOf,
+  interfaceListed,
+  listHolds,
+  type Decision,
+  type Flow,
+} from './decision.js';
 
 export type Reason =
   /** IPv6 with --enable-ipv6 off: the agent has no ip6 table, so it does not touch the traffic. */
@@ -72,53 +78,45 @@ export interface FlowContext {
   readonly via?: string;
 }
 
-/** Whether an interface name is one of the list's: a name, or a prefix ending in `*`. */
-export function interfaceListed(listed: readonly string[], name: string): boolean {
-  return listed.some((entry) =>
-    entry.endsWith('*') ? name.startsWith(entry.slice(0, -1)) : name === entry,
-  );
-}
-
-function policyAnswer(config: Config, family: Family, flow: FlowContext): PolicyAnswer | undefined {
-  const egress = config.egress;
-  if (!egress) return undefined;
+/** What the decision's policy steps say of this flow, with the entries that list it. */
+function policyAnswer(
+  config: Config,
+  decision: Decision,
+  flow: Flow,
+  from: ReturnType<typeof parseAddress> | undefined,
+): PolicyAnswer | undefined {
+  if (!config.egress) return undefined;
   const answer: { -readonly [K in keyof PolicyAnswer]: PolicyAnswer[K] } = {};
   const entry = (key: string, o: { file: string; index: number }, value: string) =>
     `${escapeUnprintable(o.file)} ${key}[${o.index}] ${quote(value)}`;
-  if (egress.egressInterfaces) {
-    const via = flow.via ?? null;
-    const matches = via === null ? null : interfaceListed(egress.egressInterfaces, via);
-    const by = (config.provenance?.policy?.egressInterfaces ?? []).filter(
-      (o) => via !== null && interfaceListed([o.value], via),
-    );
-    answer.interfaces = {
-      listed: egress.egressInterfaces,
-      given: via,
-      matches,
-      ...(by.length > 0 ? { decidedBy: by.map((o) => entry('egressInterfaces', o, o.value)) } : {}),
-    };
+  for (const step of decision.steps) {
+    if (step.field === 'oifname') {
+      const via = flow.oifname ?? null;
+      const by = (config.provenance?.policy?.egressInterfaces ?? []).filter(
+        (o) => via !== null && interfaceListed([o.value], via),
+      );
+      answer.interfaces = {
+        listed: step.list,
+        given: via,
+        matches: listHolds(step, decision.family, flow) ?? null,
+        ...(by.length > 0 ? { decidedBy: by.map((o) => entry(step.key, o, o.value)) } : {}),
+      };
+    } else if (step.field === 'saddr') {
+      const source = flow.saddr;
+      const by = (config.provenance?.policy?.sourceCIDRs ?? []).filter(
+        (o) => source !== undefined && inRanges([prefixRange(o.value)], source),
+      );
+      answer.sources = {
+        listed: step.list,
+        given: from ? formatAddress(from.family, from.addr) : null,
+        matches: listHolds(step, decision.family, flow) ?? null,
+        ...(by.length > 0
+          ? { decidedBy: by.map((o) => entry(step.key, o, formatPrefix(o.value))) }
+          : {}),
+      };
+    }
   }
-  if (egress.sourceCIDRs) {
-    const listed = egress.sourceCIDRs[familyName(family)];
-    const from = flow.from === undefined ? undefined : parseAddress(flow.from.trim());
-    // A source of the other family is no flow to this destination: not judged.
-    const judged = from !== undefined && from.family === family ? from : undefined;
-    const by = (config.provenance?.policy?.sourceCIDRs ?? []).filter(
-      (o) => judged !== undefined && inRanges([prefixRange(o.value)], judged.addr),
-    );
-    answer.sources = {
-      listed,
-      given: from ? formatAddress(from.family, from.addr) : null,
-      matches: judged
-        ? inRanges(cachedRanges(config, 'sources', listed, family), judged.addr)
-        : null,
-      ...(by.length > 0
-        ? { decidedBy: by.map((o) => entry('sourceCIDRs', o, formatPrefix(o.value))) }
-        : {}),
-    };
-  }
-  const snat = egress.snat?.[familyName(family)];
-  if (snat) answer.snat = snatText(snat);
+  if (decision.snat) answer.snat = snatText(decision.snat);
   return answer;
 }
 
@@ -151,33 +149,6 @@ export function describeOrigin(origin: Origin): string {
   }
   if (origin.kind === 'node') return `Node ${escapeUnprintable(origin.node)}'s podCIDRs ${prefix}`;
   return `the link-local default ${prefix} (masqLinkLocal${origin.prefix.family === 6 ? 'IPv6' : ''} is false)`;
-}
-
-/** Each config's sets as ranges, worked out once however many addresses are explained. */
-const setCache = new WeakMap<Config, Map<string, Range[]>>();
-
-function cachedRanges(
-  config: Config,
-  name: string,
-  cidrs: readonly string[],
-  family: Family | AddressFamily,
-): Range[] {
-  const familyKey = typeof family === 'number' ? familyName(family) : family;
-  let sets = setCache.get(config);
-  if (!sets) setCache.set(config, (sets = new Map()));
-  const key = `${name} ${familyKey}`;
-  let ranges = sets.get(key);
-  if (!ranges) sets.set(key, (ranges = setRanges(cidrs, familyKey)));
-  return ranges;
-}
-
-function covers(
-  config: Config,
-  set: 'nonMasquerade' | 'masquerade',
-  family: AddressFamily,
-  addr: bigint,
-): boolean {
-  return inRanges(cachedRanges(config, set, config[set][family], family), addr);
 }
 
 /**
@@ -236,77 +207,68 @@ export function explain(
   config: Config,
   options: CompileOptions,
   address: string,
-  flow: FlowContext = {},
+  context: FlowContext = {},
 ): Explanation {
   const { family, addr } = parseAddress(address.trim());
-  const policy = policyAnswer(config, family, flow);
+  const decision = decisionOf(config, familyName(family));
+  const from = context.from === undefined ? undefined : parseAddress(context.from.trim());
+  // A source of the other family is no flow to this destination: not judged.
+  const flow: Flow = {
+    daddr: addr,
+    ...(from !== undefined && from.family === family ? { saddr: from.addr } : {}),
+    ...(context.via !== undefined ? { oifname: context.via } : {}),
+  };
+  const policy = policyAnswer(config, decision, flow, from);
   const base = {
     address: address.trim(),
     family: familyName(family),
     ...(policy ? { policy } : {}),
   };
-  if (family === 6 && !options.enableIPv6) {
-    return {
-      ...base,
-      masqueraded: false,
-      reason: 'not managed',
-      decidedBy: [],
-      overridden: [],
-      ports: null,
-    };
-  }
-  // The policy's steps come first (README, "Egress policy"): another way out, or another source.
-  for (const [step, reason] of [
-    [policy?.interfaces, 'egressInterfaces'],
-    [policy?.sources, 'sourceCIDRs'],
-  ] as const) {
-    if (step?.matches === false) {
-      return { ...base, masqueraded: false, reason, decidedBy: [], overridden: [], ports: null };
-    }
-  }
-  const set = familyName(family);
-  const origins = matching(config, family, addr);
+  const alone = { masqueraded: false, decidedBy: [], overridden: [], ports: null };
+  if (family === 6 && !options.enableIPv6) return { ...base, ...alone, reason: 'not managed' };
+  const { step } = decide(decision, flow);
   const text = (origin: Origin): OriginText => ({ text: describeOrigin(origin), origin });
-  // The rules' order: masqueradeCIDRs first, then the non-masquerade set, then masquerade.
-  if (covers(config, 'masquerade', set, addr)) {
-    const isMasq = (o: Origin) => o.kind === 'entry' && o.key === 'masqueradeCIDRs';
-    return {
-      ...base,
-      masqueraded: true,
-      reason: 'masqueradeCIDRs',
-      decidedBy: origins.filter(isMasq).map(text),
-      overridden: origins.filter((o) => !isMasq(o)).map(text),
-      ports: portPolicy(options),
-    };
+  switch (step.key) {
+    case 'egressInterfaces':
+    case 'sourceCIDRs':
+      return { ...base, ...alone, reason: step.key };
+    case 'masqueradeCIDRs': {
+      const origins = matching(config, family, addr);
+      const isMasq = (o: Origin) => o.kind === 'entry' && o.key === 'masqueradeCIDRs';
+      return {
+        ...base,
+        masqueraded: true,
+        reason: 'masqueradeCIDRs',
+        decidedBy: origins.filter(isMasq).map(text),
+        overridden: origins.filter((o) => !isMasq(o)).map(text),
+        ports: portPolicy(options),
+      };
+    }
+    case 'nonMasqueradeCIDRs': {
+      const by = matching(config, family, addr).filter(
+        (o) => o.kind !== 'entry' || o.key === 'nonMasqueradeCIDRs',
+      );
+      const first = by[0];
+      const reason: Reason =
+        first?.kind === 'default'
+          ? 'default list'
+          : first?.kind === 'link-local'
+            ? 'link-local default'
+            : first?.kind === 'node'
+              ? 'node podCIDRs'
+              : 'nonMasqueradeCIDRs';
+      return { ...base, ...alone, reason, decidedBy: by.map(text) };
+    }
+    case undefined:
+      return {
+        ...base,
+        masqueraded: true,
+        reason: 'no match',
+        decidedBy: [],
+        overridden: [],
+        ports: portPolicy(options),
+      };
   }
-  if (covers(config, 'nonMasquerade', set, addr)) {
-    const by = origins.filter((o) => o.kind !== 'entry' || o.key === 'nonMasqueradeCIDRs');
-    const first = by[0];
-    const reason: Reason =
-      first?.kind === 'default'
-        ? 'default list'
-        : first?.kind === 'link-local'
-          ? 'link-local default'
-          : first?.kind === 'node'
-            ? 'node podCIDRs'
-            : 'nonMasqueradeCIDRs';
-    return {
-      ...base,
-      masqueraded: false,
-      reason,
-      decidedBy: by.map(text),
-      overridden: [],
-      ports: null,
-    };
-  }
-  return {
-    ...base,
-    masqueraded: true,
-    reason: 'no match',
-    decidedBy: [],
-    overridden: [],
-    ports: portPolicy(options),
-  };
 }
 
 function portText(ports: PortPolicy): string {

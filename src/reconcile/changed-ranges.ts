@@ -13,13 +13,13 @@ import {
   type RangeList,
 } from '../cidr/index.js';
 import type { AddressFamily } from '../config/types.js';
-import { exemptRanges, flippedRanges, type Decisive } from '../decisions.js';
+import { decisionOf, exemptRanges, flippedRanges, type Decisive } from '../decision.js';
 
 /** Up to this many entries in both configs together, the computation is cheaper than a worker. */
 export const IN_THREAD_MAX_ENTRIES = 4_000;
 
 /** Each set as one newline-joined string: one string is copied to the worker far faster than 100 000. */
-type Packed = { readonly [K in keyof Decisive]: FamilyLines };
+type Packed = { readonly [K in 'nonMasquerade' | 'masquerade']: FamilyLines };
 
 interface Job {
   readonly kind: 'ipmasq-changed-ranges';
@@ -75,7 +75,7 @@ function compute(
       family,
       lost,
       gained,
-      exemptAfter: withExempt.includes(name) ? exemptRanges(after, name) : null,
+      exemptAfter: withExempt.includes(name) ? exemptRanges(decisionOf(after, name)) : null,
     };
   });
 }

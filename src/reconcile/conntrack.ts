@@ -4,7 +4,7 @@
 import type { Logger } from 'pino';
 import { parseAddress, type Range } from '../cidr/index.js';
 import type { AddressFamily, Config } from '../config/types.js';
-import { setRanges } from '../decisions.js';
+import { decisionOf, setRanges, type ListStep } from '../decision.js';
 import { LATE_REPLIES_SET } from '../nftables/objects.js';
 import type { CommitStep, FlowPlan, FlowPolicy } from '../nftables/types.js';
 import type { Kernel } from '../nftables/kernel.js';
@@ -57,15 +57,29 @@ export interface ConntrackDeps {
   readonly graceMs?: number;
 }
 
-/** What a config decides for a family's flows beside their destination, as the flush judges them. */
+/** The fields of the decision's steps in the order the native judge evaluates them. */
+const JUDGED_ORDER = /^(oifname,)?(saddr,)?daddr,daddr,,$/;
+
+/**
+ * What a config decides for a family's flows beside their destination, as the flush judges them:
+ * the interface and source steps of its decision (decision.ts) and its translation. The native judge
+ * evaluates them in the decision's order (interface, source, then the destination's outcome),
+ * which is checked here.
+ */
 export function flowPolicy(config: Config, family: AddressFamily): FlowPolicy {
-  const egress = config.egress;
-  const sources = egress?.sourceCIDRs?.[family];
-  const snat = egress?.snat?.[family];
+  const decision = decisionOf(config, family);
+  const order = decision.steps.map((step) => `${step.field ?? ''},`).join('');
+  if (!JUDGED_ORDER.test(order))
+    throw new Error(`the flush cannot judge a decision in the order ${order}`);
+  const list = (field: ListStep['field']) =>
+    decision.steps.find((step): step is ListStep => step.field === field);
+  const interfaces = list('oifname');
+  const sources = list('saddr');
   const address = (text: string) => parseAddress(text).addr;
+  const { snat } = decision;
   return {
-    sources: egress?.sourceCIDRs && sources ? setRanges(sources, family) : null,
-    interfaces: egress?.egressInterfaces ?? null,
+    sources: sources ? setRanges(sources.list, family) : null,
+    interfaces: interfaces ? interfaces.list : null,
     snat: snat ? ([address(snat.first), address(snat.last)] as Range) : null,
   };
 }

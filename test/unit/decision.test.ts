@@ -13,7 +13,12 @@ import {
 } from '../../src/cidr/index.js';
 import { parseConfigText } from '../../src/config/index.js';
 import type { Config } from '../../src/config/types.js';
-import { changedRanges, exemptRanges, flippedRanges } from '../../src/decisions.js';
+import {
+  decide,
+  decisionOf,
+  exemptRanges as exemptOfDecision,
+  flippedRanges,
+} from '../../src/decision.js';
 import {
   decisionChangesOffThread,
   type DecisionChange,
@@ -33,6 +38,107 @@ const v4 = (text: string) => {
   return BigInt(((a * 256 + b) * 256 + c) * 256 + d);
 };
 const inside = (ranges: readonly Range[], x: bigint) => ranges.some(([f, l]) => f <= x && x <= l);
+const exemptRanges = (c: Config, family: 'ipv4' | 'ipv6') =>
+  exemptOfDecision(decisionOf(c, family));
+/** The destinations whose decision differs, per family that has any: both directions together. */
+const changedRanges = (a: Config, b: Config, which: Array<'ipv4' | 'ipv6'>) =>
+  flippedRanges(a, b, which)
+    .map(({ family, lost, gained }) => ({ family, ranges: normalise([...lost, ...gained]) }))
+    .filter((change) => change.ranges.length > 0);
+
+t.test(
+  'the steps of README "Egress policy", in order, each with its key, set and outcome',
+  async (t) => {
+    const plain = config('nonMasqueradeCIDRs: [10.0.0.0/8]\nmasqueradeCIDRs: [10.9.0.0/16]\n');
+    t.same(
+      decisionOf(plain, 'ipv4').steps.map((s) => [s.field, s.key, s.field && s.takes, s.outcome]),
+      [
+        ['daddr', 'masqueradeCIDRs', 'listed', 'translated'],
+        ['daddr', 'nonMasqueradeCIDRs', 'listed', 'exempt'],
+        [undefined, undefined, undefined, 'translated'],
+      ],
+      'the original: masqueradeCIDRs, then the non-masquerade set, then the rest translated',
+    );
+    const policy = config(
+      'nonMasqueradeCIDRs: [10.0.0.0/8]\nsourceCIDRs: [10.244.0.0/16]\negressInterfaces: [eth0]\nsnatAddress: 192.0.2.10\n',
+    );
+    const steps = decisionOf(policy, 'ipv4');
+    t.same(
+      steps.steps
+        .slice(0, 2)
+        .map((s) => (s.field ? [s.field, s.key, s.set, s.takes, s.outcome, s.list] : [])),
+      [
+        ['oifname', 'egressInterfaces', 'egress-interfaces', 'unlisted', 'skipped', ['eth0']],
+        ['saddr', 'sourceCIDRs', 'sources', 'unlisted', 'skipped', ['10.244.0.0/16']],
+      ],
+      'the policy steps come first',
+    );
+    t.same(steps.snat, { first: '192.0.2.10', last: '192.0.2.10' });
+    const sixSources = decisionOf(policy, 'ipv6').steps[1];
+    t.same(
+      sixSources?.field === 'saddr' ? sixSources.list : undefined,
+      [],
+      'no IPv6 source listed: the IPv6 list is empty',
+    );
+    const flow = (daddr: string, extra: { saddr?: string; oifname?: string } = {}) => ({
+      daddr: v4(daddr),
+      ...(extra.saddr ? { saddr: v4(extra.saddr) } : {}),
+      ...(extra.oifname ? { oifname: extra.oifname } : {}),
+    });
+    const verdict = (daddr: string, extra?: { saddr?: string; oifname?: string }) => {
+      const v = decide(steps, flow(daddr, extra));
+      return [v.outcome, v.step.key ?? 'last', v.unjudged.map((s) => s.key)];
+    };
+    t.same(verdict('198.19.0.4', { saddr: '10.244.1.2', oifname: 'eth0' }), [
+      'translated',
+      'last',
+      [],
+    ]);
+    t.same(verdict('10.1.2.3', { saddr: '10.244.1.2', oifname: 'eth0' }), [
+      'exempt',
+      'nonMasqueradeCIDRs',
+      [],
+    ]);
+    t.same(verdict('198.19.0.4', { saddr: '10.250.1.2', oifname: 'eth0' }), [
+      'skipped',
+      'sourceCIDRs',
+      [],
+    ]);
+    t.same(verdict('198.19.0.4', { saddr: '10.244.1.2', oifname: 'eth1' }), [
+      'skipped',
+      'egressInterfaces',
+      [],
+    ]);
+    t.same(
+      verdict('198.19.0.4'),
+      ['translated', 'last', ['egressInterfaces', 'sourceCIDRs']],
+      'what is not said is passed as a condition',
+    );
+    t.same(
+      decide(decisionOf(plain, 'ipv4'), flow('10.9.1.1')).step.key,
+      'masqueradeCIDRs',
+      'masqueradeCIDRs first',
+    );
+  },
+);
+
+t.test('lost and gained each say their own direction', async (t) => {
+  const exempt = config('nonMasqueradeCIDRs: [10.0.0.0/8]\n');
+  const translated = config('nonMasqueradeCIDRs: [10.0.0.0/9]\n');
+  const [change] = flippedRanges(exempt, translated, ['ipv4']);
+  t.same(
+    change?.lost,
+    [[v4('10.128.0.0'), v4('10.255.255.255')]],
+    'exempt before, translated after: lost',
+  );
+  t.same(change?.gained, [], 'nothing gained');
+  const [back] = flippedRanges(translated, exempt, ['ipv4']);
+  t.same(
+    [back?.lost, back?.gained],
+    [[], [[v4('10.128.0.0'), v4('10.255.255.255')]]],
+    'and back: gained',
+  );
+});
 
 t.test('masqueradeCIDRs inside a non-masquerade range are carved out of it', async (t) => {
   const c = config(
