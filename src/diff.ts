@@ -2,7 +2,7 @@
 // decision flips, as the fewest CIDRs, its direction, and the entries responsible on each side.
 import { formatAddress, formatPrefix, rangesToPrefixes, type Range } from './cidr/index.js';
 import type { CompileOptions } from './compile.js';
-import { snatText } from './config/egress.js';
+import { CONFIG_KEYS, type KeyName, type KeySpec } from './config/keys.js';
 import type { AddressFamily, Config } from './config/types.js';
 import { flippedRanges } from './decision.js';
 import { explain, type Explanation } from './explain.js';
@@ -33,7 +33,7 @@ export interface DiffSummary {
  * some sources, interfaces or every translated flow, even where no destination flips.
  */
 export interface PolicyChange {
-  readonly key: 'egressInterfaces' | 'sourceCIDRs' | 'snatAddress' | 'snatAddressIPv6';
+  readonly key: KeyName;
   /** The values now and proposed; empty: the key is not given (every source, every interface, masquerade). */
   readonly current: readonly string[];
   readonly proposed: readonly string[];
@@ -45,22 +45,22 @@ export interface Diff {
   readonly policy: readonly PolicyChange[];
 }
 
+/** The keys --diff shows (keys.ts, `shown`: the egress policy's), with how. */
+const SHOWN = (Object.keys(CONFIG_KEYS) as KeyName[]).flatMap((key) => {
+  const spec = CONFIG_KEYS[key] as KeySpec<unknown, unknown>;
+  return spec.shown ? [{ key, shown: spec.shown }] : [];
+});
+
 /** The egress policy keys that differ between the two configs. */
 function policyChanges(current: Config, proposed: Config): PolicyChange[] {
-  const values = (config: Config): Record<PolicyChange['key'], string[]> => {
-    const { egressInterfaces, sourceCIDRs, snat } = config.egress ?? {};
-    return {
-      egressInterfaces: [...(egressInterfaces ?? [])],
-      sourceCIDRs: sourceCIDRs ? [...sourceCIDRs.ipv4, ...sourceCIDRs.ipv6] : [],
-      snatAddress: snat?.ipv4 ? [snatText(snat.ipv4)] : [],
-      snatAddressIPv6: snat?.ipv6 ? [snatText(snat.ipv6)] : [],
+  return SHOWN.flatMap(({ key, shown }) => {
+    const side = (config: Config) => {
+      const merged = config.keys[key];
+      return merged === undefined ? [] : [...shown.as(merged)];
     };
-  };
-  const now = values(current);
-  const next = values(proposed);
-  return (Object.keys(now) as PolicyChange['key'][])
-    .filter((key) => now[key].join() !== next[key].join())
-    .map((key) => ({ key, current: now[key], proposed: next[key] }));
+    const [now, next] = [side(current), side(proposed)];
+    return now.join() === next.join() ? [] : [{ key, current: now, proposed: next }];
+  });
 }
 
 export function diffConfigs(current: Config, proposed: Config, options: CompileOptions): Diff {
@@ -110,16 +110,11 @@ export function diffConfigs(current: Config, proposed: Config, options: CompileO
   };
 }
 
-const unset: Record<PolicyChange['key'], string> = {
-  egressInterfaces: 'every interface',
-  sourceCIDRs: 'every source',
-  snatAddress: "the interface's address",
-  snatAddressIPv6: "the interface's address",
-};
-
 function policyText(change: PolicyChange): string {
   const side = (values: readonly string[]) =>
-    values.length === 0 ? `(not given: ${unset[change.key]})` : values.join(', ');
+    values.length === 0
+      ? `(not given: ${SHOWN.find((s) => s.key === change.key)?.shown.absent ?? ''})`
+      : values.join(', ');
   return `egress policy ${change.key}: ${side(change.current)} → ${side(change.proposed)}`;
 }
 

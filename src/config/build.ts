@@ -1,16 +1,9 @@
 // Fragments (one per file) + defaults -> the frozen Config. The only place where files are merged.
 import { createHash } from 'node:crypto';
-import {
-  escapeUnprintable,
-  familyLists,
-  type Prefix,
-  mergeToLines,
-  parseCidr,
-} from '../cidr/index.js';
-import { collapseInterfaces, type SnatRange, snatText } from './egress.js';
+import { escapeUnprintable, type Prefix, parseCidr } from '../cidr/index.js';
+import { CONFIG_KEYS, type KeyName, type KeySpec, type MergedKeys, mergedSets } from './keys.js';
 import type { ConfigFragment } from './fragment.js';
 import {
-  type CidrSets,
   type Config,
   ConfigError,
   type EgressPolicy,
@@ -86,28 +79,17 @@ function provenanceOf(
   return { origins, policy: { sourceCIDRs, egressInterfaces } };
 }
 
-/** The lists one after another; concat copies a 100 000-entry list in one go, flat() entry by entry. */
-function joined(lists: readonly (readonly Prefix[])[]): readonly Prefix[] {
-  return ([] as Prefix[]).concat(...lists);
-}
-
-function mergedSets(prefixes: readonly Prefix[]): CidrSets {
-  let v6 = 0;
-  for (const p of prefixes) if (p.family === 6) v6++;
-  // The common case, one family, needs no copy of a list that may hold 100 000 entries.
-  const ipv4 = v6 === 0 ? prefixes : prefixes.filter((p) => p.family === 4);
-  const ipv6 =
-    v6 === 0 ? [] : v6 === prefixes.length ? prefixes : prefixes.filter((p) => p.family === 6);
-  return familyLists({ ipv4: mergeToLines(ipv4), ipv6: mergeToLines(ipv6) });
-}
-
 /**
  * sha256 of exactly what compile consumes: the merged, sorted sets (masqLinkLocal* are already in
  * them), so spelling and order vanish, and changing resyncInterval or cidrLimit rewrites nothing.
  * Every release since v2 hashed these bytes: two versions of the agent with one config agree on the
  * table (README, "Two agents in one namespace").
  */
-function hashOf(sets: Pick<Config, 'nonMasquerade' | 'masquerade' | 'egress'>): string {
+function hashOf(sets: Pick<Config, 'nonMasquerade' | 'masquerade' | 'egress' | 'keys'>): string {
+  // Keys beside the sets and the policy that change what compile writes (keys.ts, `hashed`).
+  const hashed = (Object.keys(CONFIG_KEYS) as KeyName[]).flatMap((name) =>
+    'hashed' in CONFIG_KEYS[name] && sets.keys[name] !== undefined ? [[name, sets.keys[name]]] : [],
+  );
   const canonical = JSON.stringify([
     'ipmasq-config-v2',
     sets.nonMasquerade.ipv4,
@@ -116,6 +98,7 @@ function hashOf(sets: Pick<Config, 'nonMasquerade' | 'masquerade' | 'egress'>): 
     sets.masquerade.ipv6,
     // Only a config with egress policy keys hashes more: the hash of one without stays as it was.
     ...(sets.egress ? [sets.egress] : []),
+    ...(hashed.length > 0 ? [hashed] : []),
   ]);
   return createHash('sha256').update(canonical).digest('hex');
 }
@@ -184,38 +167,44 @@ function scope(fragments: readonly ConfigFragment[], options: LoadOptions): Scop
 }
 
 /**
- * The egress policy of the files that apply: sourceCIDRs unioned and merged, egressInterfaces
- * unioned without the names a wildcard covers (collapseInterfaces), one snatAddress per family that every file giving it agrees on. Undefined when no file
- * gives any of them, so that such a config is the original's, hash and all.
+ * Each key's merge (keys.ts) over the files that apply that give it. Throws the ConfigError of a
+ * merge that cannot be made (two files that must agree and do not).
  */
-function egressOf(
-  fragments: readonly ConfigFragment[],
-  origin: string,
-): EgressPolicy | undefined | ConfigError {
-  const policy: { -readonly [K in keyof EgressPolicy]: EgressPolicy[K] } = {};
-  const sources = fragments.flatMap((f) => f.sourceCIDRs ?? []);
-  if (sources.length > 0) policy.sourceCIDRs = mergedSets(sources);
-  const interfaces = collapseInterfaces(fragments.flatMap((f) => f.egressInterfaces ?? []));
-  if (interfaces.length > 0) policy.egressInterfaces = interfaces;
-  const snat: { ipv4?: SnatRange; ipv6?: SnatRange } = {};
-  for (const [key, family] of [
-    ['snatAddress', 'ipv4'],
-    ['snatAddressIPv6', 'ipv6'],
-  ] as const) {
-    const givers = fragments.filter((f) => f[key] !== undefined);
-    const [first, ...others] = givers;
-    if (first === undefined) continue;
-    const text = snatText(first[key]!);
-    const other = others.find((f) => snatText(f[key]!) !== text);
-    if (other) {
-      return new ConfigError(
-        origin,
-        `${key}: ${escapeUnprintable(first.file)} says ${text} and ${escapeUnprintable(other.file)} says ${snatText(other[key]!)}; the files that apply on a node must agree`,
-      );
-    }
-    snat[family] = first[key]!;
+function mergeKeys(fragments: readonly ConfigFragment[], origin: string): MergedKeys {
+  const merged: Record<string, unknown> = {};
+  for (const name of Object.keys(CONFIG_KEYS) as KeyName[]) {
+    const spec: KeySpec<unknown, unknown> = CONFIG_KEYS[name] as KeySpec<unknown, unknown>;
+    if (spec.merge === undefined) continue;
+    const given = fragments.flatMap((f) => {
+      const value: unknown = (f as { readonly [K in KeyName]?: unknown })[name];
+      return value === undefined ? [] : [{ file: f.file, value }];
+    });
+    if (given.length > 0) merged[name] = spec.merge(given, origin);
   }
-  if (snat.ipv4 || snat.ipv6) policy.snat = snat;
+  return merged as MergedKeys;
+}
+
+/**
+ * The egress policy the decision reads (decision.ts): the policy keys' merged values, each left out
+ * where no file gives an entry. Undefined when none is given, so that such a config is the
+ * original's, hash and all.
+ */
+function egressOf(keys: MergedKeys): EgressPolicy | undefined {
+  const { sourceCIDRs, egressInterfaces, snatAddress, snatAddressIPv6 } = keys;
+  const policy: EgressPolicy = {
+    ...(sourceCIDRs && sourceCIDRs.ipv4.length + sourceCIDRs.ipv6.length > 0
+      ? { sourceCIDRs }
+      : {}),
+    ...(egressInterfaces && egressInterfaces.length > 0 ? { egressInterfaces } : {}),
+    ...(snatAddress || snatAddressIPv6
+      ? {
+          snat: {
+            ...(snatAddress ? { ipv4: snatAddress } : {}),
+            ...(snatAddressIPv6 ? { ipv6: snatAddressIPv6 } : {}),
+          },
+        }
+      : {}),
+  };
   return Object.keys(policy).length > 0 ? policy : undefined;
 }
 
@@ -244,23 +233,20 @@ export function buildConfig(
       ),
     );
   }
-  const egress = egressOf(fragments, origin);
-  if (egress instanceof ConfigError) return invalid(egress);
-  const given = <K extends keyof ConfigFragment>(key: K) =>
-    fragments.flatMap((f) =>
-      f[key] === undefined ? [] : [f[key] as NonNullable<ConfigFragment[K]>],
-    );
-  const nonMasqLists = given('nonMasqueradeCIDRs');
-  const nonMasq =
-    nonMasqLists.length > 0 ? joined(nonMasqLists) : defaultNonMasqueradeCIDRs(options);
-  const masq = joined(given('masqueradeCIDRs'));
-  const limits = given('cidrLimit');
-  const cidrLimit = limits.length > 0 ? Math.max(...limits) : DEFAULT_CIDR_LIMIT;
-  const intervals = given('resyncIntervalMs');
-  const resyncIntervalMs =
-    intervals.length > 0 ? Math.min(...intervals) : DEFAULT_RESYNC_INTERVAL_MS;
-  const masqLinkLocal = given('masqLinkLocal').some(Boolean);
-  const masqLinkLocalIPv6 = given('masqLinkLocalIPv6').some(Boolean);
+  let keys: MergedKeys;
+  try {
+    keys = mergeKeys(fragments, origin);
+  } catch (err) {
+    if (err instanceof ConfigError) return invalid(err);
+    throw err;
+  }
+  const egress = egressOf(keys);
+  const nonMasq = keys.nonMasqueradeCIDRs ?? defaultNonMasqueradeCIDRs(options);
+  const masq = keys.masqueradeCIDRs ?? [];
+  const cidrLimit = keys.cidrLimit ?? DEFAULT_CIDR_LIMIT;
+  const resyncIntervalMs = keys.resyncInterval ?? DEFAULT_RESYNC_INTERVAL_MS;
+  const masqLinkLocal = keys.masqLinkLocal ?? false;
+  const masqLinkLocalIPv6 = keys.masqLinkLocalIPv6 ?? false;
 
   const entries = nonMasq.length + masq.length;
   if (entries > cidrLimit) {
@@ -273,6 +259,10 @@ export function buildConfig(
   if (!masqLinkLocal) linkLocal.push(LINK_LOCAL_V4);
   if (options.enableIPv6 && !masqLinkLocalIPv6) linkLocal.push(LINK_LOCAL_V6);
   const effectiveNonMasq = nonMasq.concat(linkLocal);
+  // Every merged key but those the sets carry, for whoever reads one (compile, say).
+  const carried = Object.fromEntries(
+    Object.entries(keys).filter(([name]) => !('bySets' in CONFIG_KEYS[name as KeyName])),
+  ) as MergedKeys;
   const meaning = {
     nonMasquerade: mergedSets(effectiveNonMasq),
     masquerade: mergedSets(masq),
@@ -280,6 +270,7 @@ export function buildConfig(
     masqLinkLocalIPv6,
     cidrLimit,
     resyncIntervalMs,
+    keys: Object.freeze(carried),
     ...(egress ? { egress } : {}),
   };
   const config: Config = Object.freeze({
@@ -289,7 +280,14 @@ export function buildConfig(
     ...(scoped.skipped.length > 0 ? { skipped: Object.freeze(scoped.skipped) } : {}),
     ...(podCidrs ? { nodePodCIDRs: true as const } : {}),
     ...(options.provenance
-      ? { provenance: provenanceOf(fragments, options, nonMasqLists.length === 0, linkLocal) }
+      ? {
+          provenance: provenanceOf(
+            fragments,
+            options,
+            keys.nonMasqueradeCIDRs === undefined,
+            linkLocal,
+          ),
+        }
       : {}),
   });
   return Object.freeze({ ok: true, config, warnings: Object.freeze([...warnings]) });

@@ -1,6 +1,7 @@
 // The shape every other module sees of a loaded config. Produced only by src/config.
 import { escapeUnprintable, type Prefix } from '../cidr/index.js';
 import type { SnatRange } from './egress.js';
+import type { MergedKeys } from './keys.js';
 
 export type { SnatRange } from './egress.js';
 
@@ -27,6 +28,11 @@ export interface Config {
   readonly provenance?: Provenance;
   /** The egress policy keys of the files that apply (README, "Egress policy"); absent: none given. */
   readonly egress?: EgressPolicy;
+  /**
+   * Every key's merged value over the files that apply (config/keys.ts), but the two CIDR lists,
+   * which the sets above carry; a key no file gives is absent.
+   */
+  readonly keys: MergedKeys;
   /** Files that node scoping (nodeNames, nodeSelector) left out, with why. */
   readonly skipped?: readonly SkippedFile[];
   /**

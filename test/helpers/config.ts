@@ -12,6 +12,7 @@ export function configWith(over: Partial<Config> = {}): Config {
     resyncIntervalMs: 60_000,
     hash: 'ab'.repeat(32),
     sources: [],
+    keys: {},
     ...over,
   };
 }

@@ -43,6 +43,7 @@ function config(
     resyncIntervalMs: 60_000,
     hash,
     sources: [],
+    keys: {},
   };
 }
 
