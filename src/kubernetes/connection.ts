@@ -22,10 +22,11 @@ export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccoun
 /** kubelet rotates projected tokens well before they expire; re-reading every minute follows it. */
 const TOKEN_REREAD_MS = 60_000;
 
-function tokenFile(path: string): () => Promise<string | undefined> {
+/** A projected token file, read again once its last read is TOKEN_REREAD_MS old (by `clock`). */
+export function tokenFile(path: string, clock = Date.now): () => Promise<string | undefined> {
   let cached: { at: number; token: string } | undefined;
   return async () => {
-    const now = Date.now();
+    const now = clock();
     if (cached && now - cached.at < TOKEN_REREAD_MS) return cached.token;
     const token = (await readFile(path, 'utf8')).trim();
     cached = { at: now, token };

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import t, { type Test } from 'tap';
 import { ApiClient } from '../../src/kubernetes/client.js';
-import { fromKubeconfig, inCluster } from '../../src/kubernetes/connection.js';
+import { fromKubeconfig, inCluster, tokenFile } from '../../src/kubernetes/connection.js';
 import { EventRecorder } from '../../src/kubernetes/events.js';
 import { FakeApiServer, startFake, until } from '../helpers/fake-apiserver.js';
 
@@ -143,6 +143,19 @@ t.test('in-cluster: KUBERNETES_SERVICE_HOST/PORT, its CA and its token', async (
   const c = await inCluster(env, d);
   t.equal(c.server.href, 'https://[fd00::1]/', 'an IPv6 host bracketed, 443 the default');
   t.equal(await c.token(), 'one');
+});
+
+t.test('a token file is read again as it rotates, once a minute', async (t) => {
+  const d = dir(t);
+  writeFileSync(join(d, 'token'), 'first\n');
+  let now = 1_000_000;
+  const token = tokenFile(join(d, 'token'), () => now);
+  t.equal(await token(), 'first');
+  writeFileSync(join(d, 'token'), 'rotated\n');
+  now += 59_999;
+  t.equal(await token(), 'first', 'within the minute: the one read');
+  now += 1;
+  t.equal(await token(), 'rotated', 'a minute on: read again');
 });
 
 t.test('TLS: the API server is verified against the given CA', async (t) => {

@@ -187,3 +187,38 @@ t.test(
     t.ok(listingIs(ours, table!), 'our own held replies are never compared');
   },
 );
+
+t.test('setChange at each threshold and one past it', async (t) => {
+  // Removals of `n` from `size` elements (the last ones: the window is exactly what is removed);
+  // each threshold is of the set's size after the change.
+  const removing = (size: number, n: number, concat: boolean) => {
+    const before = prefixes(size);
+    return setChange(set(before.slice(0, size - n), concat), set(before, concat));
+  };
+  const cases: Array<[string, () => string, string]> = [
+    [
+      'concat, not known: 1 000 elements',
+      () => setChange(set(prefixes(1_000), true), undefined),
+      'refill',
+    ],
+    [
+      'concat, not known: 1 001 elements',
+      () => setChange(set(prefixes(1_001), true), undefined),
+      'rebuild',
+    ],
+    ['concat, 100 of 600 removed (the floor of 100)', () => removing(600, 100, true), 'delta'],
+    ['concat, 101 of 600 removed', () => removing(600, 101, true), 'rebuild'],
+    // A tenth of the set's new size: 2 000 of 20 000 left, then 2 001 of 20 000 left.
+    ['concat, 2 000 removed, 20 000 left', () => removing(22_000, 2_000, true), 'delta'],
+    ['concat, 2 001 removed, 20 000 left', () => removing(22_001, 2_001, true), 'rebuild'],
+    ['interval, 10 of 1 000 removed', () => removing(1_000, 10, false), 'delta'],
+    ['interval, 11 of 1 000 removed', () => removing(1_000, 11, false), 'refill'],
+    ['interval, 1 removed, 5 000 left', () => removing(5_001, 1, false), 'delta'],
+    ['interval, 1 removed, 5 001 left', () => removing(5_002, 1, false), 'refill'],
+  ];
+  for (const [name, change, expected] of cases) t.equal(change(), expected, name);
+  // A window over 10 000 is not compared element by element: new sets, even if it is all moves.
+  const big = prefixes(40_000);
+  const rotated = [...big.slice(10_001), ...big.slice(0, 10_001)];
+  t.equal(setChange(set(rotated, true), set(big, true)), 'rebuild', 'a window of over 10 000');
+});

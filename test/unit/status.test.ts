@@ -90,3 +90,22 @@ t.test(
     t.equal(applied.lastWriteOk, true, 'healthy all the same');
   },
 );
+
+t.test(
+  'healthy (lastWriteOk) unless the last write failed: before any write, with an invalid config at start, not yet confirmed',
+  async (t) => {
+    const cases: Array<[string, SyncFacts, boolean]> = [
+      ['before the first sync', initialFacts, true],
+      [
+        'an invalid config at start, nothing written',
+        { ...initialFacts, configError: 'bad' },
+        true,
+      ],
+      ['written, not yet confirmed', { ...synced, kernel: 'unverified' }, true],
+      ['in sync', synced, true],
+      ['the last write failed', { ...synced, kernel: 'failed', kernelError: 'EPERM' }, false],
+    ];
+    for (const [name, facts, healthy] of cases)
+      t.equal(agentStatus(facts, true).lastWriteOk, healthy, name);
+  },
+);
