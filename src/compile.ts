@@ -13,7 +13,14 @@ import {
   NONMASQ_SET,
   SOURCES_SET,
 } from './nftables/objects.js';
-import type { Chain, NamedSet, TableFamily, SetKey, Table } from './nftables/types.js';
+import {
+  frozenElements,
+  type Chain,
+  type NamedSet,
+  type TableFamily,
+  type SetKey,
+  type Table,
+} from './nftables/types.js';
 
 export interface PortRange {
   readonly first: number;
@@ -124,7 +131,7 @@ const interfaceKey: SetKey = { expression: 'oifname', elementSuffix: '', element
  */
 function stepSet(step: ListStep, family: TableFamily, layout: 'interval' | 'concat'): NamedSet {
   const key = step.field === 'oifname' ? interfaceKey : setKey(family, layout, step.field);
-  return { name: step.set, key, flags: ['interval'], elements: step.list };
+  return { name: step.set, key, flags: ['interval'], elements: frozenElements(step.list) };
 }
 
 /**

@@ -50,21 +50,29 @@ function worthCaching(result: LoadResult): boolean {
   return result.ok || result.error.kind !== 'unreadable';
 }
 
+/** LoadOptions as a value: every field, the labels in order. */
+function optionsKey(options: LoadOptions): string {
+  const labels = options.nodeLabels && [...options.nodeLabels].sort();
+  return JSON.stringify({ ...options, nodeLabels: labels });
+}
+
 /**
  * The loader: the last result again while the stamp is unchanged, an invalid one too (a
  * pathological file is not parsed again at every resync). `load` is replaceable for tests.
  */
 export function configLoader(load: SourceLoader = loadAdaptive): Loader {
-  let last: { path: string; options: LoadOptions; stamp: string; result: LoadResult } | undefined;
-  return async (path, options) => {
+  let last: { path: string; options: string; stamp: string; result: LoadResult } | undefined;
+  return async (path, loadOptions) => {
+    // Compared by value: a caller may build the options anew for every read (the Node's labels).
+    const options = optionsKey(loadOptions);
     let source = await findConfigSource(path);
     if (last && last.path === path && last.options === options && last.stamp === source.stamp)
       return last.result;
-    let result = await load(source, options);
+    let result = await load(source, loadOptions);
     // A ConfigMap version removed while its files were read: kubelet swapped in the next one.
     if (!result.ok && result.error.kind === 'unreadable' && 'snapshot' in source) {
       source = await findConfigSource(path);
-      result = await load(source, options);
+      result = await load(source, loadOptions);
     }
     const { stamp } = source;
     last = worthCaching(result) ? { path, options, stamp, result } : undefined;

@@ -2,7 +2,7 @@
 // wire"): which shape each set's change takes, as measured, and the transactions for each shape.
 import type { TransientObjects } from './listing.js';
 import { elementList, renderChain, setBlock, validateTable } from './render.js';
-import type { NamedSet, Table } from './types.js';
+import { frozenElements, type Elements, type NamedSet, type Table } from './types.js';
 
 /** The names of a table's sets that a change keeps or makes: all but the transient ones. */
 function keyedNames(table: Table): string[] {
@@ -154,10 +154,10 @@ function middle(before: readonly string[], after: readonly string[]) {
   return { head, endBefore, endAfter };
 }
 
-type ElementDiff = { readonly removed: readonly string[]; readonly added: readonly string[] };
+type ElementDiff = { readonly removed: Elements; readonly added: Elements };
 
 /** Diffs worked out, by the list they start from: a write asks again while rendering (converge.ts). */
-const diffs = new WeakMap<readonly string[], { after: readonly string[]; diff: ElementDiff }>();
+const diffs = new WeakMap<Elements, { after: Elements; diff: ElementDiff }>();
 
 /**
  * The elements only `before` has and only `after` has. Both lists come sorted from the merge, and
@@ -165,7 +165,7 @@ const diffs = new WeakMap<readonly string[], { after: readonly string[]; diff: E
  * in order, and only what lies between is compared as sets. Asked again for the same two lists, it
  * answers with the same arrays, so that a large addition rendered ahead is found (render.ts).
  */
-export function elementDiff(before: readonly string[], after: readonly string[]): ElementDiff {
+export function elementDiff(before: Elements, after: Elements): ElementDiff {
   const known = diffs.get(before);
   if (known?.after === after) return known.diff;
   const { head, endBefore, endAfter } = middle(before, after);
@@ -180,8 +180,8 @@ export function elementDiff(before: readonly string[], after: readonly string[])
     diff = { removed: was.filter((e) => !wanted.has(e)), added: is.filter((e) => !had.has(e)) };
   }
   const frozen = Object.freeze({
-    removed: Object.freeze(diff.removed),
-    added: Object.freeze(diff.added),
+    removed: frozenElements(Object.freeze(diff.removed)),
+    added: frozenElements(Object.freeze(diff.added)),
   });
   diffs.set(before, { after, diff: frozen });
   return frozen;

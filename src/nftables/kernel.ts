@@ -44,6 +44,7 @@ export interface Kernel {
 }
 
 export { NftError };
+export { libnftablesVersion } from './addon.js';
 
 const NAT_TABLE = 'ip nat';
 const POSTROUTING = 'POSTROUTING';

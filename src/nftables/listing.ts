@@ -3,7 +3,7 @@
 // can change it), or object by object (what --explain --live calls drift). Pure text functions.
 import { LATE_REPLIES_SET } from './objects.js';
 import { normaliseListing, renderTable, withoutTableComment } from './render.js';
-import type { Table } from './types.js';
+import { NO_ELEMENTS, type Table } from './types.js';
 
 /**
  * Whether a listing is exactly the rendering of `table`, but for the table's own comment: nftables
@@ -100,7 +100,7 @@ function declarations(listing: string): Map<string, string> {
  */
 export function objectDrift(listing: string, table: Table): string[] {
   const found = declarations(listing);
-  const skeleton = { ...table, sets: table.sets.map((set) => ({ ...set, elements: [] })) };
+  const skeleton = { ...table, sets: table.sets.map((set) => ({ ...set, elements: NO_ELEMENTS })) };
   const wanted = declarations(renderTable(skeleton));
   const names = new Set([...wanted.keys(), ...found.keys()]);
   return [...names].filter((name) => found.get(name) !== wanted.get(name)).sort();
@@ -134,7 +134,7 @@ export function listedSetNames(listing: string): Set<string> {
 export function compareStructure(listing: string, table: Table): 'same' | 'key' | 'other' {
   const found = structure(listing);
   // Rendered without elements: only the objects' declarations are compared.
-  const skeleton = { ...table, sets: table.sets.map((set) => ({ ...set, elements: [] })) };
+  const skeleton = { ...table, sets: table.sets.map((set) => ({ ...set, elements: NO_ELEMENTS })) };
   const wanted = structure(renderTable(skeleton));
   const names = new Set([...found.keys(), ...wanted.keys()]);
   // The transient objects are made anew by an in-place write wherever they differ (transientDrift).
@@ -171,7 +171,7 @@ export interface TransientObjects {
 export function transientDrift(listing: string, table: Table): TransientObjects | undefined {
   const names = transientNames(table);
   const found = declarations(listing);
-  const skeleton = { ...table, sets: table.sets.map((set) => ({ ...set, elements: [] })) };
+  const skeleton = { ...table, sets: table.sets.map((set) => ({ ...set, elements: NO_ELEMENTS })) };
   const wanted = declarations(renderTable(skeleton));
   const differ = [...names].some((name) => found.get(name) !== wanted.get(name));
   const planted = plantedReplies(

@@ -1,7 +1,7 @@
 // The objects of our tables by name (README, "Reading `nft list table ip ipmasq`"): the compiler
 // declares them, and the listing comparisons, the conntrack flush and `--explain --live` find them,
 // each through these definitions.
-import type { Chain, NamedSet, TableFamily } from './types.js';
+import { NO_ELEMENTS, type Chain, type NamedSet, type TableFamily } from './types.js';
 
 /** Each object's name in the kernel, by the name the code uses for it. */
 const objectNames = {
@@ -53,7 +53,7 @@ export function lateRepliesSet(family: TableFamily): NamedSet {
     flags: [],
     size: LATE_REPLIES_SIZE,
     timeoutS: LATE_REPLIES_TIMEOUT_S,
-    elements: [],
+    elements: NO_ELEMENTS,
     transient: true,
   };
 }

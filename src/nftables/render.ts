@@ -2,7 +2,7 @@
 // prints, so the same text serves as the write and as the expectation a read-back is compared with.
 import { formatAddress, parseCidr, prefixRange, type Prefix } from '../cidr/index.js';
 import { nameProblem } from './names.js';
-import type { Chain, TableFamily, NamedSet, Table, TableRef } from './types.js';
+import type { Chain, Elements, TableFamily, NamedSet, Table, TableRef } from './types.js';
 
 /** Throws unless every name is a plain identifier and the comment cannot break out of its quotes. */
 export function validateTable(table: Table): void {
@@ -61,14 +61,10 @@ function addressList(
 }
 
 /** Element lists rendered ahead of a write (prerenderElements), by list, family and suffix. */
-const rendered = new WeakMap<readonly string[], Map<string, string>>();
+const rendered = new WeakMap<Elements, Map<string, string>>();
 
 /** The elements as nft text, each with the set's suffix; throws on anything but address characters. */
-export function elementList(
-  set: NamedSet,
-  elements: readonly string[],
-  family: TableFamily,
-): string {
+export function elementList(set: NamedSet, elements: Elements, family: TableFamily): string {
   if (set.key.elements === 'names') return nameList(set, elements);
   const { elementSuffix } = set.key;
   return (
@@ -91,9 +87,7 @@ export async function prerenderElements(
   pause: () => Promise<void>,
 ): Promise<void> {
   const { elements } = set;
-  // Kept by list: only a frozen one is known to keep the text right.
   if (set.key.elements === 'names' || elements.length <= PRERENDER_SLICE) return;
-  if (!Object.isFrozen(elements)) return;
   const key = `${family}${set.key.elementSuffix}`;
   const byKey = rendered.get(elements) ?? new Map<string, string>();
   if (byKey.has(key)) return;
@@ -108,7 +102,11 @@ export async function prerenderElements(
 }
 
 /** A set as a block of a table block; `elements` (all of the set's by default) inside it. */
-export function setBlock(set: NamedSet, family: TableFamily, elements = set.elements): string[] {
+export function setBlock(
+  set: NamedSet,
+  family: TableFamily,
+  elements: Elements = set.elements,
+): string[] {
   const lines = [`\tset ${set.name} {`, `\t\ttypeof ${set.key.expression}`];
   // In the order nft lists them (1.0.6 and 1.1.x alike); a timeout implies its flag.
   if (set.size !== undefined) lines.push(`\t\tsize ${integer(set.size)}`);

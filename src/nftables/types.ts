@@ -18,6 +18,22 @@ export interface SetKey {
   readonly elements?: 'names';
 }
 
+declare const frozenList: unique symbol;
+
+/**
+ * A set's elements: a frozen list, so that what is worked out from one list — its rendering ahead of
+ * a write, a diff against another — can be kept by the list itself (render.ts, change.ts) and found
+ * again by whoever holds the same list. Made by frozenElements; a copy made elsewhere is not one.
+ */
+export type Elements = readonly string[] & { readonly [frozenList]: true };
+
+/** The list as Elements: itself when already frozen (the config's sets are), else a frozen copy. */
+export function frozenElements(list: readonly string[]): Elements {
+  return (Object.isFrozen(list) ? list : Object.freeze([...list])) as Elements;
+}
+
+export const NO_ELEMENTS = frozenElements([]);
+
 export interface NamedSet {
   readonly name: string;
   readonly key: SetKey;
@@ -30,7 +46,7 @@ export interface NamedSet {
    * Canonical prefixes formatted by src/cidr, or (a `names` key) interface names the config
    * checked: never text taken from a config file unchecked.
    */
-  readonly elements: readonly string[];
+  readonly elements: Elements;
   /**
    * Elements the agent adds for a moment (with a timeout) apart from the config: never written
    * with the table's content, changed by a write or compared with a read-back.

@@ -2,8 +2,7 @@
 // the usual cause is an object it cannot parse that another tool wrote (README, "nftables
 // versions"): the tables are named over plain netlink and each foreign one is listed on its own,
 // each in its own libnftables process, to say which one it is.
-import { libnftablesVersion, NftError } from '../nftables/addon.js';
-import type { AnyTableRef, Kernel } from '../nftables/kernel.js';
+import { libnftablesVersion, NftError, type AnyTableRef, type Kernel } from '../nftables/kernel.js';
 import { errorText } from '../errors.js';
 
 export interface KernelFailure {

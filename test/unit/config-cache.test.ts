@@ -140,3 +140,42 @@ t.test('a ConfigMap swap is read whole, whichever of its steps came so far', asy
   );
   t.same(midway.warnings, [], 'no dangling symlink to warn about');
 });
+
+t.test(
+  'options compared by value: a fresh object with the same options is a hit, other ones a miss',
+  async (t) => {
+    const dir = tempDir(t, 'cache');
+    const file = join(dir, 'ip-masq-agent');
+    writeFileSync(file, 'nonMasqueradeCIDRs: [10.0.0.0/8]\n');
+    const { load, reads } = counted();
+    const labelled = (labels: Array<[string, string]>): LoadOptions => ({
+      ...options,
+      nodeLabels: new Map(labels),
+    });
+    await load(
+      file,
+      labelled([
+        ['pool', 'gpu'],
+        ['zone', 'a'],
+      ]),
+    );
+    await load(
+      file,
+      labelled([
+        ['zone', 'a'],
+        ['pool', 'gpu'],
+      ]),
+    );
+    t.equal(reads(), 1, 'the same labels in another object (and order): cached');
+    await load(
+      file,
+      labelled([
+        ['pool', 'cpu'],
+        ['zone', 'a'],
+      ]),
+    );
+    t.equal(reads(), 2, 'another label: read again');
+    await load(file, { ...options, enableIPv6: true });
+    t.equal(reads(), 3, 'another flag: read again');
+  },
+);
