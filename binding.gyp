@@ -7,7 +7,8 @@
         "native/runner.cc",
         "native/netlink.cc",
         "native/conntrack.cc",
-        "native/route.cc"
+        "native/route.cc",
+        "native/memory.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "libraries": ["-lnftables", "-lnetfilter_conntrack"],

@@ -1,21 +1,19 @@
 // nftables_napi: the N-API glue over plain C++ layers that know nothing of N-API — runner
 // (libnftables in a child forked per call), netlink (plain nf_tables requests), conntrack
-// (libnetfilter_conntrack) and route (rtnetlink lookups for it). Each call copies its arguments on
-// the JS thread, runs its job on a pool thread through the one Worker, and resolves with JS values
-// built back on the JS thread.
+// (libnetfilter_conntrack), route (rtnetlink lookups for it) and memory (what the agent gives
+// back). Each call copies its arguments on the JS thread, runs its job on a pool thread through the
+// one Worker, and resolves with JS values built back on the JS thread.
 #include <arpa/inet.h>
-#include <malloc.h>
 #include <napi.h>
 #include <netinet/in.h>
-#include <sys/mman.h>
 
-#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
 #include <utility>
 
 #include "conntrack.h"
+#include "memory.h"
 #include "netlink.h"
 #include "runner.h"
 
@@ -282,56 +280,23 @@ Napi::Value ConntrackDelete(const Napi::CallbackInfo& info) {
   });
 }
 
-// Gives the C heap's free pages back to the system (glibc's malloc_trim): every thread that
-// allocated (libuv's pool, V8's helpers) keeps an arena of its own, and their freed memory
-// otherwise stays in the process's RSS. Returns whether anything was released.
+// releaseMemory(): boolean, memory::ReleaseFreePages (quick: on the JS thread)
 Napi::Value ReleaseMemory(const Napi::CallbackInfo& info) {
-  return Napi::Boolean::New(info.Env(), malloc_trim(0) == 1);
+  return Napi::Boolean::New(info.Env(), memory::ReleaseFreePages());
 }
 
-// Blocks of at least `bytes` get their own mapping, returned to the system when freed. glibc raises
-// this threshold to the largest block freed so far unless it is set, so after a large config most
-// blocks came from the arenas and stayed there (docs/design.md, "Memory").
+// mapLargeAllocations(bytes: number): boolean, memory::MapBlocksFrom
 Napi::Value MapLargeAllocations(const Napi::CallbackInfo& info) {
-  if (info.Length() < 1 || !info[0].IsNumber()) {
-    Napi::TypeError::New(info.Env(), "mapLargeAllocations(bytes)").ThrowAsJavaScriptException();
-    return info.Env().Undefined();
-  }
-  return Napi::Boolean::New(
-      info.Env(), mallopt(M_MMAP_THRESHOLD, info[0].As<Napi::Number>().Int32Value()) == 1);
+  if (info.Length() < 1 || !info[0].IsNumber())
+    throw Napi::TypeError::New(info.Env(), "mapLargeAllocations(bytes)");
+  return Napi::Boolean::New(info.Env(),
+                            memory::MapBlocksFrom(info[0].As<Napi::Number>().Int32Value()));
 }
 
-#ifndef MADV_PAGEOUT
-#define MADV_PAGEOUT 21
-#endif
-
-// Asks the kernel to reclaim the resident pages of the process's file-backed mappings that no other
-// process maps (MADV_PAGEOUT, Linux 5.4): the program's code and read-only data that a large
-// config's work ran (the optimizing compiler, V8's compacting collector) stay resident otherwise,
-// though an agent on a small config never runs them again. A hint only: a page is read back from
-// its file when next used, and anonymous memory is left alone. It takes 15-140 ms, so it runs on a
-// pool thread. Resolves with the bytes of the mappings advised (0: the kernel refused them all).
+// pageOutFileMappings(): Promise<number>, memory::PageOutFileMappings on a pool thread
 Napi::Value PageOutFileMappings(const Napi::CallbackInfo& info) {
   return Queue(info.Env(), []() {
-    double advised = 0;
-    FILE* maps = std::fopen("/proc/self/maps", "re");
-    if (maps != nullptr) {
-      char line[512];
-      bool line_start = true;
-      while (std::fgets(line, sizeof line, maps) != nullptr) {
-        // A long path leaves the rest of its line for the next read: only a line's start counts.
-        const bool at_start = line_start;
-        line_start = std::strchr(line, '\n') != nullptr;
-        if (!at_start) continue;
-        unsigned long start = 0, end = 0, inode = 0;
-        if (std::sscanf(line, "%lx-%lx %*s %*s %*s %lu", &start, &end, &inode) != 3) continue;
-        // Anonymous mappings have no inode; nor do [vdso] and its kind.
-        if (inode == 0 || end <= start) continue;
-        if (madvise(reinterpret_cast<void*>(start), end - start, MADV_PAGEOUT) == 0)
-          advised += static_cast<double>(end - start);
-      }
-      std::fclose(maps);
-    }
+    const double advised = memory::PageOutFileMappings();
     return Value([advised](Napi::Env env) { return Napi::Number::New(env, advised); });
   });
 }

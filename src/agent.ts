@@ -3,13 +3,8 @@
 import type { Logger } from 'pino';
 import { AUTO_LAYOUT_CROSSOVER } from './compile.js';
 import { configLoader } from './config/loader.js';
-import { HeapTidier } from './memory.js';
-import {
-  libnftablesVersion,
-  mapLargeAllocations,
-  pageOutFileMappings,
-  releaseMemory,
-} from './nftables/addon.js';
+import { MemoryPolicy } from './memory.js';
+import { libnftablesVersion } from './nftables/kernel.js';
 import { plan, usesApi, type AgentOptions } from './options.js';
 import type { KubernetesSession } from './kubernetes/index.js';
 import { nftKernel, type Kernel } from './nftables/kernel.js';
@@ -113,23 +108,14 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   stop = async () => api?.stop();
   if (stopping) return;
   const reconciler = makeReconciler(options, logger, metrics, nftKernel, api);
-  mapLargeAllocations();
-  const tidier = new HeapTidier({
-    release: () => {
-      releaseMemory();
-      void pageOutFileMappings();
-    },
-  });
+  const memory = new MemoryPolicy();
+  memory.start();
   const syncs = new SyncRunner({
     sync: async () => {
-      tidier.beforeWork();
+      memory.beforeSync();
       const outcome = await reconciler.sync();
-      // Whatever the sync parsed and rendered is garbage now: give the C heap's share back, and
-      // V8's too once back on a small config (src/memory.ts; small: up to the layout crossover,
-      // where what a collection must mark is small).
-      releaseMemory();
       const { ipv4, ipv6 } = reconciler.status(syncs.alive).nonMasqueradeCIDRs;
-      tidier.afterWork(ipv4 + ipv6 <= AUTO_LAYOUT_CROSSOVER);
+      memory.afterSync(ipv4 + ipv6);
       return outcome;
     },
     intervalMs: () => reconciler.resyncIntervalMs,

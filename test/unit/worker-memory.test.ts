@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { getHeapStatistics } from 'node:v8';
 import t from 'tap';
 import { tempDir } from '../../harness/netns.js';
-import { collectGarbage, HeapTidier } from '../../src/memory.js';
+import { collectGarbage, HeapTidier, MemoryPolicy, SMALL_CONFIG_CIDRS } from '../../src/memory.js';
 import { mapLargeAllocations, pageOutFileMappings } from '../../src/nftables/addon.js';
 
 t.test('collectGarbage frees what is no longer reachable at once', async (t) => {
@@ -141,5 +141,24 @@ t.test(
       true,
       'its code still runs, read back from the file',
     );
+  },
+);
+
+t.test(
+  'the memory policy: the C heap after every sync, the tidy for small configs only',
+  async (t) => {
+    const calls: string[] = [];
+    const policy = new MemoryPolicy({
+      release: () => calls.push('release'),
+      tidier: {
+        beforeWork: () => calls.push('before'),
+        afterWork: (small: boolean) => calls.push(`after ${small ? 'small' : 'large'}`),
+      },
+    });
+    policy.beforeSync();
+    policy.afterSync(SMALL_CONFIG_CIDRS);
+    policy.afterSync(SMALL_CONFIG_CIDRS + 1);
+    t.same(calls, ['before', 'release', 'after small', 'release', 'after large']);
+    t.equal(SMALL_CONFIG_CIDRS, 2_000, 'its own figure (docs/design.md, "Memory")');
   },
 );
