@@ -8,7 +8,8 @@
         "native/netlink.cc",
         "native/conntrack.cc",
         "native/route.cc",
-        "native/memory.cc"
+        "native/memory.cc",
+        "native/later.cc"
       ],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "libraries": ["-lnftables", "-lnetfilter_conntrack"],

@@ -5,10 +5,7 @@
 import { AgentSession } from './agent-session.js';
 import { CLOCK_TICKS, median, sleep, withScope, type Scope } from './harness.js';
 import { configText } from './scripts.js';
-import {
-  startFakeApiServerInNetns,
-  type RemoteFake,
-} from '../test/helpers/fake-apiserver-remote.js';
+import { startFakeApiServerInNetns, type RemoteFake } from '../harness/fake-apiserver-remote.js';
 
 export interface KubernetesRow {
   nodes: number;

@@ -257,7 +257,7 @@ function values(r: BenchResults): Record<string, string> {
   return {
     kubernetes: k
       ? [
-          `Measured ${k.date.slice(0, 16).replace('T', ' ')} UTC with \`node --import=tsx bench/kubernetes.ts\`: the fake API server (test/helpers/fake-apiserver.ts) in the agent's namespace holds ${n(k.nodes)} Nodes of ~16 KiB each (most of it \`status.images\`), listed in pages, then sends ${fmt(k.eventsPerSecond)} status updates a second for ${k.eventSeconds} s while five Nodes are added one by one.`,
+          `Measured ${k.date.slice(0, 16).replace('T', ' ')} UTC with \`node --import=tsx bench/kubernetes.ts\`: the fake API server (harness/fake-apiserver.ts) in the agent's namespace holds ${n(k.nodes)} Nodes of ~16 KiB each (most of it \`status.images\`), listed in pages, then sends ${fmt(k.eventsPerSecond)} status updates a second for ${k.eventSeconds} s while five Nodes are added one by one.`,
           '',
           table(
             ['', 'agent RSS'],

@@ -16,7 +16,7 @@ bool MapBlocksFrom(int bytes);
 // Asks the kernel to reclaim the resident pages of the process's file-backed mappings that no other
 // process maps (MADV_PAGEOUT, Linux 5.4 and later): a hint, each page is read back from its file
 // when next used; anonymous memory is left alone. The bytes of the mappings advised (0: all
-// refused). Takes tens of milliseconds: call it off the JS thread.
+// refused). It reads and advises every mapping: call it off the JS thread.
 double PageOutFileMappings();
 
 }  // namespace memory

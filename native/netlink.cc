@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "runner.h"
+#include "later.h"
 
 namespace netlink {
 namespace {
@@ -30,10 +30,7 @@ Status NetlinkRequest(uint16_t msg_type, uint16_t flags, const std::string& what
                       const MessageVisitor& on_message, const AttrVisitor& on_attr) {
   int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
   if (fd < 0) return {false, std::string("netlink socket: ") + strerror(errno)};
-  std::unique_ptr<int, std::function<void(int*)>> guard(&fd, [](int* f) {
-    const int closing = *f;
-    runner::Later([closing] { close(closing); });
-  });
+  std::unique_ptr<int, std::function<void(int*)>> guard(&fd, [](int* f) { later::Close(*f); });
   timeval limit{5, 0};  // a kernel answers in microseconds; never wait forever
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   struct {
@@ -237,11 +234,8 @@ Status ReplaceSetElements(uint8_t family, const std::string& table, const std::s
 
   int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
   if (fd < 0) return {false, std::string("netlink socket: ") + strerror(errno)};
-  // Closed on a thread of its own: after a deletion the close waits for the kernel (runner.h).
-  std::unique_ptr<int, std::function<void(int*)>> guard(&fd, [](int* f) {
-    const int closing = *f;
-    runner::Later([closing] { close(closing); });
-  });
+  // Closed on a thread of its own: after a deletion the close waits for the kernel (later.h).
+  std::unique_ptr<int, std::function<void(int*)>> guard(&fd, [](int* f) { later::Close(*f); });
   timeval limit{5, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   int room = static_cast<int>(batch.size()) * 2;

@@ -15,8 +15,8 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <system_error>
-#include <thread>
+
+#include "later.h"
 
 namespace runner {
 namespace {
@@ -70,24 +70,11 @@ int64_t NowMs() {
 
 }  // namespace
 
-// Closing a netfilter netlink socket waits while the kernel releases the objects the namespace's
-// last transaction replaced, an RCU grace period after any commit by anyone (docs/design.md,
-// "libnftables"): the answer is in hand by then, so the sockets of plain netlink requests are
-// closed on a thread of their own, and libnftables' children are reaped on one (RunScript). Without
-// a thread to spare (EAGAIN at the process's limit), the work is done here after all.
-void Later(const std::function<void()>& work) {
-  try {
-    std::thread(work).detach();
-  } catch (const std::system_error&) {
-    work();
-  }
-}
-
 namespace {
 
 // Reaps a child without waiting for it here: see RunScript.
 void ReapLater(pid_t pid) {
-  Later([pid] {
+  later::Run([pid] {
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
@@ -102,7 +89,7 @@ void ReapLater(pid_t pid) {
 // status byte, the text's length (8 bytes), the text — then _exit()s; a child that ends before its
 // whole answer died inside libnftables. Once the answer is complete the call returns and the child
 // is reaped on a thread of its own: its exit closes the netlink socket that committed, which the
-// kernel holds up for a grace period (CloseLater) — the new ruleset is in place by then.
+// kernel holds up for a grace period (later.h) — the new ruleset is in place by then.
 Outcome RunScript(const std::string& script, bool dry_run, bool json, int timeout_ms) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0)

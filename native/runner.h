@@ -19,8 +19,4 @@ struct Outcome {
 // (a pool thread) until the answer is in, the child died or the time ran out.
 Outcome RunScript(const std::string& script, bool dry_run, bool json, int timeout_ms);
 
-// Runs `work` on a thread of its own, or here when no thread can be started: for what the kernel
-// makes wait after the answer is in hand (closing a netlink socket, reaping a child).
-void Later(const std::function<void()>& work);
-
 }  // namespace runner

@@ -118,7 +118,11 @@ export function setKey(
   address: 'daddr' | 'saddr' = 'daddr',
 ): SetKey {
   return layout === 'concat'
-    ? { expression: `${family} ${address} . meta l4proto`, elementSuffix: ' . 0-255' }
+    ? {
+        expression: `${family} ${address} . meta l4proto`,
+        elementSuffix: ' . 0-255',
+        probeSuffix: ' . udp',
+      }
     : { expression: `${family} ${address}`, elementSuffix: '' };
 }
 

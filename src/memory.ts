@@ -62,15 +62,14 @@ export interface TidyDeps {
 }
 
 /**
- * Collects the agent's thread's garbage once it is back on a small config after a large one. V8
- * collects when it allocates, and an agent idle on a small config allocates little: after a
- * 100 000-CIDR config was replaced by 64 CIDRs, its garbage stayed for minutes (docs/design.md,
- * "Memory"). `beforeWork()` is called as each sync starts and `afterWork(small)` after it; when the
- * config in force is small and the heap grew by more than `growthBytes` since the last collection,
- * one runs once `quietMs` passed without another sync, then `release` gives back the C heap's free
- * pages and the program's pages the large config's work ran. Not while the config is large: V8's
- * collection holds the event loop for as long as it marks what is live (45–70 ms with 100 000
- * CIDRs' strings), and large writes allocate enough for V8 to collect on its own.
+ * Collects the agent's thread's garbage once it is back on a small config after a large one: V8
+ * collects when it allocates, and an agent idle on a small config allocates little, so a large
+ * config's garbage would stay (docs/design.md, "Memory", has the figures). `beforeWork()` is called
+ * as each sync starts and `afterWork(small)` after it; when the config in force is small and the heap
+ * grew by more than `growthBytes` since the last collection, one runs once `quietMs` passed without
+ * another sync, then `release` gives back the C heap's free pages and the program's pages the large
+ * config's work ran. Not while the config is large: a collection holds the event loop while it marks
+ * what is live, and large writes allocate enough for V8 to collect on its own.
  */
 export class HeapTidier {
   readonly #deps: TidyDeps;

@@ -1,6 +1,6 @@
 // Sets of addresses as sorted, disjoint, non-adjacent [first, last] ranges: union, difference and
 // symmetric difference by one sweep, and back to the fewest prefixes. Bounds are bigints, or plain
-// numbers for IPv4 (exact below 2^53, and an order of magnitude faster for 100 000 ranges).
+// numbers for IPv4 (exact below 2^53, and much faster for long lists: docs/design.md, "Figures").
 import { ADDRESS_BITS, type Family } from './address.js';
 import { rangeToPrefixes } from './merge.js';
 import type { Prefix } from './prefix.js';

@@ -14,8 +14,8 @@ import {
   parseListen,
   parsePortRanges,
 } from './flag-values.js';
-import { conntrackFlushModes } from '../reconcile/conntrack.js';
-import { logLevels, outputs, type AgentOptions, type Mode } from '../options.js';
+import { conntrackFlushModes } from '../reconcile/flush-modes.js';
+import { logLevels, outputs, usesApi, type AgentOptions, type Mode } from '../options.js';
 
 export type { AgentOptions } from '../options.js';
 
@@ -44,7 +44,7 @@ interface Flag {
   /** The argument's placeholder in the usage, e.g. PATH. */
   readonly arg?: string;
   readonly help: string;
-  /** Appended to the help as "(default …)". */
+  /** Appended to the help as "(default …)": the initial value's text unless said otherwise. */
   readonly shownDefault?: string;
   /** The option the flag sets and its value when the flag is not given. */
   readonly option?: { readonly key: keyof Options; readonly initial: Options[keyof Options] };
@@ -76,7 +76,12 @@ function value<K extends keyof Options>(
     arg: usage.arg,
     help: usage.help,
     ...(usage.env === undefined ? {} : { env: usage.env }),
-    ...(usage.shownDefault === undefined ? {} : { shownDefault: usage.shownDefault }),
+    // A non-empty string default is shown as it is; other defaults say how they are shown.
+    ...(usage.shownDefault !== undefined
+      ? { shownDefault: usage.shownDefault }
+      : typeof initial === 'string' && initial !== ''
+        ? { shownDefault: initial }
+        : {}),
     option: { key, initial },
     apply: (text, draft) => {
       (draft as Options)[key] = parse(String(text), draft);
@@ -203,13 +208,11 @@ export const FLAGS: readonly Flag[] = [
     {
       arg: 'PATH',
       help: 'config file, or a directory whose ip-masq* files are merged',
-      shownDefault: DEFAULT_CONFIG_PATH,
     },
   ),
   value('masq-chain', 'masqChain', 'IP-MASQ-AGENT', checkMasqChain, {
     arg: 'NAME',
     help: 'chain holding the masquerade decision',
-    shownDefault: 'IP-MASQ-AGENT',
   }),
   bool(
     'nomasq-all-reserved-ranges',
@@ -226,7 +229,6 @@ export const FLAGS: readonly Flag[] = [
   value('table', 'table', 'ipmasq', (text) => checkName('table', text), {
     arg: 'NAME',
     help: "name of the agent's nftables tables",
-    shownDefault: 'ipmasq',
   }),
   value('listen', 'listen', Object.freeze({ host: '0.0.0.0', port: 9410 }), parseListen, {
     arg: 'HOST:PORT',
@@ -242,7 +244,6 @@ export const FLAGS: readonly Flag[] = [
   value('log-level', 'logLevel', 'info', (text) => oneOf('log-level', logLevels, text), {
     arg: 'LEVEL',
     help: logLevels.join(', '),
-    shownDefault: 'info',
   }),
   value('set-layout', 'setLayout', 'auto', (text) => oneOf('set-layout', setLayouts, text), {
     arg: 'LAYOUT',
@@ -250,7 +251,6 @@ export const FLAGS: readonly Flag[] = [
       `auto: interval up to ${AUTO_LAYOUT_CROSSOVER} CIDRs, concat above; interval: sets of ` +
       "addresses; concat: sets of address . protocol ranges, which other nftables tools' element " +
       'commands do not download',
-    shownDefault: 'auto',
   }),
   value(
     'conntrack-flush',
@@ -262,7 +262,6 @@ export const FLAGS: readonly Flag[] = [
       help:
         'after a config change, delete the conntrack entries of flows whose decision changed: udp ' +
         '(UDP and UDP-Lite), all (also resets TCP and SCTP connections), none',
-      shownDefault: 'udp',
     },
   ),
 
@@ -341,7 +340,6 @@ export const FLAGS: readonly Flag[] = [
     arg: 'FORMAT',
     section: 'modes',
     help: 'text or json, for --explain, --diff and --check',
-    shownDefault: 'text',
   }),
   value('from', 'from', '', (text) => checked('from', () => parseAddress(text) && text), {
     arg: 'ADDR',
@@ -522,7 +520,7 @@ export function parseArgs(
       if (given.has(flag) && !draft.modes.some((m) => m === 'explain' || m === 'diff'))
         throw new FlagError(`--${flag} goes with --explain or --diff`);
     }
-    const api = draft.kubernetes || draft.kubeconfig !== '';
+    const api = usesApi(draft);
     const onNode = draft.modes.length === 0 || draft.modes.includes('once');
     if (api && onNode && draft.nodeName === '') {
       throw new FlagError(

@@ -3,7 +3,7 @@
 // agent uses, and prints text or one JSON document.
 import { CidrError, escapeUnprintable, formatAddress, parseAddress } from '../cidr/index.js';
 import { compile, type CompileOptions } from '../compile.js';
-import { MASQ_SET, NONMASQ_SET } from '../nftables/objects.js';
+import { decisionOf, type ListStep } from '../decision.js';
 import type { Table } from '../nftables/types.js';
 import { objectDrift } from '../nftables/listing.js';
 import { tableOwner } from '../nftables/ownership.js';
@@ -106,6 +106,7 @@ export async function explainCommand(
     try {
       live = await liveAnswers(
         await kernel(),
+        config,
         compile(config, stages.compile, 1),
         stages.compile,
         explanations,
@@ -151,6 +152,7 @@ interface LiveAnswer {
 
 async function liveAnswers(
   kernel: Kernel,
+  config: Config,
   tables: readonly Table[],
   options: CompileOptions,
   explanations: readonly Explanation[],
@@ -216,15 +218,22 @@ async function liveAnswers(
       });
       continue;
     }
-    // The element as the agent formats it; the concatenated layout pairs it with a protocol.
+    // The decision's destination steps in order, each asked of the kernel's set (the element as
+    // the agent formats it, as the set's layout looks it up); the first that holds it decides.
     const parsed = parseAddress(e.address);
-    const concat = table?.sets.find((set) => set.name === NONMASQ_SET)?.key.elementSuffix;
-    const element = formatAddress(parsed.family, parsed.addr) + (concat ? ' . udp' : '');
-    const inMasq = await kernel.setHas(ref, MASQ_SET, element);
-    const inNonMasq = await kernel.setHas(ref, NONMASQ_SET, element);
-    const masqueraded = inMasq || !inNonMasq;
+    let decided: ListStep | undefined;
+    for (const step of decisionOf(config, e.family).steps) {
+      if (step.field !== 'daddr') continue;
+      const probe = table?.sets.find((set) => set.name === step.set)?.key.probeSuffix ?? '';
+      const element = formatAddress(parsed.family, parsed.addr) + probe;
+      if (await kernel.setHas(ref, step.set, element)) {
+        decided = step;
+        break;
+      }
+    }
+    const masqueraded = decided ? decided.outcome === 'translated' : true;
     const drift = e.reason === 'not managed' ? false : masqueraded !== e.masqueraded;
-    const set = inMasq ? 'in the masq set' : inNonMasq ? 'in the nonmasq set' : 'in neither set';
+    const set = decided ? `in the ${decided.set} set` : 'in neither set';
     answers.push({
       masqueraded,
       generation,

@@ -72,7 +72,7 @@ export interface SnatRange {
   readonly last: string;
 }
 
-/** Parses `A` or `A-B` of the family the key takes; `ipv6Enabled` false refuses IPv6 as the lists do. */
+/** Parses `A` or `A-B`, both of the family the key takes (the caller refuses IPv6 while it is off). */
 export function parseSnatAddress(text: string, family: 4 | 6): SnatRange {
   const parts = text.split('-');
   if (parts.length > 2 || parts.some((p) => p === '')) {

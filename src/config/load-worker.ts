@@ -1,5 +1,5 @@
-// Loading 100 000 CIDRs takes ~0.15–0.3 s of CPU, mostly parsing and garbage: run it on a worker
-// thread so /healthz and /metrics keep answering while a large config is read. Provenance (the
+// A large config's load is mostly parsing and garbage (docs/design.md, "Figures"): it runs on a worker
+// thread so /healthz and /metrics keep answering while it is read. Provenance (the
 // operator's commands, which load in their own thread) is not carried: its prefixes are classes.
 import { isMainThread, parentPort, Worker } from 'node:worker_threads';
 import { collectGarbage } from '../memory.js';

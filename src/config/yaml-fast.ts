@@ -1,7 +1,6 @@
 // The fast path for the commonest large config: block lists of CIDRs one per line beside a few plain
 // keys. Those lists are cut out and read by hand, in one pass, when the whole document is made of
-// single-line constructs only; the rest goes to the full parser (the `yaml` package needs ~1.5 s
-// for 100 000 list items: docs/bench.md). Every scanner here is linear in the line it reads.
+// single-line constructs only; the rest goes to the full parser (slow on long lists: docs/bench.md). Every scanner here is linear in the line it reads.
 import { nestingProblem } from './bounds.js';
 import { parseYamlFull, type ParsedText } from './yaml-full.js';
 

@@ -70,8 +70,8 @@ export interface RunOptions {
 }
 
 /**
- * The longest one libnftables call may take before its process is killed. A 100 000-element
- * replace takes about a second here; IPMASQ_NFT_TIMEOUT_MS overrides it (tests use a short one).
+ * The longest one libnftables call may take before its process is killed: far beyond the largest
+ * write (docs/bench.md); IPMASQ_NFT_TIMEOUT_MS overrides it (tests use a short one).
  */
 export function nftTimeoutMs(env: NodeJS.ProcessEnv = process.env): number {
   const value = Number(env.IPMASQ_NFT_TIMEOUT_MS);
@@ -79,12 +79,11 @@ export function nftTimeoutMs(env: NodeJS.ProcessEnv = process.env): number {
 }
 
 /**
- * How a libnftables call failed: `error`, it refused the command (its own message); `crash`, its
- * process died (a signal, e.g. SIGSEGV on objects it cannot parse); `timeout`, it was killed after
- * the time limit; `spawn`, no process could be started for it (fork or pipe failed).
+ * An error from libnftables, carrying its own message text, and how the call failed (`kind`):
+ * `error`, it refused the command (its own message); `crash`, its process died (a signal, e.g.
+ * SIGSEGV on objects it cannot parse); `timeout`, it was killed after the time limit; `spawn`, no
+ * process could be started for it (fork or pipe failed).
  */
-
-/** An error from libnftables, carrying its own message text. */
 export class NftError extends Error {
   readonly nftMessage: string;
   readonly kind: NftFailureKind;
@@ -257,8 +256,8 @@ export async function deleteFlows(plan: FlowPlan, which: 'now' | 'later'): Promi
 
 /**
  * Returns the C heap's free pages to the system (glibc's malloc_trim): the pool threads' and V8
- * helpers' arenas keep what they freed otherwise (docs/design.md, "Memory").
- * Takes well under a millisecond; false when nothing was released or the addon is missing.
+ * helpers' arenas keep what they freed otherwise (docs/design.md, "Memory"). Quick enough for the JS
+ * thread; false when nothing was released or the addon is missing.
  */
 export function releaseMemory(): boolean {
   try {
@@ -270,8 +269,8 @@ export function releaseMemory(): boolean {
 
 /**
  * Blocks of at least `bytes` (default 128 KiB) get their own mapping, unmapped when freed. glibc's
- * default threshold rises to the largest block freed so far, after which large blocks stayed in the
- * arenas (~16 MiB after a 100 000-CIDR config; docs/design.md, "Memory"). False without the addon.
+ * default threshold rises to the largest block freed so far, after which large blocks stay in the
+ * arenas (docs/design.md, "Memory"). False without the addon.
  */
 export function mapLargeAllocations(bytes = 128 * 1024): boolean {
   try {

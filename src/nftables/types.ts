@@ -14,6 +14,8 @@ export interface SetKey {
   readonly expression: string;
   /** Written after every prefix: the concatenated layout pairs each with all protocols. */
   readonly elementSuffix: '' | ' . 0-255';
+  /** Written after an address looked up in the set (`nft get element`): one protocol of the range. */
+  readonly probeSuffix?: ' . udp';
   /** `names`: the elements are interface names (checked again and quoted when written), not prefixes. */
   readonly elements?: 'names';
 }

@@ -11,9 +11,9 @@ import type { Kernel } from '../nftables/kernel.js';
 import { decisionChangesOffThread, type DecisionChange } from './changed-ranges.js';
 import type { AgentMetrics } from './metrics.js';
 
-export const conntrackFlushModes = ['udp', 'all', 'none'] as const;
-/** `udp`: UDP and UDP-Lite entries only; `all`: every protocol (resets TCP); `none`: keep them. */
-export type ConntrackFlushMode = (typeof conntrackFlushModes)[number];
+import type { ConntrackFlushMode } from './flush-modes.js';
+
+export type { ConntrackFlushMode } from './flush-modes.js';
 
 const UDP = 17;
 const UDPLITE = 136;

@@ -23,7 +23,7 @@ export const EXPOSITION_MAX_AGE_MS = 1_000;
 const syncResults: readonly SyncResult[] = ['applied', 'unchanged', 'error'];
 const families: readonly AddressFamily[] = ['ipv4', 'ipv6'];
 
-// A no-op sync takes about a millisecond; a 100 000-element transaction takes about a second.
+// From a no-op sync to the largest write (docs/bench.md), with room either side.
 const syncDurationBuckets = [
   0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 ];

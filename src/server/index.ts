@@ -176,8 +176,8 @@ const SERVER_LIMITS = {
 } as const;
 
 /**
- * Fastify loads ajv and fast-json-stringify (~100 modules, ~2 MiB of an idle agent's RSS) unless it
- * is given its schema compilers. The routes take no input and declare no schemas: their replies are
+ * Fastify loads ajv and fast-json-stringify unless it is given its schema compilers: memory an idle
+ * agent would hold for nothing (docs/design.md, "Memory"). The routes take no input and declare no schemas: their replies are
  * typed objects that JSON.stringify writes. A schema declared by mistake throws, never compiled.
  */
 const schemaController = {

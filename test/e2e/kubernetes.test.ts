@@ -27,8 +27,8 @@ import {
   REMOTE_TARGETS_IPV4 as V4,
   type Topology,
 } from '../../harness/topology.js';
-import type { RecordedEvent } from '../helpers/fake-apiserver.js';
-import { startFakeApiServerInNetns, type RemoteFake } from '../helpers/fake-apiserver-remote.js';
+import type { RecordedEvent } from '../../harness/fake-apiserver.js';
+import { startFakeApiServerInNetns, type RemoteFake } from '../../harness/fake-apiserver-remote.js';
 
 // Two other Nodes' pod CIDRs, routed to the remote in this topology; neither is exempt by default.
 const NODE_A_PODS = '198.19.0.0/24';

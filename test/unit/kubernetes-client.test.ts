@@ -8,7 +8,7 @@ import { ApiClient, ApiError } from '../../src/kubernetes/client.js';
 import { Cluster, labelsOf, podCIDRsOf } from '../../src/kubernetes/cluster.js';
 import { backoffDelay, Reflector, type ReflectorTimings } from '../../src/kubernetes/reflector.js';
 import { formatPrefix } from '../../src/cidr/index.js';
-import { FakeApiServer, startFake, until } from '../helpers/fake-apiserver.js';
+import { FakeApiServer, startFake, until } from '../../harness/fake-apiserver.js';
 
 const FAST: ReflectorTimings = {
   backoffBaseMs: 20,

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import { agentBin, agentEnv } from '../../harness/agent.js';
 import { packageRoot, tempDir } from '../../harness/netns.js';
-import { FakeApiServer } from '../helpers/fake-apiserver.js';
+import { FakeApiServer } from '../../harness/fake-apiserver.js';
 
 function run(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
   return new Promise((resolve) => {

@@ -10,7 +10,7 @@ import t, { type Test } from 'tap';
 import { ApiClient } from '../../src/kubernetes/client.js';
 import { fromKubeconfig, inCluster, tokenFile } from '../../src/kubernetes/connection.js';
 import { EventRecorder } from '../../src/kubernetes/events.js';
-import { FakeApiServer, startFake, until } from '../helpers/fake-apiserver.js';
+import { FakeApiServer, startFake, until } from '../../harness/fake-apiserver.js';
 
 function dir(t: Test): string {
   const path = mkdtempSync(join(tmpdir(), 'ipmasq-kube-unit-'));

@@ -11,7 +11,7 @@ import { fromKubeconfig } from '../../src/kubernetes/connection.js';
 import { labelsOf, podCIDRsOf } from '../../src/kubernetes/cluster.js';
 import { startKubernetes, timingsFromEnv } from '../../src/kubernetes/index.js';
 import { DEFAULT_TIMINGS } from '../../src/kubernetes/reflector.js';
-import { startFake, until } from '../helpers/fake-apiserver.js';
+import { startFake, until } from '../../harness/fake-apiserver.js';
 
 function dir(t: Test): string {
   const path = mkdtempSync(join(tmpdir(), 'ipmasq-kube-session-'));

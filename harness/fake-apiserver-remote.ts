@@ -3,7 +3,7 @@
 import http from 'node:http';
 import { join } from 'node:path';
 import { writeFileSync } from 'node:fs';
-import { packageRoot, spawnNodeInNetns, tempDir, type TapTest } from '../../harness/netns.js';
+import { packageRoot, spawnNodeInNetns, tempDir, type TapTest } from './netns.js';
 import type { FakeApiServer } from './fake-apiserver.js';
 
 type Methods = {
@@ -32,7 +32,7 @@ export async function startFakeApiServerInNetns(
   const control = join(dir, 'control.sock');
   const port = options.port ?? 6443;
   const token = `token-${process.pid}-${Date.now()}`;
-  const child = spawnNodeInNetns(ns, join(packageRoot, 'test/helpers/fake-apiserver-main.ts'), [
+  const child = spawnNodeInNetns(ns, join(packageRoot, 'harness/fake-apiserver-main.ts'), [
     String(port),
     control,
     JSON.stringify({ token, ...(options.bookmarkMs ? { bookmarkMs: options.bookmarkMs } : {}) }),
