@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import { parseAddress, type Range } from '../cidr/index.js';
 import type { AddressFamily, Config } from '../config/types.js';
 import { decisionOf, setRanges, type ListStep } from '../decision.js';
-import { LATE_REPLIES_SET } from '../nftables/objects.js';
+import { LATE_REPLIES_SET, LATE_REPLIES_SIZE } from '../nftables/objects.js';
 import type { CommitStep, FlowPlan, FlowPolicy } from '../nftables/types.js';
 import type { Kernel } from '../nftables/kernel.js';
 import { decisionChangesOffThread, type DecisionChange } from './changed-ranges.js';
@@ -29,12 +29,6 @@ const protocolNames = new Map([
 export function protocolName(protocol: number): string {
   return protocolNames.get(protocol) ?? String(protocol);
 }
-
-/**
- * At most this many replies are held per flush (the late-replies set's size): the most recently
- * active flows first. The set lives 3 s (its own timeout) and a read-back of our table lists it.
- */
-export const LATE_REPLIES_MAX = 16_384;
 
 /**
  * How long a translated UDP flow still waiting for its first reply (a query in flight) keeps its
@@ -167,7 +161,8 @@ export class ConntrackFlush {
           exemptAfter: change.exemptAfter,
           before: old,
           after: now,
-          holdMax: LATE_REPLIES_MAX,
+          // As many as the set holds, the most recently active flows first.
+          holdMax: LATE_REPLIES_SIZE,
         });
         summary.unjudged += plan.unjudged;
         summary.lateRepliesHeld += await this.hold(plan, generation);
