@@ -3,7 +3,7 @@
 import type { Logger } from 'pino';
 import { AUTO_LAYOUT_CROSSOVER } from './compile.js';
 import { configLoader } from './config/loader.js';
-import { MemoryPolicy } from './memory.js';
+import { MemoryPolicy } from './memory-policy.js';
 import { libnftablesVersion } from './nftables/kernel.js';
 import { plan, usesApi, type AgentOptions } from './options.js';
 import type { KubernetesSession } from './kubernetes/index.js';

@@ -12,7 +12,6 @@
 // What each saves is in docs/design.md, "Memory".
 import { getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { mapLargeAllocations, pageOutFileMappings, releaseMemory } from './nftables/addon.js';
 
 let optimizerOn = true;
 
@@ -114,56 +113,5 @@ export class HeapTidier {
     this.#deps.collect();
     this.#deps.release();
     this.#settled = this.#deps.heapUsed();
-  }
-}
-
-/**
- * Up to this many CIDRs in force, the agent's config is small for memory's sake: a full collection of
- * its heap marks little, and is worth running once the work is done (HeapTidier). Its own figure,
- * not the set layout's crossover, though both are 2 000 today.
- */
-export const SMALL_CONFIG_CIDRS = 2_000;
-
-/** What the agent does for memory (docs/design.md, "Memory"): once at start, and around each sync. */
-export class MemoryPolicy {
-  readonly #tidier: Pick<HeapTidier, 'beforeWork' | 'afterWork'>;
-  readonly #release: () => void;
-
-  constructor(
-    deps: {
-      release?: () => void;
-      pageOut?: () => void;
-      tidier?: Pick<HeapTidier, 'beforeWork' | 'afterWork'>;
-    } = {},
-  ) {
-    this.#release = deps.release ?? releaseMemory;
-    const pageOut = deps.pageOut ?? (() => void pageOutFileMappings());
-    this.#tidier =
-      deps.tidier ??
-      new HeapTidier({
-        release: () => {
-          this.#release();
-          pageOut();
-        },
-      });
-  }
-
-  /** As the agent starts: large blocks get mappings of their own (glibc's threshold fixed). */
-  start(): void {
-    mapLargeAllocations();
-  }
-
-  /** A sync starts: a tidy still due waits for it. */
-  beforeSync(): void {
-    this.#tidier.beforeWork();
-  }
-
-  /**
-   * A sync ended with `cidrs` in force: what it parsed and rendered is garbage now. The C heap's
-   * free pages go back at once; V8's garbage and the program's pages too once the config is small.
-   */
-  afterSync(cidrs: number): void {
-    this.#release();
-    this.#tidier.afterWork(cidrs <= SMALL_CONFIG_CIDRS);
   }
 }

@@ -8,7 +8,8 @@ import { join } from 'node:path';
 import { getHeapStatistics } from 'node:v8';
 import t from 'tap';
 import { tempDir } from '../../harness/netns.js';
-import { collectGarbage, HeapTidier, MemoryPolicy, SMALL_CONFIG_CIDRS } from '../../src/memory.js';
+import { collectGarbage, HeapTidier } from '../../src/memory.js';
+import { MemoryPolicy, SMALL_CONFIG_CIDRS } from '../../src/memory-policy.js';
 import { mapLargeAllocations, pageOutFileMappings } from '../../src/nftables/addon.js';
 
 t.test('collectGarbage frees what is no longer reachable at once', async (t) => {
