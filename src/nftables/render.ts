@@ -41,6 +41,12 @@ function nameList(set: NamedSet, names: readonly string[]): string {
   return names.map((name) => `"${name}"`).join(', ');
 }
 
+/**
+ * The most elements rendered in one piece so far, in this thread: what holds the event loop longest
+ * in a write. Read by the test of the stall bound (test/unit/stall-bound.test.ts).
+ */
+export const renderedInOnePiece = { most: 0 };
+
 /** Address elements as nft text, each with the suffix; throws on anything but address characters. */
 function addressList(
   set: NamedSet,
@@ -48,6 +54,7 @@ function addressList(
   family: TableFamily,
   suffix: string,
 ): string {
+  renderedInOnePiece.most = Math.max(renderedInOnePiece.most, elements.length);
   const text = elements.map((e) => elementText(e, family)).join(`${suffix}, `) + suffix;
   // One pass over the joined text (not one regex test per element): nothing but address characters,
   // so no element can carry nft syntax, whatever produced it.
@@ -74,7 +81,7 @@ export function elementList(set: NamedSet, elements: Elements, family: TableFami
 }
 
 /** Elements rendered per slice by prerenderElements: a few milliseconds of the agent's thread. */
-const PRERENDER_SLICE = 10_000;
+export const PRERENDER_SLICE = 10_000;
 
 /**
  * Renders a large set's elements ahead of a write a slice at a time, awaiting `pause` between
