@@ -72,6 +72,49 @@ export interface SnatRange {
   readonly last: string;
 }
 
+/**
+ * The source addresses no SNAT target may be (README, "Egress policy"): a reply addressed to any
+ * of them never comes back through the network to this node.
+ */
+const SPECIAL_BLOCKS: Record<4 | 6, readonly (readonly [string, string])[]> = {
+  4: [
+    ['0.0.0.0/8', 'unspecified ("this network")'],
+    ['127.0.0.0/8', 'loopback'],
+    ['169.254.0.0/16', 'link-local'],
+    ['224.0.0.0/4', 'multicast'],
+    ['240.0.0.0/4', 'reserved or broadcast'],
+  ],
+  6: [
+    ['::/128', 'unspecified'],
+    ['::1/128', 'loopback'],
+    ['::ffff:0:0/96', 'IPv4-mapped'],
+    ['fe80::/10', 'link-local'],
+    ['ff00::/8', 'multicast'],
+  ],
+};
+
+interface Block {
+  readonly cidr: string;
+  readonly what: string;
+  readonly first: bigint;
+  readonly last: bigint;
+}
+
+function blocks(family: 4 | 6): Block[] {
+  const bits = family === 4 ? 32 : 128;
+  return SPECIAL_BLOCKS[family].map(([cidr, what]) => {
+    const [base = '', length = ''] = cidr.split('/');
+    const first = parseAddress(base).addr;
+    const last = first | ((1n << BigInt(bits - Number(length))) - 1n);
+    return { cidr, what, first, last };
+  });
+}
+
+const NOT_A_SOURCE: Record<4 | 6, readonly Block[]> = { 4: blocks(4), 6: blocks(6) };
+
+/** The most addresses one snatAddress range may span (a /16 of IPv4; README, "Egress policy"). */
+export const SNAT_RANGE_MAX = 65536n;
+
 /** Parses `A` or `A-B`, both of the family the key takes (the caller refuses IPv6 while it is off). */
 export function parseSnatAddress(text: string, family: 4 | 6): SnatRange {
   const parts = text.split('-');
@@ -97,6 +140,21 @@ export function parseSnatAddress(text: string, family: 4 | 6): SnatRange {
   }
   if (first.addr > last.addr) {
     throw new ValueError(`${quote(text)}: the range ends before it starts`);
+  }
+  const count = last.addr - first.addr + 1n;
+  if (count > SNAT_RANGE_MAX) {
+    throw new ValueError(
+      `${quote(text)} spans ${count} addresses; a SNAT range takes at most ${SNAT_RANGE_MAX} (README, "Egress policy")`,
+    );
+  }
+  const refused = NOT_A_SOURCE[family].find(
+    (block) => first.addr <= block.last && last.addr >= block.first,
+  );
+  if (refused !== undefined) {
+    const what = first.addr === last.addr ? 'is' : 'holds';
+    throw new ValueError(
+      `${quote(text)} ${what} ${refused.what} (${refused.cidr}): no translation may take such a source address`,
+    );
   }
   return { first: formatAddress(family, first.addr), last: formatAddress(family, last.addr) };
 }

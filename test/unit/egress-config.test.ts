@@ -39,6 +39,25 @@ t.test('each key, case-insensitive, in the agent spelling', async (t) => {
   });
 });
 
+t.test('SNAT targets at the edges of what is refused are taken', async (t) => {
+  const edges: Array<[string, string, string]> = [
+    ['snatAddress: 10.0.0.0-10.0.255.255', '10.0.0.0', '10.0.255.255'],
+    ['snatAddress: 1.0.0.0', '1.0.0.0', '1.0.0.0'],
+    ['snatAddress: 126.255.255.255', '126.255.255.255', '126.255.255.255'],
+    ['snatAddress: 128.0.0.0', '128.0.0.0', '128.0.0.0'],
+    ['snatAddress: 223.255.255.255', '223.255.255.255', '223.255.255.255'],
+    ['snatAddress: 169.253.255.255-169.253.255.255', '169.253.255.255', '169.253.255.255'],
+    ['snatAddressIPv6: "::2"', '::2', '::2'],
+    ['snatAddressIPv6: "2001:db8::-2001:db8::ffff"', '2001:db8::', '2001:db8::ffff'],
+    ['snatAddressIPv6: "fec0::1"', 'fec0::1', 'fec0::1'],
+    ['snatAddressIPv6: "feff:ffff::1"', 'feff:ffff::1', 'feff:ffff::1'],
+  ];
+  for (const [text, first, last] of edges) {
+    const snat = ok(t, parse(text)).egress?.snat;
+    t.same(snat?.ipv4 ?? snat?.ipv6, { first, last }, text);
+  }
+});
+
 t.test('a config without the keys is the original: no policy, the same hash', async (t) => {
   const plain = ok(t, parse('nonMasqueradeCIDRs: [10.0.0.0/8]\n'));
   const empty = ok(
@@ -111,6 +130,33 @@ t.test('bad values: file, key, index and value named; nothing accepted', async (
     ['snatAddress: 192.0.2.1-', /is not an address or a range of addresses/],
     ['snatAddress: 192.0.2.0/24', /^cfg: snatAddress: "192.0.2.0\/24"/],
     ['snatAddress: 192.0.2.1-2001:db8::1', /is an IPv6 address; this key takes IPv4/],
+    // Targets no reply can come back to (issue 40, item 8), each with file, key and value.
+    [
+      'snatAddress: 0.0.0.0',
+      /^cfg: snatAddress: "0.0.0.0" is unspecified \("this network"\) \(0.0.0.0\/8\)/,
+    ],
+    [
+      'snatAddress: 255.255.255.255',
+      /^cfg: snatAddress: "255.255.255.255" is reserved or broadcast/,
+    ],
+    ['snatAddress: 127.0.0.1', /^cfg: snatAddress: "127.0.0.1" is loopback \(127.0.0.0\/8\)/],
+    ['snatAddress: 224.0.0.1', /^cfg: snatAddress: "224.0.0.1" is multicast/],
+    ['snatAddress: 169.254.1.1', /^cfg: snatAddress: "169.254.1.1" is link-local/],
+    [
+      'snatAddress: 0.0.0.0-255.255.255.255',
+      /^cfg: snatAddress: "0.0.0.0-255.255.255.255" spans 4294967296 addresses; a SNAT range takes at most 65536/,
+    ],
+    ['snatAddress: 126.255.255.250-127.0.0.3', /^cfg: snatAddress: ".*" holds loopback/],
+    ['snatAddress: 10.0.0.0-10.1.0.0', /spans 65537 addresses/],
+    ['snatAddressIPv6: "::"', /^cfg: snatAddressIPv6: "::" is unspecified \(::\/128\)/],
+    ['snatAddressIPv6: "::1"', /^cfg: snatAddressIPv6: "::1" is loopback/],
+    ['snatAddressIPv6: "fe80::1"', /^cfg: snatAddressIPv6: "fe80::1" is link-local \(fe80::\/10\)/],
+    [
+      'snatAddressIPv6: "::ffff:192.0.2.1"',
+      /^cfg: snatAddressIPv6: "::ffff:192.0.2.1" is IPv4-mapped/,
+    ],
+    ['snatAddressIPv6: "ff02::1"', /is multicast \(ff00::\/8\)/],
+    ['snatAddressIPv6: "::-::ff"', /holds unspecified/],
     ['nodeNames: node-a', /^cfg: nodeNames: expected a list of node names/],
     ['nodeNames: [Node_A]', /^cfg: nodeNames\[0\]: "Node_A" is not a node name/],
     [
