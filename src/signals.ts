@@ -2,6 +2,8 @@
 // (bin/ipmasq-agent.js imports this module first). Listeners are never removed: libuv delivers a
 // signal to JavaScript asynchronously, and one that arrives while modules load would be dropped if
 // its listener were replaced before the loop dispatched it. What a signal does is swapped instead.
+import inspector from 'node:inspector';
+
 export type SignalName = 'SIGTERM' | 'SIGINT' | 'SIGHUP';
 type Handler = (signal: SignalName) => void;
 
@@ -19,6 +21,29 @@ export function installSignalHandlers(): void {
   for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) {
     process.on(signal, () => current(signal));
   }
+  refuseDebugger();
+}
+
+/**
+ * SIGUSR1 makes Node open its inspector on 127.0.0.1:9229, where any process on the node's loopback
+ * (a hostNetwork pod) could run code in an agent that holds NET_ADMIN (README, "Signals"). A
+ * listener of our own takes the signal from the inspector for the rest of the process's life; one
+ * that came in before it, while Node started, may have opened the inspector already, so it is
+ * closed here and once more when the loop has run the inspector's pending start.
+ */
+function refuseDebugger(): void {
+  process.on('SIGUSR1', () => {});
+  if (asked(process.execArgv) || asked((process.env.NODE_OPTIONS ?? '').split(/\s+/))) return;
+  closeInspector();
+  setImmediate(closeInspector);
+}
+
+/** --inspect, --inspect-brk, --inspect-wait: the operator asked for a debugger. */
+const asked = (args: readonly string[]) =>
+  args.some((arg) => /^--inspect(-brk|-wait)?(=|$)/.test(arg));
+
+function closeInspector(): void {
+  if (inspector.url() !== undefined) inspector.close();
 }
 
 /** From now on, signals go to `handler`. */

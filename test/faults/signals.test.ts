@@ -1,4 +1,4 @@
-// Signals right after start (hardening round 2, item 10; round 3, item 10): a SIGHUP early in the
+// Signals right after start (hardening round 2, item 10; round 3, item 10; round 4, item 9): a SIGHUP early in the
 // start used to kill the agent (exit 129) and a SIGTERM ended it with 143. bin/ipmasq-agent.js
 // installs the listeners before the agent's modules load (src/signals.ts); from then on both must do
 // what they do later: resync, or exit 0.
@@ -10,7 +10,7 @@
 // the modules load, checked by the agent having logged nothing yet) and 150 and 300 ms later.
 // The window itself is tested by holding the agent in it: a loader hook (fixtures/hold-start.mjs)
 // stops the import of dist/cli.js until the test has signalled.
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
@@ -28,6 +28,20 @@ import {
 
 const SIGHUP = 1;
 const SIGTERM = 15;
+const SIGUSR1 = 10;
+const INSPECTOR_PORT = 9229;
+
+/** TCP ports listened on in pid's network namespace (/proc/PID/net/tcp and tcp6). */
+function listeningPorts(pid: number): number[] {
+  return ['tcp', 'tcp6'].flatMap((file) =>
+    readFileSync(`/proc/${pid}/net/${file}`, 'utf8')
+      .split('\n')
+      .slice(1)
+      .map((line) => line.trim().split(/\s+/))
+      .filter((fields) => fields[3] === '0A')
+      .map((fields) => parseInt(fields[1]?.split(':')[1] ?? '', 16)),
+  );
+}
 const DELAYS_MS = [0, 150, 300];
 const holdStart = fileURLToPath(new URL('./fixtures/hold-start.mjs', import.meta.url));
 
@@ -68,6 +82,36 @@ if (requireRoot(t)) {
       agent.child.kill('SIGTERM');
       t.same(await agent.exited, { code: 0, signal: null }, 'and SIGTERM still exits 0');
     });
+  }
+
+  // SIGUSR1 (hardening round 4, item 9): Node opens its inspector on 127.0.0.1:9229 on it. Swept
+  // from the moment Node catches the signal (its inspector's handler, before any of our code) to
+  // well after start-up: each time the agent lives on, becomes healthy, and nothing listens on
+  // 9229 in its namespace. Once the agent has logged, the debugger was not even opened for a moment.
+  for (const delay of [0, 5, 10, 20, 40, 80, 300]) {
+    t.test(
+      `SIGUSR1 ${delay} ms after Node catches it: no debugger, the agent lives on`,
+      async (t) => {
+        const agent = startAgent(t, node.ns, agentArgs(node));
+        const pid = agent.child.pid as number;
+        await untilCaught(pid, [SIGUSR1]);
+        if (delay > 0) await sleep(delay);
+        const logged = agent.logs.length > 0;
+        process.kill(pid, 'SIGUSR1');
+        await untilDelivered(pid, SIGUSR1);
+        await waitFor('a healthy /healthz', async () => {
+          const r = await httpGet(node.ns, node.port, '/healthz').catch(() => undefined);
+          return r?.status === 200 ? true : undefined;
+        });
+        t.equal(agent.child.exitCode, null, 'still running');
+        const ports = listeningPorts(pid);
+        t.ok(ports.includes(Number(node.port)), `the agent's own port ${node.port} is seen`);
+        t.notOk(ports.includes(INSPECTOR_PORT), 'nothing on 9229');
+        if (logged) t.notMatch(agent.stderr.join(''), /Debugger listening/, 'never opened');
+        agent.child.kill('SIGTERM');
+        t.same(await agent.exited, { code: 0, signal: null });
+      },
+    );
   }
 
   /** Starts the agent held where bin imports dist/cli.js; `release` lets it load on. */

@@ -360,7 +360,12 @@ t.test(
     }
 
     const entrypoint = (runtime ?? []).find((i) => i.keyword === 'ENTRYPOINT');
-    t.same(JSON.parse(entrypoint?.args ?? 'null'), ['ipmasq-agent'], 'exec-form ENTRYPOINT');
+    t.same(
+      JSON.parse(entrypoint?.args ?? 'null'),
+      ['node', '--disable-sigusr1', '/app/bin/ipmasq-agent.js'],
+      'exec-form ENTRYPOINT: Node never opens its inspector on SIGUSR1',
+    );
+    t.match(removed, /node --disable-sigusr1 -e/, 'the build fails on a Node without the flag');
     t.match(removed, /ln -s \/app\/bin\/ipmasq-agent\.js \/usr\/local\/bin\/ipmasq-agent/);
     const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8')) as {
       bin: Record<string, string>;
