@@ -2,7 +2,7 @@
 import { snatText } from './config/egress.js';
 import { decisionOf, type ListStep, type Step } from './decision.js';
 import type { Config, SnatRange } from './config/types.js';
-import { markText, type WriteMark } from './nftables/ownership.js';
+import { markText, TABLE_COMMENT, type WriteMark } from './nftables/ownership.js';
 import {
   BASE_CHAIN,
   EGRESS_INTERFACES_SET,
@@ -183,8 +183,8 @@ function compileFamily(
   return {
     family,
     name: options.table,
-    // What a table created by this write carries for good; the jump rule carries every write's mark.
-    comment: markText({ generation: mark.generation, hash: mark.hash }),
+    // What the table carries for good: whose it is; the jump rule carries every write's mark.
+    comment: TABLE_COMMENT,
     sets: [...sets, lateRepliesSet(family)],
     chains: [
       {
@@ -233,7 +233,6 @@ export function remark(
   const mark: WriteMark = { generation, hash, ...(writer ? { writer } : {}) };
   return tables.map((table) => ({
     ...table,
-    comment: markText({ generation, hash }),
     chains: table.chains.map((chain) =>
       chain.name === BASE_CHAIN ? { ...chain, rules: [jumpRule(options, mark)] } : chain,
     ),

@@ -2,7 +2,7 @@
 // rule as a sync — a same-named table that is not ours is left, an error — then, with
 // --remove-legacy-chain, the original agent's chain through the same LegacyChain step.
 import type { Logger } from 'pino';
-import { tableOwner } from '../nftables/ownership.js';
+import { isStandIn, standInName, tableOwner } from '../nftables/ownership.js';
 import { renderDelete } from '../nftables/render.js';
 import type { Kernel } from '../nftables/kernel.js';
 import { LegacyChain, type LegacyOptions } from '../reconcile/legacy.js';
@@ -18,23 +18,26 @@ export interface CleanupDeps {
 export async function cleanup(deps: CleanupDeps): Promise<number> {
   const { table, kernel, logger } = deps;
   let code = 0;
-  for (const family of ['ip', 'ip6'] as const) {
-    const ref = { family, name: table };
+  // Our tables, then the stand-ins an interrupted upgrade left (reconcile/converge.ts, plan `upgrade`).
+  const refs = [table, standInName(table)].flatMap((name) =>
+    (['ip', 'ip6'] as const).map((family) => ({ family, name, standIn: name !== table })),
+  );
+  for (const { standIn, ...ref } of refs) {
     try {
       const listing = await kernel.listTable(ref);
-      if (listing === null) continue;
-      if (tableOwner(listing).kind === 'foreign') {
+      if (listing === null || (standIn && !isStandIn(listing))) continue;
+      if (!standIn && tableOwner(listing).kind === 'foreign') {
         logger.error(
-          { table: `${family} ${table}` },
-          'not deleted: the table is not ipmasq-agent\'s (no "ipmasq-agent generation" comment)',
+          { table: `${ref.family} ${ref.name}` },
+          "not deleted: the table is not ipmasq-agent's (no ipmasq-agent comment)",
         );
         code = 1;
         continue;
       }
       await kernel.apply(renderDelete([ref]));
-      logger.info({ table: `${family} ${table}` }, 'deleted');
+      logger.info({ table: `${ref.family} ${ref.name}` }, 'deleted');
     } catch (err) {
-      logger.error({ err }, `could not delete table ${family} ${table}`);
+      logger.error({ err }, `could not delete table ${ref.family} ${ref.name}`);
       return 1;
     }
   }

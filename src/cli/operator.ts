@@ -191,7 +191,7 @@ async function liveAnswers(
       );
       continue;
     }
-    const generation = owner.kind === 'ours' ? owner.generation : null;
+    const generation = owner.kind === 'ours' ? (owner.mark?.generation ?? null) : null;
     const table = tables.find((t) => t.family === family);
     // Rules or declarations otherwise than the agent writes them: a set lookup no longer says what
     // a packet sees (a deleted `return` rule masquerades what the set still holds).

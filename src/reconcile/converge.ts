@@ -11,6 +11,7 @@ import {
   needsNewSets,
   renderInPlace,
   renderKeyChange,
+  renderUpgrade,
   setChange,
 } from '../nftables/change.js';
 import { prerenderElements, renderDelete, renderReplace, renderTable } from '../nftables/render.js';
@@ -28,7 +29,8 @@ import {
   transientDrift,
   type TransientObjects,
 } from '../nftables/listing.js';
-import { holds, readTables, type KernelTables } from './read-back.js';
+import { holds, olderRelease, readTables, type KernelTables } from './read-back.js';
+import { nextGeneration, standInName } from '../nftables/ownership.js';
 
 export interface ConvergeDeps {
   readonly kernel: Kernel;
@@ -49,7 +51,8 @@ export type Timed = <T>(phase: string, work: () => Promise<T>) => Promise<T>;
 /**
  * How one family's table is written: changed from what the kernel holds exactly (`exact`), refilled
  * in place (ours, same objects, content not known), moved to another set key in steps (`key`), created,
- * or replaced whole (not of our shape any more: a repair).
+ * replaced whole (not of our shape any more: a repair), or made anew beside a stand-in (`upgrade`: an
+ * older release's table, whose comment cannot change in place; README, "Reading nft list table").
  */
 type Plan =
   | { readonly kind: 'exact'; readonly old: Table; readonly remake?: TransientObjects }
@@ -58,7 +61,7 @@ type Plan =
       readonly present: ReadonlySet<string>;
       readonly remake?: TransientObjects;
     }
-  | { readonly kind: 'create' | 'replace' };
+  | { readonly kind: 'create' | 'replace' | 'upgrade' };
 
 /** The sets of a table of ours, by name, but for the transient ones (which every table has). */
 function setNames(table: Table): ReadonlySet<string> {
@@ -110,6 +113,14 @@ export class Converger {
   private contentKey(config: Config): string {
     return `${config.hash} ${JSON.stringify(this.deps.compileOptions)}`;
   }
+
+  /**
+   * Whether the next read looks for stand-ins too: at the first read, and after a write failed (an
+   * upgrade interrupted between its steps leaves one).
+   */
+  private lookForStandIns = true;
+  /** Whether the mark's unreadability was warned about (once per process). */
+  private warnedUnreadable = false;
 
   /** A restart continues the count from the generation our table carries. */
   private adoptGeneration(found: number | undefined): void {
@@ -171,24 +182,41 @@ export class Converger {
       let base = known ? genId : undefined;
       if (!known) {
         found = await timed('readMs', () =>
-          readTables(kernel, compileOptions, this.written, () => metrics.incKernelReads()),
+          readTables(
+            kernel,
+            compileOptions,
+            this.written,
+            () => metrics.incKernelReads(),
+            this.lookForStandIns,
+          ),
         );
         // What was listed is the kernel at genId only if nothing but our own held replies was
         // committed while it was read.
         const readAt = await kernel.generationId().catch(() => undefined);
         const stable =
           genId !== undefined && readAt !== undefined && this.pastOwnSteps(genId) === readAt;
-        const mark = found.ip?.kind === 'ours' ? found.ip : undefined;
+        const owner = found.ip?.kind === 'ours' ? found.ip : undefined;
+        const mark = owner?.mark;
+        if (owner?.unreadableMark && !this.warnedUnreadable) {
+          this.warnedUnreadable = true;
+          logger.warn(
+            { generation: this.generation },
+            "the mark on our table does not parse (a generation past 15 digits?): the count goes on from this process's own (from 1 at its start)",
+          );
+        }
         this.adoptGeneration(mark?.generation);
         // What we would write with the mark found: a table of this config from another process of
         // ours (the last run's, before a restart) is in place too.
         await breathe();
         held = compile(config, compileOptions, this.generation, mark?.writer);
         await breathe();
-        const inPlace = holds(found, held);
+        // An older release's table holding what we would write is made anew all the same, once:
+        // its comment shows a mark that is no longer current (README, "Reading nft list table").
+        const same = holds(found, held);
+        const inPlace = same && !olderRelease(found);
         // Not what we would write: drift, or another live agent's write, which we hold back from
         // for a while rather than fight (other-agent.ts). Read again at every resync meanwhile.
-        const verdict = inPlace ? undefined : mark ? otherAgent.judge(mark) : 'drift';
+        const verdict = same ? undefined : mark ? otherAgent.judge(mark) : 'drift';
         if (verdict === 'hold') {
           this.verifiedGenId = undefined;
           return 'held-back';
@@ -196,6 +224,7 @@ export class Converger {
         if (inPlace) {
           if (mark) otherAgent.inPlace(mark);
           this.remember(held);
+          this.lookForStandIns = false;
           this.kernelKey = key;
           // While a conflict is open, always read: that our write stayed is how it ends.
           this.verifiedGenId = stable && !otherAgent.active ? readAt : undefined;
@@ -210,7 +239,13 @@ export class Converger {
         // live agent: by hand, by a commit around our own write, or by a restore of a saved table.
         drift = this.kernelKey === key && verdict === 'drift';
       }
-      const generation = this.generation + 1;
+      const generation = nextGeneration(this.generation);
+      if (generation < this.generation) {
+        logger.warn(
+          { generation, past: this.generation },
+          'the generation reached its bound (15 digits): counting restarts at 1',
+        );
+      }
       await breathe();
       // Compiled once per round: the tables compared with the kernel, marked for this write.
       const tables = held
@@ -236,6 +271,7 @@ export class Converger {
         });
       } catch (err) {
         this.verifiedGenId = undefined;
+        this.lookForStandIns = true;
         // A change worked out from what the kernel was known to hold, refused ("element does not
         // exist"): someone changed our table under it. Read it back and repair it now.
         if (known && !last && err instanceof NftError && err.kind === 'error') {
@@ -248,6 +284,7 @@ export class Converger {
         throw err;
       }
       wrote = true;
+      this.lookForStandIns = false;
       if (drift) metrics.incDriftRepairs();
       this.remember(tables);
       for (const table of tables) this.written.add(table.family);
@@ -298,6 +335,13 @@ export class Converger {
     if (!found) return last ? fromLast(last) : { kind: 'create' };
     const listing = found.listings.get(table.family) ?? null;
     if (listing === null) return { kind: 'create' };
+    const owner = found.owners.get(table.family);
+    if (owner?.kind === 'ours' && owner.olderRelease) {
+      // Another's table under the stand-in's name is never touched: replaced whole instead, once.
+      return found.standIns.get(table.family) === 'foreign'
+        ? { kind: 'replace' }
+        : { kind: 'upgrade' };
+    }
     if (last && listingIs(listing, last)) return fromLast(last);
     if (found.owners.get(table.family)?.kind !== 'ours') return { kind: 'replace' };
     // Where only the transient objects differ (an older release's), only they are made anew.
@@ -322,6 +366,7 @@ export class Converger {
   ): Promise<string[]> {
     const before: string[][] = [];
     let last = '';
+    const upgraded = new Set<TableFamily>();
     for (const table of tables) {
       await breathe();
       const plan = this.plan(
@@ -361,9 +406,23 @@ export class Converger {
         case 'replace':
           last += renderReplace([table]);
           break;
+        case 'upgrade':
+          this.deps.logger.info(
+            { table: `${table.family} ${table.name}` },
+            'our table was written by an older release: made anew beside a stand-in, once',
+          );
+          staged(renderUpgrade(table, found?.standIns.get(table.family) === 'ours'));
+          upgraded.add(table.family);
+          break;
       }
     }
-    if (found) last += renderDelete(found.stale);
+    if (found) {
+      // Stand-ins an interrupted upgrade left behind; an upgrade deletes its own.
+      const standIns = [...found.standIns]
+        .filter(([family, whose]) => whose === 'ours' && !upgraded.has(family))
+        .map(([family]) => ({ family, name: standInName(this.deps.compileOptions.table) }));
+      last += renderDelete([...found.stale, ...standIns]);
+    }
     return [...before.map((parts) => parts.join('')), last];
   }
 }

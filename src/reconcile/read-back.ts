@@ -2,7 +2,7 @@
 // Reading changes nothing: what the caller does with the generation found is its own, explicit step.
 import type { CompileOptions } from '../compile.js';
 import { listingIs } from '../nftables/listing.js';
-import { tableOwner, type TableOwner } from '../nftables/ownership.js';
+import { isStandIn, standInName, tableOwner, type TableOwner } from '../nftables/ownership.js';
 import type { Table, TableFamily, TableRef } from '../nftables/types.js';
 import type { Kernel } from '../nftables/kernel.js';
 
@@ -13,6 +13,17 @@ export interface KernelTables {
   /** Who wrote our ip table, by its comment. */
   readonly ip: TableOwner | undefined;
   readonly owners: ReadonlyMap<TableFamily, TableOwner>;
+  /**
+   * The stand-ins found (looked for when asked): `ours` is one an upgrade left behind (a crash in
+   * the middle), deleted with the next write; `foreign` is another's table of that name, which an
+   * upgrade must not touch.
+   */
+  readonly standIns: ReadonlyMap<TableFamily, 'ours' | 'foreign'>;
+}
+
+/** Whether a table of ours in a managed family was written by an older release (mark in its comment). */
+export function olderRelease(found: KernelTables): boolean {
+  return [...found.owners.values()].some((owner) => owner.kind === 'ours' && owner.olderRelease);
 }
 
 /**
@@ -25,6 +36,7 @@ export async function readTables(
   options: CompileOptions,
   written: ReadonlySet<TableFamily>,
   onRead: () => void,
+  lookForStandIns = false,
 ): Promise<KernelTables> {
   const listings = new Map<TableFamily, string | null>();
   const owners = new Map<TableFamily, TableOwner>();
@@ -39,7 +51,7 @@ export async function readTables(
     if (owners.get(family)?.kind === 'foreign' && !written.has(family)) {
       throw new Error(
         `table ${family} ${options.table} exists and is not ipmasq-agent's (no ` +
-          '"ipmasq-agent generation" comment): left untouched; choose another --table',
+          'ipmasq-agent comment): left untouched; choose another --table',
       );
     }
   }
@@ -48,12 +60,19 @@ export async function readTables(
     !options.enableIPv6 && ip6 && (ip6.kind !== 'foreign' || written.has('ip6'))
       ? [{ family: 'ip6', name: options.table }]
       : [];
-  return { listings, stale, ip: owners.get('ip'), owners };
+  const standIns = new Map<TableFamily, 'ours' | 'foreign'>();
+  for (const family of lookForStandIns ? (['ip', 'ip6'] as const) : []) {
+    onRead();
+    const listing = await kernel.listTable({ family, name: standInName(options.table) });
+    if (listing === null) continue;
+    standIns.set(family, isStandIn(listing) ? 'ours' : 'foreign');
+  }
+  return { listings, stale, ip: owners.get('ip'), owners, standIns };
 }
 
 /** Whether the listings are exactly the rendering of `tables` (but for the tables' own comments). */
 export function holds(found: KernelTables, tables: readonly Table[]): boolean {
-  if (found.stale.length > 0) return false;
+  if (found.stale.length > 0 || [...found.standIns.values()].includes('ours')) return false;
   return tables.every((table) => {
     const listing = found.listings.get(table.family);
     return listing ? listingIs(listing, table) : false;

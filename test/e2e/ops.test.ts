@@ -17,6 +17,7 @@ import {
   type RunningAgent,
 } from '../../harness/agent.js';
 import { inNetns, makeNetns, packageRoot, requireRoot, tempDir } from '../../harness/netns.js';
+import { TABLE_COMMENT } from '../../src/nftables/ownership.js';
 
 if (requireRoot(t)) {
   // Agents and namespaces outlive the subtest that starts them: their teardown belongs to the file.
@@ -214,7 +215,7 @@ if (requireRoot(t)) {
   });
 
   t.test(
-    'a planted comment with a huge generation: replaced from generation 1, also on a restart',
+    'a planted comment with a huge generation: made anew from generation 1, with a warning, also on a restart',
     async (t) => {
       const ns = await freshNode();
       const planted =
@@ -225,7 +226,13 @@ if (requireRoot(t)) {
       const first = await runCli(ns, ['--once', '--config', goodConfig]);
       t.equal(first.code, 0, first.stdout + first.stderr);
       const listing = await listTable(ns, 'ip');
-      t.match(listing, /comment "ipmasq-agent generation 1 config sha256:[0-9a-f]{64}"/);
+      t.match(listing, `\tcomment "${TABLE_COMMENT}"\n`);
+      t.match(
+        listing,
+        / jump IP-MASQ-AGENT comment "ipmasq-agent generation 1 config sha256:[0-9a-f]{64}/,
+      );
+      t.match(first.stdout, /the mark on our table does not parse/);
+      t.equal(await listTable(ns, 'ip', 'ipmasq_upgrade'), null, 'no stand-in left');
       t.notMatch(listing, /203\.0\.113\.0/, 'the planted set is gone');
       const again = await runCli(ns, ['--once', '--config', goodConfig]);
       t.equal(again.code, 0);

@@ -84,7 +84,10 @@ for (const writer of tools) {
       t.not(result.code, -1, 'the agent exited by itself, not by a signal');
       if (readable) {
         t.equal(result.code, 0, `--once succeeded: ${result.stderr}${result.stdout.slice(-500)}`);
-        t.match(await listTable(ns, 'ip'), /comment "ipmasq-agent generation 1 /);
+        t.match(
+          await listTable(ns, 'ip'),
+          /jump IP-MASQ-AGENT comment "ipmasq-agent generation 1 /,
+        );
       } else {
         t.equal(result.code, 1, '--once reports the failure with exit 1');
         t.match(result.stdout, /libnftables crashed \(SIG[A-Z]+\)/);

@@ -19,6 +19,7 @@ import { inNetns, requireRoot, tempDir } from '../../harness/netns.js';
 import { untilUp, type Node } from '../helpers/node.js';
 import { makeTopology, type Topology } from '../../harness/topology.js';
 import { startWindowProber, translatedEntries } from '../helpers/window.js';
+import { TABLE_COMMENT } from '../../src/nftables/ownership.js';
 
 const EXEMPT = '10.9.0.1';
 const EXEMPT6 = 'fd12::1';
@@ -159,6 +160,70 @@ if (requireRoot(t)) {
       configText([...cidrs(2), '"fd12::/16"', ...extra.map((c) => `"${c}"`)]);
     const change = await runningAgent(t, ['--enable-ipv6'], v6([]));
     await flipping(t, topo, (i) => change(v6(i % 2 ? ['2001:db8:ff::/48'] : [])), RATE, EXEMPT6);
+  });
+
+  // An older release's table (its mark in the table comment, which cannot change in place) is made
+  // anew once by the first agent of this release: beside a stand-in, so that a table deciding alike
+  // is there at every moment. Each round the test turns the table back into an older release's (a
+  // whole-table write of its own, before the prober starts), then probes while an agent upgrades it.
+  t.test("an older release's table made anew: no new flow decided otherwise", async (t) => {
+    const ROUNDS = 20;
+    write(configText(cidrs(2)));
+    let agent: RunningAgent | undefined;
+    t.teardown(() => agent?.child.kill('SIGKILL'));
+    const ready = async () =>
+      waitFor(
+        'ready',
+        async () =>
+          (await httpGet(topo.node, node.port, '/readyz').catch(() => undefined))?.status === 200
+            ? true
+            : undefined,
+        20_000,
+        5,
+      );
+    agent = startAgent(t, topo.node, args([]));
+    await ready();
+    let sent = 0;
+    let masqueraded = 0;
+    let translated = 0;
+    let upgrades = 0;
+    for (let round = 1; round <= ROUNDS; round++) {
+      agent.child.kill('SIGTERM');
+      await agent.exited;
+      const listing = (await listTable(topo.node, 'ip')) ?? '';
+      const mark =
+        / jump IP-MASQ-AGENT comment "(ipmasq-agent generation \d+ config sha256:[0-9a-f]{64})/.exec(
+          listing,
+        )?.[1];
+      t.ok(mark, 'the mark is on the jump rule');
+      const older = listing.replace(/^\tcomment "[^"]*"$/m, `\tcomment "${mark}"`);
+      await inNetns(topo.node, 'nft', ['-f', '-'], {
+        input: `delete table ip ipmasq\n${older}`,
+      });
+      await inNetns(topo.node, 'conntrack', ['-F']).catch(() => undefined);
+      const prober = await startWindowProber(t, topo, EXEMPT, { rate: RATE / 2, seconds: 60 });
+      agent = startAgent(t, topo.node, args([]));
+      await ready();
+      const seen = await prober.stop();
+      sent += seen.sent;
+      masqueraded += seen.seen.node;
+      translated += await translatedEntries(topo, EXEMPT);
+      if (agent.logs.some((l) => /made anew beside a stand-in/.test(String(l.msg)))) upgrades++;
+      const now = (await listTable(topo.node, 'ip')) ?? '';
+      if ((now.match(/generation \d+/g) ?? []).length !== 1 || !now.includes(TABLE_COMMENT))
+        t.fail(`round ${round}: the listing shows other than one current mark:\n${now}`);
+    }
+    t.equal(upgrades, ROUNDS, 'every round was an upgrade');
+    t.ok(sent > 0, `${sent} probes sent over ${ROUNDS} upgrades`);
+    t.equal(
+      masqueraded,
+      0,
+      `no probe to the exempt address arrived masqueraded (${masqueraded} did)`,
+    );
+    t.equal(translated, 0, 'no translated conntrack entry to it');
+    t.equal(await listTable(topo.node, 'ip', 'ipmasq_upgrade'), null, 'no stand-in left');
+    agent.child.kill('SIGTERM');
+    await agent.exited;
   });
 
   t.test('a rule change and IPv6 on and off, by restarts with other flags', async (t) => {

@@ -117,6 +117,17 @@ if (requireRoot(t)) {
     const after = compile(configOf(to), optionsOf(to), 2, 'minx3e9s.001');
     const written = before.map(renderTable).join('');
     await run(older ? olderRelease(written) : written);
+    const handles = async () =>
+      Promise.all(
+        after.map(
+          async (table) =>
+            /^table \S+ ipmasq \{ # handle (\d+)$/m.exec(
+              (await inNetns(addon.ns, 'nft', ['-a', 'list', 'table', table.family, 'ipmasq']))
+                .stdout,
+            )?.[1],
+        ),
+      );
+    const created = await handles();
     const steps: string[] = [];
     const last: string[] = [];
     for (const [i, table] of after.entries()) {
@@ -138,9 +149,12 @@ if (requireRoot(t)) {
       if (!listingIs(found, table)) {
         throw new Error(`${table.family}: kernel holds\n${found}\nwanted\n${renderTable(table)}`);
       }
-      if (!/comment "ipmasq-agent generation 1 config/.test(found))
-        throw new Error('the table comment is the one it was created with');
     }
+    const now = await handles();
+    if (now.some((handle, i) => handle === undefined || handle !== created[i]))
+      throw new Error(
+        `the tables were made anew (handles ${created.join(', ')} → ${now.join(', ')})`,
+      );
   };
 
   t.test('element deltas (old known): the kernel holds exactly the new table', async (t) => {

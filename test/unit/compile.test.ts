@@ -11,7 +11,16 @@ import {
   type CompileOptions,
 } from '../../src/compile.js';
 import type { Config } from '../../src/config/types.js';
-import { isNewerWriter, markText, newWriterId, tableOwner } from '../../src/nftables/ownership.js';
+import {
+  isNewerWriter,
+  markText,
+  MAX_GENERATION,
+  newWriterId,
+  nextGeneration,
+  TABLE_COMMENT,
+  tableOwner,
+  type WriteMark,
+} from '../../src/nftables/ownership.js';
 import { normaliseListing, renderReplace, renderTable } from '../../src/nftables/render.js';
 
 import { configWith } from '../helpers/config.js';
@@ -212,26 +221,30 @@ t.test('to-ports draws give each range its share of the ports', async (t) => {
   );
 });
 
-t.test('the table comment carries generation and hash, and parses back strictly', async (t) => {
+t.test("an older release's table comment carries the mark, parsed strictly", async (t) => {
   const listed = (comment: string) => `table ip ipmasq {\n\tcomment "${comment}"\n}`;
   const hash = 'cd'.repeat(32);
-  t.same(tableOwner(listed(markText({ generation: 42, hash }))), {
+  const older = (mark: WriteMark | undefined, unreadableMark = false) => ({
     kind: 'ours',
-    generation: 42,
-    hash,
+    mark,
+    olderRelease: true,
+    unreadableMark,
   });
-  t.same(tableOwner(listed(markText({ generation: 999_999_999_999_999, hash }))), {
-    kind: 'ours',
-    generation: 999_999_999_999_999,
-    hash,
-  });
+  t.same(tableOwner(listed(markText({ generation: 42, hash }))), older({ generation: 42, hash }));
+  t.same(
+    tableOwner(listed(markText({ generation: MAX_GENERATION, hash }))),
+    older({ generation: MAX_GENERATION, hash }),
+  );
+  // Ours, but the count is not read from them: past 15 digits, zero, a leading zero.
+  for (const generation of ['1000000000000000', '1000000000000000000000', '0', '007']) {
+    const planted = `ipmasq-agent generation ${generation} config sha256:${hash}`;
+    t.same(tableOwner(listed(planted)), older(undefined, true), planted);
+  }
   for (const planted of [
-    `ipmasq-agent generation 1000000000000000000000 config sha256:${hash}`,
     `ipmasq-agent generation 1e21 config sha256:${hash}`,
-    `ipmasq-agent generation 0 config sha256:${hash}`,
-    `ipmasq-agent generation 007 config sha256:${hash}`,
     `ipmasq-agent generation 3 config sha256:abc`,
     'ipmasq-agent',
+    'ipmasq-agent table',
   ]) {
     t.same(tableOwner(listed(planted)), { kind: 'corrupt' }, planted);
   }
@@ -239,30 +252,82 @@ t.test('the table comment carries generation and hash, and parses back strictly'
   t.same(tableOwner(listed('made by hand')), { kind: 'foreign' });
 });
 
+t.test(
+  'the generation never goes backwards but past its bound, where it counts from 1',
+  async (t) => {
+    t.equal(nextGeneration(1), 2);
+    t.equal(nextGeneration(999_999_999_999_998), MAX_GENERATION);
+    t.equal(nextGeneration(MAX_GENERATION), 1);
+    t.equal(String(MAX_GENERATION).length, 15);
+    // The write at the bound still reads back as written.
+    const hash = 'ab'.repeat(32);
+    const [table] = compile(config({}), flags, MAX_GENERATION, 'minx3e9s.0a1');
+    t.same(tableOwner(renderTable(table!)), {
+      kind: 'ours',
+      mark: {
+        generation: MAX_GENERATION,
+        hash: table!.chains[0]!.rules[0]!.match(/sha256:([0-9a-f]{64})/)![1],
+      },
+      olderRelease: false,
+      unreadableMark: false,
+    });
+    // A jump rule whose mark is past the bound (planted): ours, read as no count, never as the
+    // table's older mark.
+    const planted = renderTable(table!)
+      .replace(/^\tcomment "[^"]*"$/m, `\tcomment "${markText({ generation: 5, hash })}"`)
+      .replace(/generation 999999999999999 config/, 'generation 1000000000000001 config');
+    t.same(tableOwner(planted), {
+      kind: 'ours',
+      mark: undefined,
+      olderRelease: true,
+      unreadableMark: true,
+    });
+  },
+);
+
 t.test("the latest write's mark is the jump rule's: generation, hash and writer", async (t) => {
   const hash = 'ab'.repeat(32);
   const [table] = compile(config({}), flags, 7, 'minx3e9s.0a1');
   const listing = renderTable(table!);
-  t.match(listing, /\tcomment "ipmasq-agent generation 7 config sha256:[0-9a-f]{64}"\n/);
+  t.match(
+    listing,
+    new RegExp(`\\tcomment "${TABLE_COMMENT}"\\n`),
+    'the table comment names no generation',
+  );
+  t.equal(listing.match(/generation \d+/g)?.length, 1, 'one mark in the listing');
   t.match(
     listing,
     /jump IP-MASQ-AGENT comment "ipmasq-agent generation 7 config sha256:[0-9a-f]{64} by:minx3e9s\.0a1"/,
   );
-  // A table created at generation 3 and changed in place since: the rule's mark wins.
+  t.same(tableOwner(listing), {
+    kind: 'ours',
+    mark: { generation: 7, hash: config({}).hash, writer: 'minx3e9s.0a1' },
+    olderRelease: false,
+    unreadableMark: false,
+  });
+  // A table an older release created at generation 3, changed in place since: the rule's mark wins.
   const changed = listing.replace(
-    /\tcomment "ipmasq-agent generation 7 config sha256:[0-9a-f]{64}"/,
+    `\tcomment "${TABLE_COMMENT}"`,
     `\tcomment "${markText({ generation: 3, hash })}"`,
   );
   const owner = tableOwner(changed);
   t.same(
-    { ...owner, hash: undefined },
-    { kind: 'ours', generation: 7, hash: undefined, writer: 'minx3e9s.0a1' },
+    owner.kind === 'ours' ? [owner.mark?.generation, owner.mark?.writer, owner.olderRelease] : [],
+    [7, 'minx3e9s.0a1', true],
   );
   // A table of an older release has no rule mark: the table comment's.
   t.same(tableOwner(`table ip ipmasq {\n\tcomment "${markText({ generation: 3, hash })}"\n}`), {
     kind: 'ours',
-    generation: 3,
-    hash,
+    mark: { generation: 3, hash },
+    olderRelease: true,
+    unreadableMark: false,
+  });
+  // This release's table whose jump rule is gone (drift): ours, no mark.
+  t.same(tableOwner(`table ip ipmasq {\n\tcomment "${TABLE_COMMENT}"\n}`), {
+    kind: 'ours',
+    mark: undefined,
+    olderRelease: false,
+    unreadableMark: false,
   });
   const long = markText({ generation: 999_999_999, hash, writer: 'minx3e9s.0a1' });
   t.ok(long.length <= 128 && long.endsWith(' by:minx3e9s.0a1'), 'fits nftables up to 9 digits');

@@ -1,6 +1,7 @@
 // One mapping from flags to stage options serves every mode; --cleanup goes through the Kernel port.
 import { pino } from 'pino';
 import t from 'tap';
+import { STAND_IN_COMMENT } from '../../src/nftables/ownership.js';
 import { parseArgs } from '../../src/cli/flags.js';
 import { plan } from '../../src/options.js';
 import { cleanup } from '../../src/cli/cleanup.js';
@@ -83,9 +84,17 @@ t.test(
     const again = new FakeKernel();
     again.tables.set('ip ipmasq', ours('ip'));
     again.legacy.set('IP-MASQ', 1);
+    // A stand-in an interrupted upgrade left is ours; another's table of that name is not.
+    again.tables.set(
+      'ip ipmasq_upgrade',
+      `table ip ipmasq_upgrade {\n\tcomment "${STAND_IN_COMMENT}"\n}\n`,
+    );
+    const theirs = 'table ip6 ipmasq_upgrade {\n\tcomment "mine"\n}\n';
+    again.tables.set('ip6 ipmasq_upgrade', theirs);
     const keep = { ...legacy, remove: false };
     t.equal(await cleanup({ table: 'ipmasq', legacy: keep, kernel: again, logger: log }), 0);
     t.ok(again.legacy.has('IP-MASQ'), 'without --remove-legacy-chain the chain stays');
-    t.equal(again.tables.size, 0);
+    t.same([...again.tables.keys()], ['ip6 ipmasq_upgrade'], 'ours gone, the stand-in too');
+    t.equal(again.tables.get('ip6 ipmasq_upgrade'), theirs);
   },
 );

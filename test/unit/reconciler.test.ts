@@ -2,6 +2,7 @@
 import { createHash } from 'node:crypto';
 import { pino } from 'pino';
 import t from 'tap';
+import { MAX_GENERATION, STAND_IN_COMMENT, TABLE_COMMENT } from '../../src/nftables/ownership.js';
 import type { Config, LoadResult } from '../../src/config/types.js';
 import { ConfigError } from '../../src/config/types.js';
 import { NftError } from '../../src/nftables/addon.js';
@@ -405,6 +406,80 @@ t.test('a table with a planted, unparsable comment is replaced, counting from 1'
 });
 
 t.test(
+  'the generation never goes backwards: past 15 digits it counts from 1, with a warning',
+  async (t) => {
+    const kernel = new FakeKernel();
+    const { reconciler } = setup(kernel);
+    await reconciler.sync();
+    // A table of ours whose jump rule says 999999999999999: the next write wraps, and says so.
+    kernel.tamper({ family: 'ip', name: 'ipmasq' }, (listing) =>
+      // (as markText writes it at 15 digits: no `by:` field, which would not fit)
+      listing
+        .replace(/generation 1 config/, 'generation 999999999999999 config')
+        .replace(/ by:[^"]*"/, '"'),
+    );
+    const { reconciler: restarted, logs: restartedLogs, setConfig: setRestarted } = setup(kernel);
+    await restarted.sync();
+    t.equal(restarted.status(true).generation, MAX_GENERATION, 'adopted at the bound');
+    setRestarted({ ok: true, config: config(['10.0.0.0/8', '192.168.0.0/16']), warnings: [] });
+    await restarted.sync();
+    t.equal(restarted.status(true).generation, 1);
+    t.ok(
+      restartedLogs.some((l) => l.level === 40 && /reached its bound/.test(l.msg)),
+      'warned',
+    );
+    // A planted mark past the bound is not read as a count, nor is the table's older one used.
+    kernel.tamper({ family: 'ip', name: 'ipmasq' }, (listing) =>
+      listing.replace(/generation 1 config/, 'generation 1000000000000001 config'),
+    );
+    const { reconciler: third, logs: thirdLogs } = setup(kernel, {
+      ok: true,
+      config: config(['10.0.0.0/8']),
+      warnings: [],
+    });
+    await third.sync();
+    t.equal(third.status(true).generation, 1, 'counted from 1 again');
+    t.ok(
+      thirdLogs.some((l) => l.level === 40 && /does not parse/.test(l.msg)),
+      'warned',
+    );
+    t.match(kernel.tables.get('ip ipmasq'), /generation 1 config/);
+  },
+);
+
+t.test(
+  "an interrupted upgrade: a stand-in of ours left is deleted; another's is never touched",
+  async (t) => {
+    const kernel = new FakeKernel();
+    const older = `table ip ipmasq {\n\tcomment "ipmasq-agent generation 4 config sha256:${'ee'.repeat(32)}"\n}\n`;
+    const { reconciler: first } = setup(kernel);
+    await first.sync();
+    // What a crash between the upgrade's steps leaves: our table made anew, the stand-in still there.
+    const standIn = kernel.tables
+      .get('ip ipmasq')!
+      .replace('table ip ipmasq {', 'table ip ipmasq_upgrade {')
+      .replace(/\tcomment "[^"]*"/, `\tcomment "${STAND_IN_COMMENT}"`);
+    kernel.tables.set('ip ipmasq_upgrade', standIn);
+    const { reconciler } = setup(kernel);
+    t.same(await reconciler.sync(), { ok: true });
+    t.notOk(kernel.tables.has('ip ipmasq_upgrade'), 'the stand-in is gone');
+    t.equal(reconciler.status(true).ready, true);
+    // Another's table under the stand-in's name: the older release's table is replaced whole instead.
+    const theirs = 'table ip ipmasq_upgrade {\n\tchain c {\n\t}\n}\n';
+    kernel.tables.set('ip ipmasq_upgrade', theirs);
+    kernel.tables.set('ip ipmasq', older);
+    const { reconciler: again } = setup(kernel);
+    const applies = kernel.applies.length;
+    t.same(await again.sync(), { ok: true });
+    t.equal(kernel.applies.length, applies + 1, 'one transaction');
+    t.match(kernel.applies.at(-1), /delete table ip ipmasq\n/);
+    t.notMatch(kernel.applies.at(-1), /ipmasq_upgrade/);
+    t.equal(kernel.tables.get('ip ipmasq_upgrade'), theirs, 'theirs byte for byte');
+    t.match(kernel.tables.get('ip ipmasq'), `comment "${TABLE_COMMENT}"`);
+  },
+);
+
+t.test(
   'a commit by someone else right after ours is not taken for ours: read back and repaired in the same sync',
   async (t) => {
     const { kernel, reconciler, metric, setConfig } = setup();
@@ -778,9 +853,22 @@ t.test('a table of another config found at start is the last run, not another ag
   );
   const { reconciler, metric } = setup(kernel);
   await reconciler.sync();
-  t.equal(kernel.applies.length, 1, 'written at once');
+  // An older release's table (the mark in its comment): made anew beside a stand-in, in five steps.
+  t.equal(kernel.applies.length, 5, 'written at once, as an upgrade');
   t.equal(reconciler.status(true).generation, 10);
   t.equal(await metric('ipmasq_conflicting_writer'), 0);
+  t.match(kernel.tables.get('ip ipmasq'), `comment "${TABLE_COMMENT}"`);
+  t.notOk(kernel.tables.has('ip ipmasq_upgrade'), 'no stand-in left');
+  // This release's table of another config: one write.
+  const { reconciler: next } = setup(kernel, {
+    ok: true,
+    config: config(['10.0.0.0/8', '192.168.0.0/16']),
+    warnings: [],
+  });
+  const applies = kernel.applies.length;
+  await next.sync();
+  t.equal(kernel.applies.length, applies + 1, 'one write');
+  t.equal(next.status(true).generation, 11);
 });
 
 t.test(
