@@ -20,7 +20,8 @@ export type NodeEvents = (reason: EventReason, message: string) => void;
 
 export const COMPONENT = 'ipmasq-agent';
 /** kubelet's namespace for Node events; `kubectl describe node` looks in every namespace. */
-const NAMESPACE = 'default';
+export const EVENTS_NAMESPACE = 'default';
+const NAMESPACE = EVENTS_NAMESPACE;
 const MESSAGE_MAX = 1024;
 /** Distinct messages remembered per reason: the oldest are forgotten first. */
 const KEPT_PER_REASON = 32;

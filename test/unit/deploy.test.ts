@@ -27,11 +27,17 @@ import {
   ClusterRoleBinding,
   type IClusterRoleBinding,
 } from 'kubernetes-models/rbac.authorization.k8s.io/v1/ClusterRoleBinding';
+import { Role, type IRole } from 'kubernetes-models/rbac.authorization.k8s.io/v1/Role';
+import {
+  RoleBinding,
+  type IRoleBinding,
+} from 'kubernetes-models/rbac.authorization.k8s.io/v1/RoleBinding';
 import type { IContainer } from 'kubernetes-models/v1/Container';
 import { parseArgs } from '../../src/cli/flags.js';
 import { checkPath } from '../../src/config/check.js';
 import { defaultConfig, parseConfigText } from '../../src/config/index.js';
 import { addonPaths } from '../../src/nftables/addon.js';
+import { EVENTS_NAMESPACE } from '../../src/kubernetes/events.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const kubeDir = join(root, 'deploy', 'kubernetes');
@@ -62,6 +68,8 @@ const validators: Record<string, (obj: Manifest) => void> = {
   ClusterRole: (obj) => new ClusterRole(obj as unknown as IClusterRole).validate(),
   ClusterRoleBinding: (obj) =>
     new ClusterRoleBinding(obj as unknown as IClusterRoleBinding).validate(),
+  Role: (obj) => new Role(obj as unknown as IRole).validate(),
+  RoleBinding: (obj) => new RoleBinding(obj as unknown as IRoleBinding).validate(),
 };
 
 function validateManifest(obj: Manifest): void {
@@ -497,6 +505,8 @@ t.test(
       'ClusterRoleBinding',
       'ConfigMap',
       'DaemonSet',
+      'Role',
+      'RoleBinding',
       'ServiceAccount',
     ]);
     const podOf = (docs: Manifest[]) =>
@@ -520,12 +530,24 @@ t.test(
     const role = api.find((d) => d.kind === 'ClusterRole') as unknown as IClusterRole;
     t.same(
       role.rules?.map((r) => [r.apiGroups, r.resources, [...(r.verbs ?? [])].sort()]),
-      [
-        [[''], ['nodes'], ['get', 'list', 'watch']],
-        [[''], ['events'], ['create', 'patch']],
-      ],
-      'exactly get/list/watch on nodes and create/patch on events',
+      [[[''], ['nodes'], ['get', 'list', 'watch']]],
+      'cluster-wide: exactly get/list/watch on nodes',
     );
+    // Events are written in one namespace (src/kubernetes/events.ts): granted there alone.
+    const events = api.find((d) => d.kind === 'Role') as unknown as IRole;
+    t.equal(events.metadata?.namespace, EVENTS_NAMESPACE);
+    t.same(
+      events.rules?.map((r) => [r.apiGroups, r.resources, [...(r.verbs ?? [])].sort()]),
+      [[[''], ['events'], ['create', 'patch']]],
+      'in that namespace: exactly create/patch on events',
+    );
+    const eventsBinding = api.find((d) => d.kind === 'RoleBinding') as unknown as IRoleBinding;
+    t.equal(eventsBinding.metadata?.namespace, EVENTS_NAMESPACE);
+    t.same(eventsBinding.roleRef, {
+      apiGroup: 'rbac.authorization.k8s.io',
+      kind: 'Role',
+      name: events.metadata?.name,
+    });
     const binding = api.find(
       (d) => d.kind === 'ClusterRoleBinding',
     ) as unknown as IClusterRoleBinding;
@@ -535,13 +557,15 @@ t.test(
       kind: 'ClusterRole',
       name: role.metadata?.name,
     });
-    t.same(binding.subjects, [
-      {
-        kind: 'ServiceAccount',
-        name: account.metadata?.name,
-        namespace: account.metadata?.namespace,
-      },
-    ]);
+    for (const subjects of [binding.subjects, eventsBinding.subjects]) {
+      t.same(subjects, [
+        {
+          kind: 'ServiceAccount',
+          name: account.metadata?.name,
+          namespace: account.metadata?.namespace,
+        },
+      ]);
+    }
     t.equal(pod.serviceAccountName, account.metadata?.name, 'the pod runs as the bound account');
   },
 );
