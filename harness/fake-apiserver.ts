@@ -6,6 +6,7 @@
 import http from 'node:http';
 import https from 'node:https';
 import type { Socket } from 'node:net';
+import type { Connection } from '../src/kubernetes/connection.js';
 
 export interface NodeSpec {
   podCIDRs?: unknown[];
@@ -35,6 +36,11 @@ interface Watcher {
 
 export interface FakeOptions {
   token?: string;
+  /**
+   * A list at resourceVersion=0 is served from the watch cache; as API servers before paginated
+   * cache lists, the cache ignores `limit` (true unless set false).
+   */
+  cacheIgnoresLimit?: boolean;
   /** How often a watch gets a BOOKMARK (the real server: about a minute). */
   bookmarkMs?: number;
   tls?: { cert: string; key: string };
@@ -120,7 +126,7 @@ function fieldName(selector: string | undefined): string | undefined {
 }
 
 export class FakeApiServer {
-  readonly token: string;
+  token: string;
   private readonly nodes = new Map<string, Stored>();
   private history: HistoryEntry[] = [];
   private rv = 1000;
@@ -138,6 +144,16 @@ export class FakeApiServer {
   /** Requests by kind: list, watch, get, event-create, event-patch, refused. */
   readonly counts = new Map<string, number>();
   private readonly bookmarkMs: number;
+  /** Every continue token answered 410 Gone (compaction faster than the list). */
+  expireContinue = false;
+  /** Watches get this one byte (a space) every `trickleMs` and nothing else; 0: off. */
+  trickleMs = 0;
+  /** Watches are never ended at their timeoutSeconds. */
+  ignoreTimeout = false;
+  /** Each list page is answered this much later. */
+  listDelayMs = 0;
+  /** The User-Agent of every request, in order. */
+  readonly userAgents: string[] = [];
 
   constructor(private readonly options: FakeOptions = {}) {
     this.token = options.token ?? 'fake-token';
@@ -169,6 +185,18 @@ export class FakeApiServer {
     this.server = server;
     this.port = (server.address() as { port: number }).port;
     return this.port;
+  }
+
+  /** The token accepted from now on: the old one gets 401 (a rotated service account token). */
+  rotateToken(token: string): void {
+    this.token = token;
+  }
+
+  /** Serves another certificate from now on (a CA rotation): every connection reset. */
+  async replaceTls(tls: { cert: string; key: string }): Promise<void> {
+    await this.down();
+    this.options.tls = tls;
+    await this.up();
   }
 
   /** Unreachable: the listener closed, every connection reset. The data stays (etcd does). */
@@ -345,6 +373,11 @@ export class FakeApiServer {
     return this.counts.get(kind) ?? 0;
   }
 
+  /** List requests of either kind: from the watch cache and from etcd. */
+  lists(): number {
+    return this.countOf('list') + this.countOf('list-cache');
+  }
+
   eventList(): RecordedEvent[] {
     return [...this.events.values()];
   }
@@ -368,6 +401,7 @@ export class FakeApiServer {
 
   private handle(req: http.IncomingMessage, res: http.ServerResponse): void {
     const url = new URL(req.url ?? '/', 'http://fake');
+    this.userAgents.push(String(req.headers['user-agent'] ?? ''));
     if (req.headers.authorization !== `Bearer ${this.token}`) {
       this.count('refused');
       this.reply(res, 401, status(401, 'Unauthorized', 'Unauthorized'));
@@ -450,9 +484,35 @@ export class FakeApiServer {
   }
 
   private list(res: http.ServerResponse, url: URL): void {
-    this.count('list');
-    const limit = Number(url.searchParams.get('limit') ?? '0');
+    if (this.listDelayMs > 0) {
+      const delay = this.listDelayMs;
+      setTimeout(() => this.listNow(res, url), delay);
+      return;
+    }
+    this.listNow(res, url);
+  }
+
+  private listNow(res: http.ServerResponse, url: URL): void {
+    // resourceVersion=0 (any version): served from the watch cache, no etcd read.
+    const fromCache = url.searchParams.get('resourceVersion') === '0';
+    this.count(fromCache ? 'list-cache' : 'list');
+    const limit =
+      fromCache && this.options.cacheIgnoresLimit !== false
+        ? 0
+        : Number(url.searchParams.get('limit') ?? '0');
     const token = url.searchParams.get('continue');
+    if (token && this.expireContinue) {
+      this.reply(
+        res,
+        410,
+        status(
+          410,
+          'Expired',
+          'The provided continue parameter is too old to display a consistent list result.',
+        ),
+      );
+      return;
+    }
     let start = 0;
     let rv = this.rv;
     if (token) {
@@ -533,7 +593,15 @@ export class FakeApiServer {
           this.send(watcher, `${JSON.stringify({ type: entry.type, object: entry.object })}\n`);
     }
     const timeout = Number(url.searchParams.get('timeoutSeconds') ?? '0');
-    if (timeout > 0) watcher.timers.push(setTimeout(() => this.endWatch(watcher), timeout * 1000));
+    if (timeout > 0 && !this.ignoreTimeout)
+      watcher.timers.push(setTimeout(() => this.endWatch(watcher), timeout * 1000));
+    if (this.trickleMs > 0) {
+      watcher.timers.push(
+        setInterval(() => {
+          if (!watcher.res.writableEnded) watcher.res.write(' ');
+        }, this.trickleMs),
+      );
+    }
     if (watcher.bookmarks) {
       watcher.timers.push(
         setInterval(() => {
@@ -640,4 +708,13 @@ export async function until<T>(
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
     await new Promise((resolve) => setTimeout(resolve, 10));
   }
+}
+
+/** A Connection to the fake (or any URL) with a fixed bearer token and, for TLS, a CA. */
+export function connectionTo(url: string, token: string | undefined, ca?: Buffer): Connection {
+  return {
+    server: new URL(url),
+    tls: async () => (ca ? { ca } : {}),
+    authorization: async () => (token ? `Bearer ${token}` : undefined),
+  };
 }

@@ -71,6 +71,7 @@ export async function connectApi(
     logger,
     metrics: metrics.kubernetes(),
     onChange,
+    widest: options.widestNodePodCIDR,
   });
 }
 

@@ -21,10 +21,15 @@ function stderrLogger(): Logger {
 export async function loadWithCluster(
   path: string,
   load: LoadOptions,
-  options: Pick<AgentOptions, 'kubeconfig' | 'nodeName' | 'enableIPv6'>,
+  options: Pick<AgentOptions, 'kubeconfig' | 'nodeName' | 'enableIPv6' | 'widestNodePodCIDR'>,
 ): Promise<LoadResult> {
   const logger = stderrLogger();
-  const common = { kubeconfig: options.kubeconfig, enableIPv6: options.enableIPv6, logger };
+  const common = {
+    kubeconfig: options.kubeconfig,
+    enableIPv6: options.enableIPv6,
+    logger,
+    widest: options.widestNodePodCIDR,
+  };
   let labels = load.nodeLabels;
   if (labels === undefined && options.nodeName !== '') {
     labels = (await clusterSnapshot({ ...common, nodeName: options.nodeName, podCIDRs: false }))

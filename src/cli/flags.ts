@@ -15,7 +15,14 @@ import {
   parsePortRanges,
 } from './flag-values.js';
 import { conntrackFlushModes } from '../reconcile/flush-modes.js';
-import { logLevels, outputs, usesApi, type AgentOptions, type Mode } from '../options.js';
+import {
+  DEFAULT_WIDEST_NODE_POD_CIDR,
+  logLevels,
+  outputs,
+  usesApi,
+  type AgentOptions,
+  type Mode,
+} from '../options.js';
 
 export type { AgentOptions } from '../options.js';
 
@@ -56,6 +63,24 @@ interface Flag {
 }
 
 /** A flag whose value is parsed into option `key`. */
+/** `LEN` or `LEN,LEN6`: prefix lengths, IPv4 0–32 and IPv6 0–128 (IPv6 48 when not given). */
+function parseWidest(text: string): Options['widestNodePodCIDR'] {
+  const parts = text.split(',');
+  const len = (part: string | undefined, max: number) => {
+    const n = Number((part ?? '').replace(/^\//, ''));
+    if (part === undefined || part.trim() === '' || !Number.isInteger(n) || n < 0 || n > max)
+      throw new FlagError(
+        `--widest-node-pod-cidr: ${JSON.stringify(text)} is not LEN or LEN,LEN6 (IPv4 0-32, IPv6 0-128)`,
+      );
+    return n;
+  };
+  if (parts.length > 2) len(undefined, 0);
+  return {
+    ipv4: len(parts[0], 32),
+    ipv6: parts.length === 2 ? len(parts[1], 128) : DEFAULT_WIDEST_NODE_POD_CIDR.ipv6,
+  };
+}
+
 function value<K extends keyof Options>(
   name: string,
   key: K,
@@ -289,6 +314,14 @@ export const FLAGS: readonly Flag[] = [
     },
     { arg: 'PATH', help: 'as --kubernetes, with this kubeconfig instead of the service account' },
   ),
+
+  value('widest-node-pod-cidr', 'widestNodePodCIDR', DEFAULT_WIDEST_NODE_POD_CIDR, parseWidest, {
+    arg: 'LEN[,LEN6]',
+    help:
+      "the shortest prefix a Node's pod CIDR may have (IPv4, IPv6): a wider one is left out, with " +
+      'a warning naming the Node',
+    shownDefault: `${DEFAULT_WIDEST_NODE_POD_CIDR.ipv4},${DEFAULT_WIDEST_NODE_POD_CIDR.ipv6}`,
+  }),
 
   mode('once', 'apply the config once, exit 0 on success, 1 on failure'),
   mode('render', 'print the nftables script for the current config, exit'),

@@ -3,7 +3,8 @@
 // @kubernetes/client-node. Every call has a deadline; every body and line a size bound.
 import http from 'node:http';
 import https from 'node:https';
-import type { Connection } from './connection.js';
+import { version } from '../version.js';
+import type { Connection, TlsMaterial } from './connection.js';
 
 /** A status from the API server, with what a caller decides on: the code and Retry-After. */
 export class ApiError extends Error {
@@ -15,6 +16,11 @@ export class ApiError extends Error {
   ) {
     super(message);
   }
+}
+
+/** An answer over MAX_BODY_BYTES: refused, not buffered (a list asks for smaller pages then). */
+export class BodyTooLarge extends Error {
+  override name = 'BodyTooLarge';
 }
 
 /** A list page of Nodes with ~20 KiB each is a few MiB; a larger body is refused, not buffered. */
@@ -30,8 +36,13 @@ export interface RequestOptions {
 }
 
 export interface WatchOptions {
-  /** No byte for this long (not even a bookmark): the watch is taken for stalled and ended. */
+  /**
+   * No event for this long (not even a bookmark; bytes that complete none do not count): the
+   * watch is taken for stalled and ended.
+   */
   readonly idleMs: number;
+  /** The watch is ended by this client this long after it opened, whatever the server does. */
+  readonly deadlineMs?: number;
   readonly signal?: AbortSignal;
   /** Called once the server has answered 200: the watch is live. */
   readonly onOpen?: () => void;
@@ -39,13 +50,22 @@ export interface WatchOptions {
 
 const DEFAULT_TIMEOUT_MS = 30_000;
 
+/**
+ * The most a server's Retry-After is waited (README, "Kubernetes API (opt-in)"): a proxy or an
+ * API server under load may ask for an hour; the reflector's own backoff and jitter apply beyond.
+ */
+export const RETRY_AFTER_MAX_MS = 30_000;
+
 function retryAfter(header: string | string[] | undefined): number | undefined {
   const text = Array.isArray(header) ? header[0] : header;
   if (text === undefined) return undefined;
   const seconds = Number(text);
-  if (Number.isFinite(seconds) && seconds >= 0) return Math.min(seconds, 600) * 1000;
+  if (text.trim() !== '' && Number.isFinite(seconds) && seconds >= 0)
+    return Math.min(seconds * 1000, RETRY_AFTER_MAX_MS);
   const date = Date.parse(text);
-  return Number.isNaN(date) ? undefined : Math.max(0, Math.min(date - Date.now(), 600_000));
+  return Number.isNaN(date)
+    ? undefined
+    : Math.max(0, Math.min(date - Date.now(), RETRY_AFTER_MAX_MS));
 }
 
 /** The message of a Status body, else the start of the body. */
@@ -59,35 +79,85 @@ function statusMessage(status: number, body: string): string {
   return `${status}: ${body.slice(0, 300).replace(/[^\x20-\x7e]/g, '?') || http.STATUS_CODES[status] || 'error'}`;
 }
 
-export class ApiClient {
-  private readonly agent: http.Agent;
+/** Whether two TLS materials are the same bytes. */
+function sameMaterial(a: TlsMaterial, b: TlsMaterial): boolean {
+  const same = (x: Buffer | undefined, y: Buffer | undefined) =>
+    x === y || (x !== undefined && y !== undefined && x.equals(y));
+  return same(a.ca, b.ca) && same(a.cert, b.cert) && same(a.key, b.key);
+}
 
-  constructor(private readonly connection: Connection) {
-    const tls = connection.server.protocol === 'https:';
-    this.agent = tls
-      ? new https.Agent({
-          keepAlive: true,
-          ...(connection.ca ? { ca: connection.ca } : {}),
-          ...(connection.cert ? { cert: connection.cert } : {}),
-          ...(connection.key ? { key: connection.key } : {}),
-          rejectUnauthorized: connection.insecureSkipTLSVerify !== true,
-        })
-      : new http.Agent({ keepAlive: true });
-  }
+/** What the agent says it is (`User-Agent`), as client-go's components do. */
+const USER_AGENT = `ipmasq-agent/${version()} (linux; node ${process.versions.node})`;
+
+export class ApiClient {
+  private agent: http.Agent | undefined;
+  private material: TlsMaterial = {};
+  /** Agents made with TLS material since replaced: destroyed once a request on them ends. */
+  private readonly retired = new Set<http.Agent>();
+
+  constructor(private readonly connection: Connection) {}
 
   close(): void {
-    this.agent.destroy();
+    this.agent?.destroy();
+    for (const agent of this.retired) agent.destroy();
+    this.retired.clear();
   }
 
+  /** The agent for the TLS material as it is now: a replaced CA or certificate makes a new one. */
+  private async currentAgent(): Promise<http.Agent> {
+    const { connection } = this;
+    if (connection.server.protocol !== 'https:')
+      return (this.agent ??= new http.Agent({ keepAlive: true }));
+    const material = await connection.tls();
+    if (this.agent && sameMaterial(material, this.material)) return this.agent;
+    if (this.agent) this.retired.add(this.agent);
+    this.material = material;
+    this.agent = new https.Agent({
+      keepAlive: true,
+      ...material,
+      ...(connection.serverName ? { servername: connection.serverName } : {}),
+      rejectUnauthorized: connection.insecureSkipTLSVerify !== true,
+    });
+    return this.agent;
+  }
+
+  /** A request on a replaced agent ended: the agent goes (any other request on it reconnects). */
+  private done(agent: http.Agent): void {
+    if (!this.retired.delete(agent)) return;
+    agent.destroy();
+  }
+
+  /**
+   * Opens a request; a 401 is asked once more with the credential read again at once (a token
+   * rotated since it was last read), as client-go does.
+   */
   private async open(
     method: string,
     path: string,
     options: { body?: string; contentType?: string; signal?: AbortSignal; timeoutMs: number },
-  ): Promise<{ req: http.ClientRequest; res: http.IncomingMessage }> {
+  ): Promise<{ req: http.ClientRequest; res: http.IncomingMessage; agent: http.Agent }> {
+    const first = await this.openOnce(method, path, options, false);
+    if (first.res.statusCode !== 401) return first;
+    first.res.resume();
+    first.req.destroy();
+    this.done(first.agent);
+    return this.openOnce(method, path, options, true);
+  }
+
+  private async openOnce(
+    method: string,
+    path: string,
+    options: { body?: string; contentType?: string; signal?: AbortSignal; timeoutMs: number },
+    fresh: boolean,
+  ): Promise<{ req: http.ClientRequest; res: http.IncomingMessage; agent: http.Agent }> {
     const { server } = this.connection;
-    const token = await this.connection.token();
-    const headers: Record<string, string> = { accept: 'application/json' };
-    if (token) headers.authorization = `Bearer ${token}`;
+    const agent = await this.currentAgent();
+    const authorization = await this.connection.authorization(fresh);
+    const headers: Record<string, string> = {
+      accept: 'application/json',
+      'user-agent': USER_AGENT,
+    };
+    if (authorization) headers.authorization = authorization;
     if (options.body !== undefined) {
       headers['content-type'] = options.contentType ?? 'application/json';
       headers['content-length'] = String(Buffer.byteLength(options.body));
@@ -101,7 +171,7 @@ export class ApiClient {
         port: server.port || (server.protocol === 'https:' ? 443 : 80),
         path: base + path,
         headers,
-        agent: this.agent,
+        agent,
         ...(options.signal ? { signal: options.signal } : {}),
       });
       const timer = setTimeout(
@@ -111,10 +181,11 @@ export class ApiClient {
       timer.unref();
       req.on('response', (res) => {
         clearTimeout(timer);
-        resolve({ req, res });
+        resolve({ req, res, agent });
       });
       req.on('error', (err) => {
         clearTimeout(timer);
+        this.done(agent);
         reject(err);
       });
       req.end(options.body);
@@ -124,13 +195,14 @@ export class ApiClient {
   /** One request; resolves to the parsed JSON body of a 2xx, rejects with ApiError otherwise. */
   async json(method: string, path: string, options: RequestOptions = {}): Promise<unknown> {
     const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-    const { req, res } = await this.open(method, path, {
+    const { req, res, agent } = await this.open(method, path, {
       ...(options.body === undefined ? {} : { body: JSON.stringify(options.body) }),
       ...(options.contentType ? { contentType: options.contentType } : {}),
       ...(options.signal ? { signal: options.signal } : {}),
       timeoutMs,
     });
     const body = await new Promise<string>((resolve, reject) => {
+      res.on('close', () => this.done(agent));
       const chunks: Buffer[] = [];
       let size = 0;
       const timer = setTimeout(
@@ -141,7 +213,12 @@ export class ApiClient {
       res.on('data', (chunk: Buffer) => {
         size += chunk.length;
         if (size > MAX_BODY_BYTES) {
-          req.destroy(new Error(`${method} ${path}: answer larger than ${MAX_BODY_BYTES} bytes`));
+          const err = new BodyTooLarge(
+            `${method} ${path}: answer larger than ${MAX_BODY_BYTES} bytes`,
+          );
+          clearTimeout(timer);
+          reject(err);
+          req.destroy(err);
           return;
         }
         chunks.push(chunk);
@@ -172,17 +249,32 @@ export class ApiClient {
 
   /**
    * A watch: each line is handed to `onEvent` parsed. Resolves when the server ends the stream (its
-   * timeoutSeconds), rejects on a non-2xx answer, a broken line, an over-long line, an idle stall.
+   * timeoutSeconds) or at `deadlineMs`; rejects on a non-2xx answer, a broken line, an over-long
+   * line, or no event for idleMs (bytes that complete no event are no progress: a server trickling
+   * spaces is stalled all the same).
    */
   async watch(
     path: string,
     onEvent: (event: unknown) => void,
     options: WatchOptions,
   ): Promise<void> {
-    const { req, res } = await this.open('GET', path, {
+    const { req, res, agent } = await this.open('GET', path, {
       ...(options.signal ? { signal: options.signal } : {}),
       timeoutMs: options.idleMs,
     });
+    try {
+      await this.follow(req, res, onEvent, options);
+    } finally {
+      this.done(agent);
+    }
+  }
+
+  private async follow(
+    req: http.ClientRequest,
+    res: http.IncomingMessage,
+    onEvent: (event: unknown) => void,
+    options: WatchOptions,
+  ): Promise<void> {
     const status = res.statusCode ?? 0;
     if (status < 200 || status > 299) {
       const chunks: Buffer[] = [];
@@ -204,22 +296,36 @@ export class ApiClient {
       let pending: Buffer[] = [];
       let pendingBytes = 0;
       let idle: NodeJS.Timeout;
-      const fail = (err: Error) => {
+      let settled = false;
+      const deadline =
+        options.deadlineMs === undefined
+          ? undefined
+          : setTimeout(() => finish(), options.deadlineMs);
+      deadline?.unref();
+      const finish = (err?: Error) => {
+        if (settled) return;
+        settled = true;
         clearTimeout(idle);
-        req.destroy();
-        reject(err);
+        clearTimeout(deadline);
+        if (err) {
+          req.destroy();
+          reject(err);
+        } else {
+          if (!res.complete) req.destroy();
+          resolve();
+        }
       };
       const arm = () => {
         clearTimeout(idle);
         idle = setTimeout(
-          () => fail(new Error(`watch stalled: nothing for ${options.idleMs} ms`)),
+          () => finish(new Error(`watch stalled: no event for ${options.idleMs} ms`)),
           options.idleMs,
         );
         idle.unref();
       };
       arm();
       res.on('data', (chunk: Buffer) => {
-        arm();
+        if (settled) return;
         let start = 0;
         for (;;) {
           const newline = chunk.indexOf(10, start);
@@ -237,32 +343,33 @@ export class ApiClient {
           try {
             event = JSON.parse(line);
           } catch {
-            fail(new Error('watch: a line that is not JSON'));
+            finish(new Error('watch: a line that is not JSON'));
             return;
           }
+          arm();
           try {
             onEvent(event);
           } catch (err) {
-            fail(err instanceof Error ? err : new Error(String(err)));
+            finish(err instanceof Error ? err : new Error(String(err)));
             return;
           }
         }
         if (start < chunk.length) {
           pendingBytes += chunk.length - start;
           if (pendingBytes > MAX_LINE_BYTES) {
-            fail(new Error(`watch: an event larger than ${MAX_LINE_BYTES} bytes`));
+            finish(new Error(`watch: an event larger than ${MAX_LINE_BYTES} bytes`));
             return;
           }
           pending.push(chunk.subarray(start));
         }
       });
-      res.on('end', () => {
-        clearTimeout(idle);
-        resolve();
+      res.on('end', () => finish());
+      res.on('error', (err) => finish(err));
+      // The connection closed before the server ended the stream.
+      res.on('close', () => {
+        if (!res.complete) finish(new Error('watch: the connection was cut'));
       });
-      res.on('error', (err) => fail(err));
-      res.on('aborted', () => fail(new Error('watch: the connection was cut')));
-      req.on('error', (err) => fail(err));
+      req.on('error', (err) => finish(err));
     });
   }
 }

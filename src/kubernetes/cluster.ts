@@ -3,7 +3,8 @@
 // last known data stays while the API is away. Pod CIDRs are parsed here: only prefixes the agent
 // formatted itself go further.
 import type { Logger } from 'pino';
-import { escapeUnprintable, parseCidr, type Prefix } from '../cidr/index.js';
+import { escapeUnprintable, formatPrefix, parseCidr, type Prefix } from '../cidr/index.js';
+import { DEFAULT_WIDEST_NODE_POD_CIDR, type WidestPodCIDR } from '../options.js';
 import { errorText } from '../errors.js';
 import { record } from '../record.js';
 import type { ApiClient } from './client.js';
@@ -29,14 +30,22 @@ export interface ClusterOptions {
   /** Something the config depends on changed: labels, or the Nodes' pod CIDRs. */
   readonly onChange: () => void;
   readonly timings?: ReflectorTimings;
+  readonly widest?: WidestPodCIDR;
 }
 
 /** A Node's spec.podCIDRs has one per family; more is not a Node the API server would store. */
 const MAX_POD_CIDRS = 8;
 const MAX_LABELS = 512;
 
-/** spec.podCIDRs (or the older spec.podCIDR), parsed strictly; IPv6 only with --enable-ipv6. */
-export function podCIDRsOf(node: Record<string, unknown>, enableIPv6: boolean): NodePodCIDRs {
+/**
+ * spec.podCIDRs (or the older spec.podCIDR), parsed strictly; IPv6 only with --enable-ipv6; one
+ * wider than `widest` allows (a Node's slice of the cluster's range is never /0) left out.
+ */
+export function podCIDRsOf(
+  node: Record<string, unknown>,
+  enableIPv6: boolean,
+  widest: WidestPodCIDR = DEFAULT_WIDEST_NODE_POD_CIDR,
+): NodePodCIDRs {
   const spec = record(node.spec);
   let texts: unknown[] = [];
   if (Array.isArray(spec.podCIDRs)) texts = spec.podCIDRs as unknown[];
@@ -53,6 +62,13 @@ export function podCIDRsOf(node: Record<string, unknown>, enableIPv6: boolean): 
       if (text.length > 64) throw new Error(`${escapeUnprintable(text.slice(0, 64))}… is too long`);
       // A single-stack IPv4 agent leaves the IPv6 half of a dual-stack Node out, as it would a file's.
       if (prefix.family === 6 && !enableIPv6) continue;
+      const shortest = prefix.family === 4 ? widest.ipv4 : widest.ipv6;
+      if (prefix.len < shortest) {
+        rejected.push(
+          `${formatPrefix(prefix)} is wider than a Node's pod range may be (/${shortest} at most: --widest-node-pod-cidr)`,
+        );
+        continue;
+      }
       prefixes.push(prefix);
     } catch (err) {
       rejected.push(errorText(err));
@@ -80,8 +96,8 @@ function sameLabels(a: ReadonlyMap<string, string> | undefined, b: ReadonlyMap<s
 
 export class Cluster {
   private readonly own: Reflector<ReadonlyMap<string, string>>;
-  private readonly nodes: Reflector<NodePodCIDRs>;
-  private nodesStarted = false;
+  /** Every Node's pod CIDRs: listed and watched only while a config asks (wantPodCIDRs). */
+  private nodes: Reflector<NodePodCIDRs> | undefined;
   private labelsNow: ReadonlyMap<string, string> | undefined;
   /** Moves whenever the pod CIDRs may have changed: callers cache on it. */
   podCIDRsVersion = 0;
@@ -105,20 +121,31 @@ export class Cluster {
       onError: (op, err) => this.failed(`this Node's ${op}`, op, err),
       onUp: (up) => this.setUp('own', up),
     });
-    this.nodes = new Reflector({
-      ...common,
+  }
+
+  private watchNodes(): Reflector<NodePodCIDRs> {
+    const { options } = this;
+    const nodes: Reflector<NodePodCIDRs> = new Reflector({
+      client: options.client,
+      path: '/api/v1/nodes',
+      timings: options.timings ?? DEFAULT_TIMINGS,
       extract: (node) => this.parseNode(node),
       // Most Node updates are status (heartbeats, conditions): they change nothing kept here.
       same: (a, b) =>
         a.prefixes.length === b.prefixes.length &&
         a.prefixes.every((p, i) => p.addr === b.prefixes[i]!.addr && p.len === b.prefixes[i]!.len),
       onChange: () => {
+        if (this.nodes !== nodes) return;
         this.podCIDRsVersion += 1;
         options.onChange();
       },
       onError: (op, err) => this.failed(`the Nodes' ${op}`, op, err),
-      onUp: (up) => this.setUp('nodes', up),
+      onUp: (up) => {
+        if (this.nodes === nodes) this.setUp('nodes', up);
+      },
     });
+    nodes.start();
+    return nodes;
   }
 
   /** Watches this Node; every Node too once a config asks for their pod CIDRs. */
@@ -127,7 +154,24 @@ export class Cluster {
   }
 
   async stop(): Promise<void> {
-    await Promise.all([this.own.stop(), this.nodes.stop()]);
+    await Promise.all([this.own.stop(), this.nodes?.stop()]);
+  }
+
+  /**
+   * Whether a config asks for every Node's pod CIDRs: the list and watch of all Nodes run only
+   * while one does, and what they kept is forgotten when none does any more.
+   */
+  wantPodCIDRs(want: boolean): void {
+    if (want && !this.nodes) {
+      this.nodes = this.watchNodes();
+    } else if (!want && this.nodes) {
+      const nodes = this.nodes;
+      this.nodes = undefined;
+      this.warned.clear();
+      void nodes.stop();
+      this.podCIDRsVersion += 1;
+      this.setUp('nodes', false);
+    }
   }
 
   /** This Node's labels; undefined until it was first read. A Node not found has none. */
@@ -135,17 +179,13 @@ export class Cluster {
     return this.labelsNow;
   }
 
-  /** Every Node's pod CIDRs; undefined until the first list succeeded (it starts the watch). */
+  /** Every Node's pod CIDRs; undefined until asked for (wantPodCIDRs) and first listed. */
   podCIDRs(): ReadonlyMap<string, NodePodCIDRs> | undefined {
-    if (!this.nodesStarted) {
-      this.nodesStarted = true;
-      this.nodes.start();
-    }
-    return this.nodes.listed ? this.nodes.items : undefined;
+    return this.nodes?.listed ? this.nodes.items : undefined;
   }
 
   private parseNode(node: Record<string, unknown>): NodePodCIDRs {
-    const parsed = podCIDRsOf(node, this.options.enableIPv6);
+    const parsed = podCIDRsOf(node, this.options.enableIPv6, this.options.widest);
     const name = String(record(node.metadata).name);
     const said = parsed.rejected.join('; ');
     if (said === '') this.warned.delete(name);
@@ -180,7 +220,7 @@ export class Cluster {
         `Kubernetes API: watching ${which === 'own' ? 'this Node' : 'the Nodes'} again`,
       );
     }
-    const live = this.up.own && (!this.nodesStarted || this.up.nodes);
+    const live = this.up.own && (!this.nodes || this.up.nodes);
     this.options.metrics.setUp(live);
   }
 }

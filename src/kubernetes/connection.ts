@@ -1,52 +1,104 @@
 // Where the API server is and how to prove who we are (README, "Kubernetes API (opt-in)"): the pod's
 // service account (--kubernetes) or a kubeconfig (--kubeconfig). Only the shapes an agent needs are
 // read: a server URL, a CA, a bearer token (or token file) or a client certificate.
-import { readFile } from 'node:fs/promises';
-import { isAbsolute, dirname, join } from 'node:path';
+import { readFile, stat } from 'node:fs/promises';
+import { delimiter, dirname, isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { errorText } from '../errors.js';
 import { record } from '../record.js';
 
-export interface Connection {
-  readonly server: URL;
+/** The TLS material of a connection as it is now: each file-backed part read again as it changes. */
+export interface TlsMaterial {
   readonly ca?: Buffer;
   readonly cert?: Buffer;
   readonly key?: Buffer;
+}
+
+export interface Connection {
+  readonly server: URL;
+  /** The CA, client certificate and key now (a replaced file is read again within a second). */
+  readonly tls: () => Promise<TlsMaterial>;
   readonly insecureSkipTLSVerify?: boolean;
-  /** The bearer token to send now (a projected token file is read again as it rotates). */
-  readonly token: () => Promise<string | undefined>;
+  /** The name the server's certificate is checked against instead of the URL's host. */
+  readonly serverName?: string;
+  /**
+   * The Authorization header to send now (a rotated token file is read again within a second);
+   * `fresh` after a 401: the credential read again at once.
+   */
+  readonly authorization: (fresh?: boolean) => Promise<string | undefined>;
 }
 
 export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
 
-/** kubelet rotates projected tokens well before they expire; re-reading every minute follows it. */
-const TOKEN_REREAD_MS = 60_000;
+/** How often a credential file is looked at (one stat) for a change. */
+const FILE_LOOK_MS = 1_000;
 
-/** A projected token file, read again once its last read is TOKEN_REREAD_MS old (by `clock`). */
-export function tokenFile(path: string, clock = Date.now): () => Promise<string | undefined> {
-  let cached: { at: number; token: string } | undefined;
-  return async () => {
+/**
+ * A file that may be replaced while the agent runs (kubelet rotates a projected token by swapping
+ * a symlink; a CA bundle is replaced): read again when its inode, size or modification time
+ * changed, looked at at most once per FILE_LOOK_MS by `clock`, or at once when asked (`fresh`).
+ * A failed read keeps the content last read; only the first read's failure is thrown.
+ */
+export function watchedFile(path: string, clock = Date.now): (fresh?: boolean) => Promise<Buffer> {
+  let last: { content: Buffer; stamp: string } | undefined;
+  let lookedAt = -Infinity;
+  return async (fresh = false) => {
     const now = clock();
-    if (cached && now - cached.at < TOKEN_REREAD_MS) return cached.token;
-    const token = (await readFile(path, 'utf8')).trim();
-    cached = { at: now, token };
-    return token;
+    if (last && !fresh && now - lookedAt < FILE_LOOK_MS) return last.content;
+    lookedAt = now;
+    try {
+      const info = await stat(path);
+      const stamp = `${info.ino}:${info.size}:${info.mtimeMs}`;
+      if (last && !fresh && stamp === last.stamp) return last.content;
+      last = { content: await readFile(path), stamp };
+      return last.content;
+    } catch (err) {
+      if (last) return last.content;
+      throw err;
+    }
   };
 }
+
+/** A token file (trimmed), as watchedFile reads it. */
+export function tokenFile(path: string, clock = Date.now): (fresh?: boolean) => Promise<string> {
+  const file = watchedFile(path, clock);
+  return async (fresh) => (await file(fresh)).toString('utf8').trim();
+}
+
+const bearer = (token: string | undefined) => (token ? `Bearer ${token}` : undefined);
 
 export class ConnectionError extends Error {
   override name = 'ConnectionError';
 }
 
-async function must(path: string, what: string): Promise<Buffer> {
+/** A file the connection keeps reading as it changes; its first read must succeed. */
+async function followed(path: string, what: string): Promise<() => Promise<Buffer>> {
+  const file = watchedFile(path);
   try {
-    return await readFile(path);
+    await file();
   } catch (err) {
     throw new ConnectionError(`${what} ${path}: ${errorText(err)}`);
   }
+  return file;
 }
 
-/** The pod's service account: KUBERNETES_SERVICE_HOST/PORT, its CA and its token. */
+/** TLS material from its sources, each read now. */
+function tlsOf(sources: {
+  ca?: () => Promise<Buffer>;
+  cert?: () => Promise<Buffer>;
+  key?: () => Promise<Buffer>;
+}): () => Promise<TlsMaterial> {
+  return async () => {
+    const [ca, cert, key] = await Promise.all([sources.ca?.(), sources.cert?.(), sources.key?.()]);
+    return { ...(ca ? { ca } : {}), ...(cert ? { cert } : {}), ...(key ? { key } : {}) };
+  };
+}
+
+/**
+ * --kubernetes: the pod's service account (KUBERNETES_SERVICE_HOST/PORT, its CA and its token,
+ * both read again as kubelet replaces them); outside a pod, the kubeconfig KUBECONFIG names, as
+ * kubectl would take it.
+ */
 export async function inCluster(
   env: Readonly<Record<string, string | undefined>> = process.env,
   dir = SERVICE_ACCOUNT_DIR,
@@ -54,11 +106,12 @@ export async function inCluster(
   const host = env.KUBERNETES_SERVICE_HOST;
   const port = env.KUBERNETES_SERVICE_PORT;
   if (!host || !port) {
+    if (env.KUBECONFIG) return fromKubeconfig(env.KUBECONFIG, 'KUBECONFIG');
     throw new ConnectionError(
-      '--kubernetes: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set (not running in a pod? use --kubeconfig)',
+      "--kubernetes: neither KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT (the pod's service account) nor KUBECONFIG is set (not running in a pod? use --kubeconfig)",
     );
   }
-  const ca = await must(join(dir, 'ca.crt'), "--kubernetes: the service account's CA");
+  const ca = await followed(join(dir, 'ca.crt'), "--kubernetes: the service account's CA");
   const token = tokenFile(join(dir, 'token'));
   try {
     await token();
@@ -66,82 +119,136 @@ export async function inCluster(
     throw new ConnectionError(`--kubernetes: the service account's token: ${errorText(err)}`);
   }
   const hostPart = host.includes(':') ? `[${host}]` : host;
-  return { server: new URL(`https://${hostPart}:${port}`), ca, token };
+  return {
+    server: new URL(`https://${hostPart}:${port}`),
+    tls: tlsOf({ ca }),
+    authorization: async (fresh) => bearer(await token(fresh)),
+  };
 }
 
-function findNamed(
-  list: unknown,
-  name: unknown,
-  what: string,
-  key: string,
-): Record<string, unknown> {
-  const found: unknown = (Array.isArray(list) ? list : []).find(
-    (entry) => record(entry).name === name,
-  );
-  if (!found) throw new ConnectionError(`--kubeconfig: no ${what} named ${String(name)}`);
-  return record(record(found)[key]);
+/** One named entry of a kubeconfig, with the directory its relative paths are read from. */
+interface Entry {
+  readonly value: Record<string, unknown>;
+  readonly base: string;
 }
 
-/** The current context of a kubeconfig: its cluster's server and CA, its user's credentials. */
-export async function fromKubeconfig(path: string): Promise<Connection> {
-  let text: string;
-  try {
-    text = await readFile(path, 'utf8');
-  } catch (err) {
-    throw new ConnectionError(`--kubeconfig ${path}: ${errorText(err)}`);
-  }
-  let doc: Record<string, unknown>;
-  try {
-    doc = record(parseYaml(text, { maxAliasCount: 100 }));
-  } catch (err) {
-    throw new ConnectionError(`--kubeconfig ${path}: not YAML: ${errorText(err)}`);
-  }
-  const base = dirname(path);
-  const resolve = (file: string) => (isAbsolute(file) ? file : join(base, file));
-  const contextName = doc['current-context'];
-  if (typeof contextName !== 'string' || contextName === '')
-    throw new ConnectionError(`--kubeconfig ${path}: no current-context`);
-  const context = findNamed(doc.contexts, contextName, 'context', 'context');
-  const cluster = findNamed(doc.clusters, context.cluster, 'cluster', 'cluster');
-  const user = context.user === undefined ? {} : findNamed(doc.users, context.user, 'user', 'user');
+/** Fields a kubeconfig may hold that the agent does not follow: refused, never silently ignored. */
+const REFUSED: Readonly<Record<string, string>> = {
+  exec: 'exec credential plugins',
+  'auth-provider': 'auth-provider credentials',
+  as: 'impersonation (as)',
+  'as-uid': 'impersonation (as-uid)',
+  'as-groups': 'impersonation (as-groups)',
+  'as-user-extra': 'impersonation (as-user-extra)',
+  'proxy-url': 'proxy-url (an HTTP proxy)',
+};
 
-  if (typeof cluster.server !== 'string')
-    throw new ConnectionError(`--kubeconfig ${path}: the cluster has no server`);
+/**
+ * The current context of a kubeconfig, or of several (`a:b`, as KUBECONFIG lists them), merged as
+ * kubectl merges them: of same-named clusters, contexts and users the first file's, the first
+ * current-context set; files that do not exist are skipped, as long as one does. Relative paths are
+ * read from the directory of the file that gave them.
+ */
+export async function fromKubeconfig(paths: string, flag = '--kubeconfig'): Promise<Connection> {
+  const files = paths.split(delimiter).filter((p) => p !== '');
+  const named = {
+    clusters: new Map<string, Entry>(),
+    contexts: new Map<string, Entry>(),
+    users: new Map<string, Entry>(),
+  };
+  let contextName: string | undefined;
+  let found = 0;
+  for (const path of files) {
+    let text: string;
+    try {
+      text = await readFile(path, 'utf8');
+    } catch (err) {
+      if (files.length > 1 && (err as NodeJS.ErrnoException).code === 'ENOENT') continue;
+      throw new ConnectionError(`${flag} ${path}: ${errorText(err)}`);
+    }
+    found++;
+    let doc: Record<string, unknown>;
+    try {
+      doc = record(parseYaml(text, { maxAliasCount: 100 }));
+    } catch (err) {
+      throw new ConnectionError(`${flag} ${path}: not YAML: ${errorText(err)}`);
+    }
+    const current = doc['current-context'];
+    if (contextName === undefined && typeof current === 'string' && current !== '')
+      contextName = current;
+    for (const kind of ['clusters', 'contexts', 'users'] as const) {
+      const list: unknown[] = Array.isArray(doc[kind]) ? (doc[kind] as unknown[]) : [];
+      for (const item of list) {
+        const name = record(item).name;
+        const key = kind.slice(0, -1);
+        if (typeof name === 'string' && !named[kind].has(name))
+          named[kind].set(name, { value: record(record(item)[key]), base: dirname(path) });
+      }
+    }
+  }
+  const where = `${flag} ${paths}`;
+  if (found === 0) throw new ConnectionError(`${where}: none of these files exists`);
+  if (contextName === undefined) throw new ConnectionError(`${where}: no current-context`);
+  const find = (kind: keyof typeof named, name: unknown): Entry => {
+    const entry = typeof name === 'string' ? named[kind].get(name) : undefined;
+    if (!entry)
+      throw new ConnectionError(`--kubeconfig: no ${kind.slice(0, -1)} named ${String(name)}`);
+    return entry;
+  };
+  const context = find('contexts', contextName).value;
+  const cluster = find('clusters', context.cluster);
+  const user: Entry =
+    context.user === undefined ? { value: {}, base: '.' } : find('users', context.user);
+
+  for (const [field, what] of Object.entries(REFUSED)) {
+    if (user.value[field] !== undefined || cluster.value[field] !== undefined) {
+      throw new ConnectionError(
+        `${where}: ${field}: ${what} is not supported; give a token, a token file, a username and password or a client certificate, and reach the server directly`,
+      );
+    }
+  }
+  const serverText = cluster.value.server;
+  if (typeof serverText !== 'string')
+    throw new ConnectionError(`${where}: the cluster has no server`);
   let server: URL;
   try {
-    server = new URL(cluster.server);
+    server = new URL(serverText);
   } catch {
-    throw new ConnectionError(`--kubeconfig ${path}: server ${cluster.server} is not a URL`);
+    throw new ConnectionError(`${where}: server ${serverText} is not a URL`);
   }
   if (server.protocol !== 'https:' && server.protocol !== 'http:')
-    throw new ConnectionError(`--kubeconfig ${path}: server ${cluster.server} is not http(s)`);
+    throw new ConnectionError(`${where}: server ${serverText} is not http(s)`);
 
-  const bytes = async (dataKey: string, fileKey: string, from: Record<string, unknown>) => {
-    const data = from[dataKey];
-    if (typeof data === 'string') return Buffer.from(data, 'base64');
-    const file = from[fileKey];
-    if (typeof file === 'string') return must(resolve(file), `--kubeconfig: ${fileKey}`);
-    return undefined;
+  const source = async (dataKey: string, fileKey: string, from: Entry) => {
+    const data = from.value[dataKey];
+    if (typeof data === 'string') {
+      const fixed = Buffer.from(data, 'base64');
+      return async () => fixed;
+    }
+    const file = from.value[fileKey];
+    if (typeof file !== 'string') return undefined;
+    return followed(isAbsolute(file) ? file : join(from.base, file), `--kubeconfig: ${fileKey}`);
   };
-  if (user.exec !== undefined || user['auth-provider'] !== undefined) {
-    throw new ConnectionError(
-      `--kubeconfig ${path}: exec and auth-provider credentials are not supported; give a token, a token file or a client certificate`,
-    );
+  const ca = await source('certificate-authority-data', 'certificate-authority', cluster);
+  const cert = await source('client-certificate-data', 'client-certificate', user);
+  const key = await source('client-key-data', 'client-key', user);
+  const { token, tokenFile: tokenPath, username, password } = user.value;
+  let authorization: (fresh?: boolean) => Promise<string | undefined> = async () => undefined;
+  if (typeof token === 'string') {
+    authorization = async () => bearer(token);
+  } else if (typeof tokenPath === 'string') {
+    const read = tokenFile(isAbsolute(tokenPath) ? tokenPath : join(user.base, tokenPath));
+    authorization = async (fresh) => bearer(await read(fresh));
+  } else if (typeof username === 'string' && typeof password === 'string') {
+    const basic = `Basic ${Buffer.from(`${username}:${password}`).toString('base64')}`;
+    authorization = async () => basic;
   }
-  const ca = await bytes('certificate-authority-data', 'certificate-authority', cluster);
-  const cert = await bytes('client-certificate-data', 'client-certificate', user);
-  const key = await bytes('client-key-data', 'client-key', user);
-  let token: () => Promise<string | undefined> = async () => undefined;
-  if (typeof user.token === 'string') {
-    const fixed = user.token;
-    token = async () => fixed;
-  } else if (typeof user.tokenFile === 'string') token = tokenFile(resolve(user.tokenFile));
+  const serverName = cluster.value['tls-server-name'];
   return {
     server,
-    ...(ca ? { ca } : {}),
-    ...(cert ? { cert } : {}),
-    ...(key ? { key } : {}),
-    ...(cluster['insecure-skip-tls-verify'] === true ? { insecureSkipTLSVerify: true } : {}),
-    token,
+    tls: tlsOf({ ...(ca ? { ca } : {}), ...(cert ? { cert } : {}), ...(key ? { key } : {}) }),
+    ...(cluster.value['insecure-skip-tls-verify'] === true ? { insecureSkipTLSVerify: true } : {}),
+    ...(typeof serverName === 'string' && serverName !== '' ? { serverName } : {}),
+    authorization,
   };
 }

@@ -2,6 +2,7 @@
 // --kubeconfig: the file-driven agent never loads this code.
 import type { Logger } from 'pino';
 import { escapeUnprintable } from '../cidr/index.js';
+import type { WidestPodCIDR } from '../options.js';
 import { record } from '../record.js';
 import { ApiClient } from './client.js';
 import {
@@ -26,6 +27,7 @@ export interface KubernetesOptions {
   readonly logger: Logger;
   readonly metrics: ClusterMetrics;
   readonly onChange: () => void;
+  readonly widest: WidestPodCIDR;
 }
 
 export interface KubernetesSession {
@@ -91,6 +93,7 @@ export async function clusterSnapshot(options: {
   enableIPv6: boolean;
   podCIDRs: boolean;
   logger: Logger;
+  widest: WidestPodCIDR;
 }): Promise<{
   labels: ReadonlyMap<string, string> | undefined;
   nodes: ReadonlyMap<string, NodePodCIDRs> | undefined;
@@ -120,7 +123,7 @@ export async function clusterSnapshot(options: {
       : undefined;
     const nodes = options.podCIDRs
       ? await once(undefined, (node) => {
-          const parsed = podCIDRsOf(node, options.enableIPv6);
+          const parsed = podCIDRsOf(node, options.enableIPv6, options.widest);
           if (parsed.rejected.length > 0) {
             const name = escapeUnprintable(String(record(node.metadata).name));
             options.logger.warn(

@@ -3,7 +3,7 @@
 // last known items stay whatever the API does; a 410 Gone relists; every failure waits a backoff
 // with full jitter, or the server's Retry-After.
 import { record } from '../record.js';
-import { ApiError, type ApiClient } from './client.js';
+import { ApiError, BodyTooLarge, type ApiClient } from './client.js';
 
 export type WatchOp = 'list' | 'watch';
 
@@ -71,10 +71,20 @@ export function backoffDelay(
   if (err instanceof ApiError && err.status === 410 && failures <= 1) return 0;
   const exponent = Math.min(Math.max(failures - 1, 0), 20);
   const ceiling = Math.min(timings.backoffMaxMs, timings.backoffBaseMs * 2 ** exponent);
-  const jittered = Math.round(random() * ceiling);
+  const r = random();
+  const jittered = Math.round(r * ceiling);
+  // The server's Retry-After (capped by the client at RETRY_AFTER_MAX_MS), spread by up to a second.
   const asked = err instanceof ApiError ? err.retryAfterMs : undefined;
-  return asked !== undefined ? Math.max(asked, jittered) : jittered;
+  return asked !== undefined ? Math.max(asked + Math.round(r * 1000), jittered) : jittered;
 }
+
+/** A list page over the client's size bound. */
+const isTooLarge = (err: unknown) => err instanceof BodyTooLarge;
+/** A 410 Gone: a continue token or resourceVersion compacted away. */
+const isExpired = (err: unknown) => err instanceof ApiError && err.status === 410;
+
+/** How long past its timeoutSeconds a watch is left to the server to end. */
+const WATCH_DEADLINE_GRACE_MS = 30_000;
 
 /** A watch open this long was a working one: the backoff starts again from its base. */
 const WATCH_LASTED_MS = 5_000;
@@ -170,31 +180,70 @@ export class Reflector<T> {
     });
   }
 
-  /** Every page, then the items replaced at once: a failed page changes nothing. */
+  /**
+   * Every page, then the items replaced at once: a failed page, or a stop, changes nothing. As
+   * client-go lists: first from the API server's watch cache (`resourceVersion=0`, no read of etcd
+   * per agent); where that answer is too large (the cache may ignore `limit`) or its continue token
+   * expired, from etcd in pages, a page too large asked again with half the limit, and a continue
+   * token that expired replaced by one full list, as client-go's pager does.
+   */
   private async list(): Promise<void> {
+    let listed: { items: Map<string, T>; version: string } | undefined;
+    try {
+      listed = await this.pagedList('0', this.options.timings.pageSize, false);
+    } catch (err) {
+      if (this.stopped || !(isTooLarge(err) || isExpired(err))) throw err;
+      listed = await this.pagedList('', this.options.timings.pageSize, true);
+    }
+    if (this.stopped || listed === undefined) return;
+    this.items.clear();
+    for (const [name, value] of listed.items) this.items.set(name, value);
+    this.resourceVersion = listed.version;
+    this.listed = true;
+    this.options.onChange();
+  }
+
+  /** One list at `resourceVersion` in pages of `limit`; undefined when stopped meanwhile. */
+  private async pagedList(
+    resourceVersion: string,
+    firstLimit: number,
+    adapt: boolean,
+  ): Promise<{ items: Map<string, T>; version: string } | undefined> {
     const fresh = new Map<string, T>();
     let token: string | undefined;
     let version: string | undefined;
-    do {
-      const extra: Record<string, string> = { limit: String(this.options.timings.pageSize) };
+    let limit = firstLimit;
+    for (;;) {
+      const extra: Record<string, string> = limit > 0 ? { limit: String(limit) } : {};
       if (token) extra.continue = token;
-      const page = record(
-        await this.options.client.json('GET', this.query(extra), {
-          signal: this.stopper.signal,
-        }),
-      );
+      else if (resourceVersion !== '') extra.resourceVersion = resourceVersion;
+      let page: Record<string, unknown>;
+      try {
+        page = record(
+          await this.options.client.json('GET', this.query(extra), { signal: this.stopper.signal }),
+        );
+      } catch (err) {
+        if (this.stopped) return undefined;
+        if (adapt && isTooLarge(err) && limit > 1) {
+          limit = Math.ceil(limit / 2);
+          continue;
+        }
+        // The snapshot the pages were read from is gone: all of it again, in one answer.
+        if (adapt && token !== undefined && isExpired(err)) {
+          return this.pagedList('', 0, false);
+        }
+        throw err;
+      }
       const items = Array.isArray(page.items) ? (page.items as unknown[]) : [];
       for (const item of items) this.keep(fresh, record(item));
       const meta = record(page.metadata);
       token = typeof meta.continue === 'string' && meta.continue !== '' ? meta.continue : undefined;
       version = resourceVersionOf(page) ?? version;
-    } while (token !== undefined && !this.stopped);
+      if (token === undefined || this.stopped) break;
+    }
+    if (this.stopped) return undefined;
     if (version === undefined) throw new Error('list: the answer has no resourceVersion');
-    this.items.clear();
-    for (const [name, value] of fresh) this.items.set(name, value);
-    this.resourceVersion = version;
-    this.listed = true;
-    this.options.onChange();
+    return { items: fresh, version };
   }
 
   private keep(into: Map<string, T>, object: Record<string, unknown>): void {
@@ -207,17 +256,20 @@ export class Reflector<T> {
 
   private async watchOnce(): Promise<void> {
     const { timings } = this.options;
+    // Spread over the agents so that their watches do not all end together.
+    const timeoutSeconds = Math.round(
+      timings.watchTimeoutSeconds * (1 + (this.options.random ?? Math.random)()),
+    );
     const path = this.query({
       watch: '1',
       resourceVersion: this.resourceVersion ?? '',
       allowWatchBookmarks: 'true',
-      // Spread over the agents so that their watches do not all end together.
-      timeoutSeconds: String(
-        Math.round(timings.watchTimeoutSeconds * (1 + (this.options.random ?? Math.random)())),
-      ),
+      timeoutSeconds: String(timeoutSeconds),
     });
     await this.options.client.watch(path, (event) => this.apply(record(event)), {
       idleMs: timings.idleMs,
+      // The timeout asked is kept by this side too: a server that never ends the watch is left.
+      deadlineMs: timeoutSeconds * 1000 + Math.min(WATCH_DEADLINE_GRACE_MS, timings.idleMs),
       signal: this.stopper.signal,
       onOpen: () => {
         this.openedAt = Date.now();

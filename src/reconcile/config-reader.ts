@@ -11,8 +11,10 @@ import type { AgentMetrics } from './metrics.js';
 export interface ClusterData {
   /** This Node's labels; undefined until read. */
   readonly labels: ReadonlyMap<string, string> | undefined;
-  /** Every Node's pod CIDRs; undefined until first listed (asking starts the watch). */
+  /** Every Node's pod CIDRs; undefined until wanted and first listed. */
   podCIDRs(): ReadonlyMap<string, NodePrefixes> | undefined;
+  /** Whether the valid config asks for them: they are listed and watched only while it does. */
+  wantPodCIDRs(want: boolean): void;
   /** Moves whenever podCIDRs() may answer differently. */
   readonly podCIDRsVersion: number;
 }
@@ -68,6 +70,7 @@ export class ConfigReader {
   /** The files' config with the Nodes' pod CIDRs joined, or why it must wait for them. */
   private withCluster(config: Config): Config | string {
     const { cluster } = this.deps;
+    cluster?.wantPodCIDRs(config.nodePodCIDRs === true);
     if (!config.nodePodCIDRs || !cluster) return config;
     const nodes = cluster.podCIDRs();
     if (!nodes)

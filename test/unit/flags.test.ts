@@ -47,8 +47,22 @@ t.test('defaults', async (t) => {
       nodeLabels: null,
       kubernetes: false,
       kubeconfig: '',
+      widestNodePodCIDR: { ipv4: 16, ipv6: 48 },
     },
   });
+});
+
+t.test('--widest-node-pod-cidr: LEN or LEN,LEN6, each in its range', async (t) => {
+  const widest = (value: string) => {
+    const result = parseArgs([`--widest-node-pod-cidr=${value}`], {});
+    return result.ok ? result.options.widestNodePodCIDR : result.message.split('\n')[0];
+  };
+  t.same(widest('8'), { ipv4: 8, ipv6: 48 });
+  t.same(widest('20,56'), { ipv4: 20, ipv6: 56 });
+  t.same(widest('/12,/40'), { ipv4: 12, ipv6: 40 });
+  for (const bad of ['33', '16,129', '', 'a', '16,', '1,2,3', '-1']) {
+    t.match(widest(bad), /--widest-node-pod-cidr: .* is not LEN or LEN,LEN6/, bad);
+  }
 });
 
 t.test(

@@ -4,11 +4,15 @@
 import t, { type Test } from 'tap';
 import { pino, type Logger } from 'pino';
 import { Writable } from 'node:stream';
-import { ApiClient, ApiError } from '../../src/kubernetes/client.js';
+import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { ApiClient, ApiError, RETRY_AFTER_MAX_MS } from '../../src/kubernetes/client.js';
+import { tokenFile } from '../../src/kubernetes/connection.js';
 import { Cluster, labelsOf, podCIDRsOf } from '../../src/kubernetes/cluster.js';
 import { backoffDelay, Reflector, type ReflectorTimings } from '../../src/kubernetes/reflector.js';
 import { formatPrefix } from '../../src/cidr/index.js';
-import { FakeApiServer, startFake, until } from '../../harness/fake-apiserver.js';
+import { connectionTo, FakeApiServer, startFake, until } from '../../harness/fake-apiserver.js';
 
 const FAST: ReflectorTimings = {
   backoffBaseMs: 20,
@@ -19,7 +23,7 @@ const FAST: ReflectorTimings = {
 };
 
 function client(t: Test, server: FakeApiServer, token = server.token): ApiClient {
-  const c = new ApiClient({ server: new URL(server.url), token: async () => token });
+  const c = new ApiClient(connectionTo(server.url, token));
   t.teardown(() => c.close());
   return c;
 }
@@ -52,12 +56,14 @@ function podReflector(t: Test, c: ApiClient, extra: Partial<ReflectorTimings> = 
 }
 
 t.test('lists in chunks, keeps only each Node’s pod CIDRs, then follows the watch', async (t) => {
-  const server = await startFake(t);
+  // An API server that pages its watch cache's lists too.
+  const server = await startFake(t, { cacheIgnoresLimit: false });
   for (let i = 0; i < 5; i++) server.setNode(`node-${i}`, { podCIDRs: [`10.244.${i}.0/24`] });
   const { reflector, state } = podReflector(t, client(t, server));
   reflector.start();
   await until('listed', () => reflector.listed);
-  t.equal(server.countOf('list'), 3, 'five Nodes in pages of two: three requests');
+  t.equal(server.lists(), 3, 'five Nodes in pages of two: three requests');
+  t.equal(server.countOf('list-cache'), 1, 'the first from the watch cache (resourceVersion=0)');
   t.same(reflector.items.get('node-3'), ['10.244.3.0/24']);
   t.equal(reflector.items.size, 5);
   // What is kept is the extract, not the object: no status.images anywhere.
@@ -71,7 +77,7 @@ t.test('lists in chunks, keeps only each Node’s pod CIDRs, then follows the wa
     () => reflector.items.has('node-5') && !reflector.items.has('node-1'),
   );
   t.same(reflector.items.get('node-0'), ['10.244.100.0/24'], 'MODIFIED replaces');
-  t.equal(server.countOf('list'), 3, 'no relist for watch events');
+  t.equal(server.lists(), 3, 'no relist for watch events');
 });
 
 t.test(
@@ -82,11 +88,11 @@ t.test(
     const { reflector, state } = podReflector(t, client(t, server));
     reflector.start();
     await until('watching', () => state.up && server.watchCount() === 1);
-    const lists = server.countOf('list');
+    const lists = server.lists();
     t.equal(server.dropWatches(), 1);
     server.setNode('b', { podCIDRs: ['10.244.1.0/24'] }); // made while no watch is open
     await until('b seen', () => reflector.items.has('b'));
-    t.equal(server.countOf('list'), lists, 'a cut watch is resumed, not relisted');
+    t.equal(server.lists(), lists, 'a cut watch is resumed, not relisted');
     t.ok(
       state.errors.some((e) => e.op === 'watch'),
       'the cut is counted as a watch error',
@@ -98,7 +104,7 @@ t.test(
     server.dropWatches();
     server.compact(); // c's event is gone too: only a relist finds it
     await until('relisted', () => reflector.items.has('c'));
-    t.ok(server.countOf('list') > lists, 'relisted after 410');
+    t.ok(server.lists() > lists, 'relisted after 410');
     t.ok(
       state.errors.some((e) => e.err instanceof ApiError && e.err.status === 410),
       'the 410 is reported',
@@ -285,6 +291,7 @@ t.test(
     });
     t.teardown(() => cluster.stop());
     cluster.start();
+    cluster.wantPodCIDRs(true);
     await until('listed', () => cluster.podCIDRs());
     await until('labels', () => cluster.labels);
     t.equal(cluster.labels?.get('kubernetes.io/hostname'), 'good');
@@ -317,4 +324,171 @@ t.test('a 10 MiB Node object is read without ending anything', async (t) => {
   server.setNode('huge', { podCIDRs: ['10.244.10.0/24'], padBytes: 10 * 1024 * 1024 });
   await until('modified', () => reflector.items.get('huge')?.[0] === '10.244.10.0/24' || undefined);
   t.same(state.errors, []);
+});
+
+// Hardening round 4 (issue 40, items 1-6): each against the fake behaving as a real server can.
+
+t.test('large Nodes: a page over the size bound is asked again in smaller pages', async (t) => {
+  for (const [count, padBytes] of [
+    [100, 700 * 1024],
+    [14, 5 * 1024 * 1024],
+  ] as const) {
+    const server = await startFake(t);
+    server.seedNodes(count, (i) => ({ name: `big-${i}`, podCIDRs: [`10.${i}.0.0/24`], padBytes }));
+    const { reflector, state } = podReflector(t, client(t, server), { pageSize: 100 });
+    await reflector.listOnce();
+    t.equal(reflector.items.size, count, `${count} Nodes of ${padBytes >> 10} KiB listed`);
+    t.same(reflector.items.get(`big-${count - 1}`), [`10.${count - 1}.0.0/24`]);
+    t.equal(server.countOf('list-cache'), 1, 'the watch cache first (its answer too large)');
+    t.ok(
+      server.countOf('list') >= 2,
+      `then from etcd in smaller pages (${server.countOf('list')})`,
+    );
+    t.same(state.errors, []);
+  }
+});
+
+t.test('a continue token that expires at every page: one full list, as client-go', async (t) => {
+  const server = await startFake(t, { cacheIgnoresLimit: false });
+  server.seedPodNodes(9);
+  server.expireContinue = true;
+  const { reflector } = podReflector(t, client(t, server));
+  await reflector.listOnce();
+  t.equal(reflector.items.size, 9, 'every Node');
+  t.equal(server.countOf('list-cache'), 1, "the cache's first page; its continue expired");
+  t.equal(
+    server.countOf('list'),
+    4,
+    'then etcd: a first page, its expired continue, one full list',
+  );
+});
+
+t.test('stop() while a paged list is read keeps nothing of it', async (t) => {
+  const server = await startFake(t, { cacheIgnoresLimit: false });
+  server.seedPodNodes(10);
+  server.listDelayMs = 50;
+  const { reflector } = podReflector(t, client(t, server));
+  reflector.start();
+  await until('a page answered', () => server.lists() >= 2);
+  await reflector.stop();
+  t.equal(reflector.listed, false, 'not listed');
+  t.equal(reflector.items.size, 0, 'no partial list committed');
+});
+
+t.test(
+  'a trickling watch (one space every 100 ms, no event) is stalled all the same',
+  async (t) => {
+    const server = await startFake(t);
+    server.setNode('a', { podCIDRs: ['10.244.0.0/24'] });
+    const { reflector, state } = podReflector(t, client(t, server));
+    reflector.start();
+    await until('watching', () => state.up);
+    server.trickleMs = 100;
+    server.dropWatches();
+    await until('stalled', () =>
+      state.errors.some((e) => /stalled: no event for 600 ms/.test(String(e.err)))
+        ? true
+        : undefined,
+    );
+  },
+);
+
+t.test('a server that never ends a watch: ended at timeoutSeconds by this side', async (t) => {
+  const server = await startFake(t, { bookmarkMs: 50 });
+  server.ignoreTimeout = true;
+  server.setNode('a', { podCIDRs: ['10.244.0.0/24'] });
+  const { reflector } = podReflector(t, client(t, server), { watchTimeoutSeconds: 1 });
+  reflector.start();
+  // timeoutSeconds 1-2 plus a grace of min(30 s, idleMs): a second watch within ~3 s.
+  await until('watched again', () => server.countOf('watch') >= 2, 10_000);
+  t.ok(true, 'watched again');
+});
+
+t.test('Retry-After: 3600 is waited 30 s at most (spread by up to 1 s), not an hour', async (t) => {
+  const server = await startFake(t);
+  server.failNext(1, 503, 3600);
+  const err = await client(t, server)
+    .json('GET', '/api/v1/nodes')
+    .catch((e: unknown) => e);
+  t.ok(err instanceof ApiError);
+  t.equal((err as ApiError).retryAfterMs, RETRY_AFTER_MAX_MS);
+  t.equal(RETRY_AFTER_MAX_MS, 30_000);
+  const waits = [0, 0.5, 0.999].map((r) =>
+    backoffDelay(1, err, { backoffBaseMs: 1000, backoffMaxMs: 60_000 }, () => r),
+  );
+  t.same(waits, [30_000, 30_500, 30_999]);
+});
+
+t.test('a 401 reads the token again at once; the User-Agent names the agent', async (t) => {
+  const server = await startFake(t);
+  server.setNode('a', { podCIDRs: ['10.244.0.0/24'] });
+  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-token-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  writeFileSync(join(dir, 'token'), `${server.token}\n`);
+  const read = tokenFile(join(dir, 'token'));
+  const c = new ApiClient({
+    server: new URL(server.url),
+    tls: async () => ({}),
+    authorization: async (fresh) => `Bearer ${await read(fresh)}`,
+  });
+  t.teardown(() => c.close());
+  await c.json('GET', '/api/v1/nodes');
+  // Rotated: the old token is refused from now on; the file holds the new one.
+  writeFileSync(join(dir, 'token.new'), 'rotated\n');
+  renameSync(join(dir, 'token.new'), join(dir, 'token'));
+  server.rotateToken('rotated');
+  const refused = server.countOf('refused');
+  const list = (await c.json('GET', '/api/v1/nodes')) as { items: unknown[] };
+  t.equal(list.items.length, 1, 'answered at once, within the second the file is not looked at');
+  t.equal(server.countOf('refused'), refused + 1, 'one 401, then the new token');
+  t.match(server.userAgents.at(-1), /^ipmasq-agent\/\d+\.\d+\.\d+ /);
+});
+
+t.test('the Nodes are watched only while a config asks for their pod CIDRs', async (t) => {
+  const server = await startFake(t);
+  server.seedPodNodes(3);
+  server.setNode('self', {});
+  const cluster = new Cluster({
+    client: client(t, server),
+    nodeName: 'self',
+    enableIPv6: false,
+    logger: logs().logger,
+    metrics: { setUp: () => undefined, incError: () => undefined },
+    onChange: () => undefined,
+    timings: FAST,
+  });
+  t.teardown(() => cluster.stop());
+  cluster.start();
+  await until('this Node watched', () => server.watchCount() === 1);
+  t.equal(cluster.podCIDRs(), undefined, 'not asked: not listed');
+  cluster.wantPodCIDRs(true);
+  await until('listed', () => cluster.podCIDRs());
+  await until('both watched', () => server.watchCount() === 2);
+  cluster.wantPodCIDRs(false);
+  await until('the Nodes watch ended', () => server.watchCount() === 1);
+  t.equal(cluster.podCIDRs(), undefined, 'forgotten');
+  cluster.wantPodCIDRs(true);
+  await until('listed again', () => cluster.podCIDRs()?.size === 4 || undefined);
+});
+
+t.test('a Node with an implausibly wide pod CIDR is left out, the Node named', async (t) => {
+  const node = (podCIDRs: unknown[]) => ({ metadata: { name: 'evil' }, spec: { podCIDRs } });
+  const parsed = podCIDRsOf(node(['0.0.0.0/0', '::/0']), true);
+  t.same(parsed.prefixes, []);
+  t.match(
+    parsed.rejected[0],
+    /^0\.0\.0\.0\/0 is wider than a Node's pod range may be \(\/16 at most/,
+  );
+  t.match(parsed.rejected[1], /^::\/0 is wider than .*\/48 at most/);
+  t.same(
+    podCIDRsOf(node(['10.0.0.0/16', 'fd00:10::/48']), true).prefixes.map(formatPrefix),
+    ['10.0.0.0/16', 'fd00:10::/48'],
+    'at the bound: kept',
+  );
+  t.same(
+    podCIDRsOf(node(['10.0.0.0/8']), true, { ipv4: 8, ipv6: 48 }).prefixes.map(formatPrefix),
+    ['10.0.0.0/8'],
+    '--widest-node-pod-cidr 8 keeps a /8',
+  );
+  t.same(podCIDRsOf(node(['10.0.0.0/15']), true).prefixes, [], 'a /15 is not');
 });

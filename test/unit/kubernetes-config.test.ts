@@ -31,9 +31,13 @@ class StandIn implements ClusterData {
   nodes: Map<string, { prefixes: Prefix[] }> | undefined;
   podCIDRsVersion = 0;
   asked = 0;
+  wanted: boolean[] = [];
   podCIDRs() {
     this.asked++;
     return this.nodes;
+  }
+  wantPodCIDRs(want: boolean) {
+    this.wanted.push(want);
   }
   setNodes(entries: Record<string, string[]>) {
     this.nodes = new Map(

@@ -2,7 +2,7 @@
 // (src/kubernetes/connection.ts: the pod's service account, a kubeconfig), against the fake API
 // server, over TLS with a CA made for the test.
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
@@ -10,7 +10,7 @@ import t, { type Test } from 'tap';
 import { ApiClient } from '../../src/kubernetes/client.js';
 import { fromKubeconfig, inCluster, tokenFile } from '../../src/kubernetes/connection.js';
 import { EventRecorder } from '../../src/kubernetes/events.js';
-import { FakeApiServer, startFake, until } from '../../harness/fake-apiserver.js';
+import { connectionTo, FakeApiServer, startFake, until } from '../../harness/fake-apiserver.js';
 
 function dir(t: Test): string {
   const path = mkdtempSync(join(tmpdir(), 'ipmasq-kube-unit-'));
@@ -22,7 +22,7 @@ const silent = pino({ level: 'silent' });
 
 /** A recorder for node-1 posting to `server`, counting its failures; stopped at teardown. */
 function recorderFor(t: Test, server: FakeApiServer, intervalMs: number) {
-  const client = new ApiClient({ server: new URL(server.url), token: async () => server.token });
+  const client = new ApiClient(connectionTo(server.url, server.token));
   t.teardown(() => client.close());
   const failures = { count: 0 };
   const recorder = new EventRecorder({
@@ -101,40 +101,97 @@ t.test(
   },
 );
 
-t.test('kubeconfig: token, token file, CA data; exec plugins refused', async (t) => {
+t.test(
+  'kubeconfig: token, token file, basic auth, CA data, tls-server-name; what it refuses',
+  async (t) => {
+    const d = dir(t);
+    writeFileSync(join(d, 'token'), 'from-file\n');
+    const config = (user: string, extra = '') =>
+      [
+        'apiVersion: v1',
+        'current-context: c',
+        'clusters:',
+        '- name: k',
+        `  cluster: {server: "https://192.0.2.10:6443", certificate-authority-data: ${Buffer.from('CA').toString('base64')}${extra}}`,
+        'contexts:',
+        '- name: c',
+        '  context: {cluster: k, user: u}',
+        'users:',
+        '- name: u',
+        `  user: ${user}`,
+      ].join('\n');
+    writeFileSync(join(d, 'a'), config('{token: abc}', ', tls-server-name: api.internal'));
+    const a = await fromKubeconfig(join(d, 'a'));
+    t.equal(a.server.href, 'https://192.0.2.10:6443/');
+    t.equal((await a.tls()).ca?.toString(), 'CA');
+    t.equal(await a.authorization(), 'Bearer abc');
+    t.equal(a.serverName, 'api.internal', 'tls-server-name is followed');
+    writeFileSync(join(d, 'b'), config('{tokenFile: token}'));
+    t.equal(
+      await (await fromKubeconfig(join(d, 'b'))).authorization(),
+      'Bearer from-file',
+      'relative to the file',
+    );
+    writeFileSync(join(d, 'basic'), config('{username: admin, password: "s3cret"}'));
+    t.equal(
+      await (await fromKubeconfig(join(d, 'basic'))).authorization(),
+      `Basic ${Buffer.from('admin:s3cret').toString('base64')}`,
+    );
+    // Each field the agent does not follow is refused by name, never silently ignored.
+    for (const [user, extra, field] of [
+      ['{exec: {command: aws}}', '', 'exec'],
+      ['{auth-provider: {name: gcp}}', '', 'auth-provider'],
+      ['{token: abc, as: admin}', '', 'as'],
+      ['{token: abc, as-groups: [system:masters]}', '', 'as-groups'],
+      ['{token: abc}', ', proxy-url: "http://192.0.2.99:3128"', 'proxy-url'],
+    ] as const) {
+      writeFileSync(join(d, 'refused'), config(user, extra));
+      await t.rejects(
+        fromKubeconfig(join(d, 'refused')),
+        new RegExp(`: ${field}: .* is not supported`),
+        field,
+      );
+    }
+    writeFileSync(join(d, 'd'), 'current-context: nope\ncontexts: []\n');
+    await t.rejects(fromKubeconfig(join(d, 'd')), /no context named nope/);
+    await t.rejects(fromKubeconfig(join(d, 'missing')), /--kubeconfig .*missing: .*ENOENT/);
+  },
+);
+
+t.test('kubeconfig lists (a:b, KUBECONFIG) merge as kubectl merges them', async (t) => {
   const d = dir(t);
-  writeFileSync(join(d, 'token'), 'from-file\n');
-  const config = (user: string, extra = '') =>
-    [
-      'apiVersion: v1',
-      'current-context: c',
-      'clusters:',
-      '- name: k',
-      `  cluster: {server: "https://192.0.2.10:6443", certificate-authority-data: ${Buffer.from('CA').toString('base64')}${extra}}`,
-      'contexts:',
-      '- name: c',
-      '  context: {cluster: k, user: u}',
-      'users:',
-      '- name: u',
-      `  user: ${user}`,
-    ].join('\n');
-  writeFileSync(join(d, 'a'), config('{token: abc}'));
-  const a = await fromKubeconfig(join(d, 'a'));
-  t.equal(a.server.href, 'https://192.0.2.10:6443/');
-  t.equal(a.ca?.toString(), 'CA');
-  t.equal(await a.token(), 'abc');
-  writeFileSync(join(d, 'b'), config('{tokenFile: token}'));
-  t.equal(await (await fromKubeconfig(join(d, 'b'))).token(), 'from-file', 'relative to the file');
-  writeFileSync(join(d, 'c'), config('{exec: {command: aws}}'));
-  await t.rejects(fromKubeconfig(join(d, 'c')), /exec and auth-provider/);
-  writeFileSync(join(d, 'd'), 'current-context: nope\ncontexts: []\n');
-  await t.rejects(fromKubeconfig(join(d, 'd')), /no context named nope/);
-  await t.rejects(fromKubeconfig(join(d, 'missing')), /--kubeconfig .*missing/);
+  const write = (name: string, text: string) => {
+    writeFileSync(join(d, name), text);
+    return join(d, name);
+  };
+  mkdirSync(join(d, 'sub'));
+  writeFileSync(join(d, 'sub', 'token'), 'sub-token\n');
+  // The first file sets the context and a user; the second a cluster, the same user again (ignored:
+  // the first wins) and another current-context (ignored too).
+  const first = write(
+    'first',
+    'current-context: c\ncontexts: [{name: c, context: {cluster: k, user: u}}]\nusers: [{name: u, user: {tokenFile: sub/token}}]\n',
+  );
+  const second = write(
+    'second',
+    'current-context: other\nclusters: [{name: k, cluster: {server: "http://192.0.2.20:8080"}}]\nusers: [{name: u, user: {token: second}}]\n',
+  );
+  const merged = await fromKubeconfig(`${first}:${join(d, 'absent')}:${second}`);
+  t.equal(merged.server.href, 'http://192.0.2.20:8080/', 'the cluster from the second file');
+  t.equal(
+    await merged.authorization(),
+    'Bearer sub-token',
+    "the first file's user, its path relative to it",
+  );
+  await t.rejects(fromKubeconfig(`${join(d, 'x')}:${join(d, 'y')}`), /none of these files exists/);
+  // --kubernetes outside a pod: KUBECONFIG, as kubectl takes it; without it, both named.
+  const viaEnv = await inCluster({ KUBECONFIG: `${first}:${second}` }, d);
+  t.equal(viaEnv.server.href, 'http://192.0.2.20:8080/');
+  await t.rejects(inCluster({}, d), /KUBERNETES_SERVICE_HOST .*KUBECONFIG/);
 });
 
 t.test('in-cluster: KUBERNETES_SERVICE_HOST/PORT, its CA and its token', async (t) => {
   const d = dir(t);
-  await t.rejects(inCluster({}, d), /KUBERNETES_SERVICE_HOST/);
   const env = { KUBERNETES_SERVICE_HOST: 'fd00::1', KUBERNETES_SERVICE_PORT: '443' };
   await t.rejects(inCluster(env, d), /CA/);
   writeFileSync(join(d, 'ca.crt'), 'CA');
@@ -142,25 +199,42 @@ t.test('in-cluster: KUBERNETES_SERVICE_HOST/PORT, its CA and its token', async (
   writeFileSync(join(d, 'token'), 'one');
   const c = await inCluster(env, d);
   t.equal(c.server.href, 'https://[fd00::1]/', 'an IPv6 host bracketed, 443 the default');
-  t.equal(await c.token(), 'one');
+  t.equal(await c.authorization(), 'Bearer one');
+  t.equal((await c.tls()).ca?.toString(), 'CA');
 });
 
-t.test('a token file is read again as it rotates, once a minute', async (t) => {
-  const d = dir(t);
-  writeFileSync(join(d, 'token'), 'first\n');
-  let now = 1_000_000;
-  const token = tokenFile(join(d, 'token'), () => now);
-  t.equal(await token(), 'first');
-  writeFileSync(join(d, 'token'), 'rotated\n');
-  now += 59_999;
-  t.equal(await token(), 'first', 'within the minute: the one read');
-  now += 1;
-  t.equal(await token(), 'rotated', 'a minute on: read again');
-});
+t.test(
+  'a token file is read again as it rotates: within a second, at once after a 401',
+  async (t) => {
+    const d = dir(t);
+    const path = join(d, 'token');
+    writeFileSync(path, 'first\n');
+    let now = 1_000_000;
+    const token = tokenFile(path, () => now);
+    t.equal(await token(), 'first');
+    // kubelet swaps a symlink: a new file in place.
+    writeFileSync(`${path}.new`, 'rotated\n');
+    renameSync(`${path}.new`, path);
+    now += 999;
+    t.equal(await token(), 'first', 'within the second: not looked at');
+    t.equal(await token(true), 'rotated', 'after a 401: read at once');
+    writeFileSync(`${path}.new`, 'third\n');
+    renameSync(`${path}.new`, path);
+    now += 1_000;
+    t.equal(await token(), 'third', 'a second on: looked at, changed, read');
+    // A failed read keeps the last good token; the first read's failure is thrown.
+    rmSync(path);
+    now += 1_000;
+    t.equal(await token(), 'third', 'the file gone: the last good token');
+    t.equal(await token(true), 'third');
+    await t.rejects(tokenFile(join(d, 'never'))(), /ENOENT/);
+  },
+);
 
-t.test('TLS: the API server is verified against the given CA', async (t) => {
-  const d = dir(t);
+/** A CA and a server certificate for 127.0.0.1 signed by it, made with openssl in `d`/`name`-*. */
+function certificates(d: string, name: string): { ca: Buffer; cert: string; key: string } {
   const run = (args: string[]) => execFileSync('openssl', args, { cwd: d, stdio: 'pipe' });
+  const f = (part: string) => `${name}-${part}`;
   run([
     'req',
     '-x509',
@@ -168,13 +242,13 @@ t.test('TLS: the API server is verified against the given CA', async (t) => {
     'rsa:2048',
     '-nodes',
     '-keyout',
-    'ca.key',
+    f('ca.key'),
     '-out',
-    'ca.crt',
+    f('ca.crt'),
     '-days',
     '1',
     '-subj',
-    '/CN=test-ca',
+    `/CN=${name}-ca`,
   ]);
   run([
     'req',
@@ -182,9 +256,9 @@ t.test('TLS: the API server is verified against the given CA', async (t) => {
     'rsa:2048',
     '-nodes',
     '-keyout',
-    'server.key',
+    f('server.key'),
     '-out',
-    'server.csr',
+    f('server.csr'),
     '-subj',
     '/CN=127.0.0.1',
   ]);
@@ -193,20 +267,32 @@ t.test('TLS: the API server is verified against the given CA', async (t) => {
     'x509',
     '-req',
     '-in',
-    'server.csr',
+    f('server.csr'),
     '-CA',
-    'ca.crt',
+    f('ca.crt'),
     '-CAkey',
-    'ca.key',
+    f('ca.key'),
     '-CAcreateserial',
     '-out',
-    'server.crt',
+    f('server.crt'),
     '-days',
     '1',
     '-extfile',
     'ext',
   ]);
-  const { readFileSync } = await import('node:fs');
+  return {
+    ca: readFileSync(join(d, f('ca.crt'))),
+    cert: readFileSync(join(d, f('server.crt')), 'utf8'),
+    key: readFileSync(join(d, f('server.key')), 'utf8'),
+  };
+}
+
+t.test('TLS: the API server is verified against the given CA', async (t) => {
+  const d = dir(t);
+  const made = certificates(d, 'one');
+  writeFileSync(join(d, 'ca.crt'), made.ca);
+  writeFileSync(join(d, 'server.crt'), made.cert);
+  writeFileSync(join(d, 'server.key'), made.key);
   const server = await startFake(t, {
     tls: {
       cert: readFileSync(join(d, 'server.crt'), 'utf8'),
@@ -214,19 +300,49 @@ t.test('TLS: the API server is verified against the given CA', async (t) => {
     },
   });
   server.setNode('n', { podCIDRs: ['10.244.0.0/24'] });
-  const good = new ApiClient({
-    server: new URL(server.url),
-    ca: readFileSync(join(d, 'ca.crt')),
-    token: async () => server.token,
-  });
+  const good = new ApiClient(
+    connectionTo(server.url, server.token, readFileSync(join(d, 'ca.crt'))),
+  );
   t.teardown(() => good.close());
   const list = (await good.json('GET', '/api/v1/nodes')) as { items: unknown[] };
   t.equal(list.items.length, 1);
-  const untrusted = new ApiClient({ server: new URL(server.url), token: async () => server.token });
+  const untrusted = new ApiClient(connectionTo(server.url, server.token));
   t.teardown(() => untrusted.close());
   await t.rejects(
     untrusted.json('GET', '/api/v1/nodes'),
     /self.signed|unable to verify|certificate/i,
+  );
+});
+
+t.test('a replaced CA file is read again: the client follows a CA rotation', async (t) => {
+  const d = dir(t);
+  const [one, two] = [certificates(d, 'one'), certificates(d, 'two')];
+  const server = await startFake(t, { tls: { cert: one.cert, key: one.key } });
+  server.setNode('n', { podCIDRs: ['10.244.0.0/24'] });
+  writeFileSync(join(d, 'ca.crt'), one.ca);
+  writeFileSync(join(d, 'token'), server.token);
+  const port = new URL(server.url).port;
+  const env = { KUBERNETES_SERVICE_HOST: '127.0.0.1', KUBERNETES_SERVICE_PORT: port };
+  const client = new ApiClient(await inCluster(env, d));
+  t.teardown(() => client.close());
+  await client.json('GET', '/api/v1/nodes');
+  // The cluster's CA rotated: the server presents a certificate of the new CA, kubelet puts the new
+  // CA in place (a new file, as a projected volume swaps it).
+  await server.replaceTls({ cert: two.cert, key: two.key });
+  writeFileSync(join(d, 'ca.crt.new'), two.ca);
+  renameSync(join(d, 'ca.crt.new'), join(d, 'ca.crt'));
+  let failures = 0;
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const answer = await client.json('GET', '/api/v1/nodes').catch(() => undefined);
+    if (answer !== undefined) break;
+    failures++;
+    if (Date.now() > deadline) throw new Error('the new CA was never used');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  t.ok(
+    failures <= 15,
+    `answered under the new CA after ${failures} failed tries (the file is looked at once a second)`,
   );
 });
 

@@ -6,6 +6,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
+import { DEFAULT_WIDEST_NODE_POD_CIDR } from '../../src/options.js';
 import t, { type Test } from 'tap';
 import { fromKubeconfig } from '../../src/kubernetes/connection.js';
 import { labelsOf, podCIDRsOf } from '../../src/kubernetes/cluster.js';
@@ -78,6 +79,7 @@ t.test(
       enableIPv6: false,
       logger,
       metrics: { setUp: (up) => ups.push(up), incError: (op) => errors.push(op) },
+      widest: DEFAULT_WIDEST_NODE_POD_CIDR,
       onChange: () => changes++,
     });
     t.teardown(() => session.stop());
@@ -131,7 +133,7 @@ t.test('kubeconfig: what it refuses, and client certificates', async (t) => {
     write('g', cluster('https://192.0.2.1', ', insecure-skip-tls-verify: true')),
   );
   t.equal(insecure.insecureSkipTLSVerify, true);
-  t.equal(await insecure.token(), undefined, 'no user: no token');
+  t.equal(await insecure.authorization(), undefined, 'no user: no token');
   write('client.crt', 'CERT');
   const certs = await fromKubeconfig(
     write(
@@ -143,8 +145,9 @@ users: [{name: u, user: {client-certificate: client.crt, client-key-data: ${Buff
 `,
     ),
   );
-  t.equal(certs.cert?.toString(), 'CERT');
-  t.equal(certs.key?.toString(), 'KEY');
+  const material = await certs.tls();
+  t.equal(material.cert?.toString(), 'CERT');
+  t.equal(material.key?.toString(), 'KEY');
 });
 
 t.test('what a Node may carry: pod CIDRs and labels are bounded', async (t) => {
