@@ -98,6 +98,8 @@ export class Reflector<T> {
   /** The first list succeeded: items describe the cluster. */
   listed = false;
   private resourceVersion: string | undefined;
+  /** The watch cache's list answer was over the size bound: lists go to etcd in pages. */
+  private cacheTooLarge = false;
   private failures = 0;
   /** When the current watch was answered; a watch that lasted ends a run of failures. */
   private openedAt: number | undefined;
@@ -189,12 +191,15 @@ export class Reflector<T> {
    */
   private async list(): Promise<void> {
     let listed: { items: Map<string, T>; version: string } | undefined;
+    const { pageSize } = this.options.timings;
     try {
-      listed = await this.pagedList('0', this.options.timings.pageSize, false);
+      // Once the cache's answer was too large, this reflector lists from etcd in pages from then on.
+      listed = this.cacheTooLarge ? undefined : await this.pagedList('0', pageSize, false);
     } catch (err) {
       if (this.stopped || !(isTooLarge(err) || isExpired(err))) throw err;
-      listed = await this.pagedList('', this.options.timings.pageSize, true);
+      if (isTooLarge(err)) this.cacheTooLarge = true;
     }
+    if (listed === undefined && !this.stopped) listed = await this.pagedList('', pageSize, true);
     if (this.stopped || listed === undefined) return;
     this.items.clear();
     for (const [name, value] of listed.items) this.items.set(name, value);

@@ -344,6 +344,9 @@ t.test('large Nodes: a page over the size bound is asked again in smaller pages'
       server.countOf('list') >= 2,
       `then from etcd in smaller pages (${server.countOf('list')})`,
     );
+    await reflector.listOnce();
+    t.equal(server.countOf('list-cache'), 1, 'a relist does not ask the cache again');
+    t.equal(reflector.items.size, count);
     t.same(state.errors, []);
   }
 });
