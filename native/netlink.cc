@@ -1,9 +1,12 @@
-// netlink.h: NFT_MSG_GETGEN and an NFT_MSG_GETTABLE dump on a netfilter netlink socket.
+// netlink.h: NFT_MSG_GETGEN, the table, chain and rule dumps, and a set's elements replaced, on a
+// netfilter netlink socket.
 #include "netlink.h"
 
 #include <arpa/inet.h>
+#include <endian.h>
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nf_tables_compat.h>
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netlink.h>
 #include <sys/socket.h>
@@ -27,7 +30,8 @@ using MessageVisitor = std::function<void(uint8_t family)>;
 using AttrVisitor = std::function<bool(uint16_t type, const char* data, size_t len)>;
 
 Status NetlinkRequest(uint16_t msg_type, uint16_t flags, const std::string& what,
-                      const MessageVisitor& on_message, const AttrVisitor& on_attr) {
+                      const MessageVisitor& on_message, const AttrVisitor& on_attr,
+                      uint8_t family = AF_UNSPEC, const std::vector<char>& attrs = {}) {
   int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
   if (fd < 0) return {false, std::string("netlink socket: ") + strerror(errno)};
   std::unique_ptr<int, std::function<void(int*)>> guard(&fd, [](int* f) { later::Close(*f); });
@@ -36,16 +40,20 @@ Status NetlinkRequest(uint16_t msg_type, uint16_t flags, const std::string& what
   struct {
     nlmsghdr nlh;
     nfgenmsg nfg;
-  } req{};
-  req.nlh.nlmsg_len = sizeof(req);
-  req.nlh.nlmsg_type = static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | msg_type);
-  req.nlh.nlmsg_flags = static_cast<uint16_t>(NLM_F_REQUEST | flags);
-  req.nlh.nlmsg_seq = 1;
-  req.nfg.nfgen_family = AF_UNSPEC;
-  req.nfg.version = NFNETLINK_V0;
+  } head{};
+  head.nlh.nlmsg_len = static_cast<uint32_t>(sizeof(head) + attrs.size());
+  head.nlh.nlmsg_type = static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | msg_type);
+  head.nlh.nlmsg_flags = static_cast<uint16_t>(NLM_F_REQUEST | flags);
+  head.nlh.nlmsg_seq = 1;
+  head.nfg.nfgen_family = family;
+  head.nfg.version = NFNETLINK_V0;
+  std::vector<char> req(reinterpret_cast<const char*>(&head),
+                        reinterpret_cast<const char*>(&head) + sizeof(head));
+  req.insert(req.end(), attrs.begin(), attrs.end());
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
-  if (sendto(fd, &req, sizeof(req), 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) < 0)
+  if (sendto(fd, req.data(), req.size(), 0, reinterpret_cast<sockaddr*>(&kernel), sizeof(kernel)) <
+      0)
     return {false, std::string("netlink send: ") + strerror(errno)};
   const bool dump = (flags & NLM_F_DUMP) != 0;
   alignas(nlmsghdr) static thread_local char buf[65536];
@@ -262,6 +270,178 @@ Status ReplaceSetElements(uint8_t family, const std::string& table, const std::s
     }
   }
   return {true, ""};
+}
+
+namespace {
+
+// Calls `visit` for each attribute in a nested attribute's payload.
+void ForEachAttr(const char* data, size_t len,
+                 const std::function<void(uint16_t type, const char* data, size_t len)>& visit) {
+  while (len >= sizeof(nlattr)) {
+    const auto* attr = reinterpret_cast<const nlattr*>(data);
+    if (attr->nla_len < sizeof(nlattr) || attr->nla_len > len) return;
+    visit(attr->nla_type & NLA_TYPE_MASK, data + NLA_HDRLEN, attr->nla_len - NLA_HDRLEN);
+    size_t step = NLA_ALIGN(attr->nla_len);
+    if (step >= len) return;
+    data += step;
+    len -= step;
+  }
+}
+
+std::string Text(const char* data, size_t len) { return std::string(data, strnlen(data, len)); }
+
+uint32_t Be32(const char* data, size_t len) {
+  uint32_t raw = 0;
+  if (len >= sizeof(raw)) memcpy(&raw, data, sizeof(raw));
+  return ntohl(raw);
+}
+
+uint64_t Be64(const char* data, size_t len) {
+  uint64_t raw = 0;
+  if (len >= sizeof(raw)) memcpy(&raw, data, sizeof(raw));
+  return be64toh(raw);
+}
+
+const char* HookName(const std::string& family, uint32_t hook) {
+  if (family == "netdev") return hook == 0 ? "ingress" : hook == 1 ? "egress" : "unknown";
+  switch (hook) {
+    case NF_INET_PRE_ROUTING:
+      return "prerouting";
+    case NF_INET_LOCAL_IN:
+      return "input";
+    case NF_INET_FORWARD:
+      return "forward";
+    case NF_INET_LOCAL_OUT:
+      return "output";
+    case NF_INET_POST_ROUTING:
+      return "postrouting";
+    case NF_INET_INGRESS:
+      return "ingress";
+    default:
+      return "unknown";
+  }
+}
+
+uint8_t FamilyNumber(const std::string& name) {
+  if (name == "ip") return NFPROTO_IPV4;
+  if (name == "ip6") return NFPROTO_IPV6;
+  if (name == "inet") return NFPROTO_INET;
+  if (name == "arp") return NFPROTO_ARP;
+  if (name == "bridge") return NFPROTO_BRIDGE;
+  if (name == "netdev") return NFPROTO_NETDEV;
+  return NFPROTO_UNSPEC;
+}
+
+// The x_tables targets (iptables-nft's compat expressions) that rewrite the source address.
+bool TranslatingTarget(const std::string& name) {
+  return name == "MASQUERADE" || name == "SNAT" || name == "NETMAP";
+}
+
+// One expression of a rule: its name, and what it adds to the rule's shape.
+void ReadExpression(const char* data, size_t len, RuleShape* rule) {
+  std::string name;
+  const char* payload = nullptr;
+  size_t payload_len = 0;
+  ForEachAttr(data, len, [&](uint16_t type, const char* value, size_t value_len) {
+    if (type == NFTA_EXPR_NAME) name = Text(value, value_len);
+    if (type == NFTA_EXPR_DATA) {
+      payload = value;
+      payload_len = value_len;
+    }
+  });
+  rule->expressions.push_back(name);
+  if (name == "masq") rule->translates = true;
+  if (!payload) return;
+  if (name == "nat") {
+    ForEachAttr(payload, payload_len, [&](uint16_t type, const char* value, size_t value_len) {
+      if (type == NFTA_NAT_TYPE && Be32(value, value_len) == NFT_NAT_SNAT) rule->translates = true;
+    });
+  } else if (name == "target") {
+    ForEachAttr(payload, payload_len, [&](uint16_t type, const char* value, size_t value_len) {
+      if (type == NFTA_TARGET_NAME && TranslatingTarget(Text(value, value_len)))
+        rule->translates = true;
+    });
+  } else if (name == "immediate") {
+    // A verdict in NFTA_IMMEDIATE_DATA / NFTA_DATA_VERDICT: code and, for jump and goto, a chain.
+    ForEachAttr(payload, payload_len, [&](uint16_t type, const char* value, size_t value_len) {
+      if (type != NFTA_IMMEDIATE_DATA) return;
+      ForEachAttr(value, value_len, [&](uint16_t data_type, const char* data, size_t data_len) {
+        if (data_type != NFTA_DATA_VERDICT) return;
+        int32_t code = 0;
+        std::string chain;
+        ForEachAttr(data, data_len, [&](uint16_t verdict_type, const char* v, size_t v_len) {
+          if (verdict_type == NFTA_VERDICT_CODE) code = static_cast<int32_t>(Be32(v, v_len));
+          if (verdict_type == NFTA_VERDICT_CHAIN) chain = Text(v, v_len);
+        });
+        if ((code == NFT_JUMP || code == NFT_GOTO) && !chain.empty()) rule->jumps.push_back(chain);
+      });
+    });
+  }
+}
+
+}  // namespace
+
+// One NFT_MSG_GETCHAIN dump of every family.
+Chains ListChains() {
+  Chains result{{true, ""}, {}};
+  Chain* current = nullptr;
+  const char* family = nullptr;
+  result.status = NetlinkRequest(
+      NFT_MSG_GETCHAIN, NLM_F_DUMP, "NFT_MSG_GETCHAIN",
+      [&](uint8_t f) {
+        family = FamilyName(f);
+        current = nullptr;
+        if (family) {
+          result.chains.push_back({});
+          current = &result.chains.back();
+          current->family = family;
+        }
+      },
+      [&](uint16_t type, const char* data, size_t len) {
+        if (!current) return true;
+        if (type == NFTA_CHAIN_TABLE) current->table = Text(data, len);
+        if (type == NFTA_CHAIN_NAME) current->name = Text(data, len);
+        if (type == NFTA_CHAIN_TYPE) current->type = Text(data, len);
+        if (type == NFTA_CHAIN_HOOK) {
+          current->base = true;
+          ForEachAttr(data, len, [&](uint16_t hook_type, const char* value, size_t value_len) {
+            if (hook_type == NFTA_HOOK_HOOKNUM)
+              current->hook = HookName(current->family, Be32(value, value_len));
+            if (hook_type == NFTA_HOOK_PRIORITY)
+              current->priority = static_cast<int32_t>(Be32(value, value_len));
+          });
+        }
+        return true;
+      });
+  return result;
+}
+
+// One NFT_MSG_GETRULE dump, filtered by the kernel to the one chain.
+Rules ListRules(const std::string& family, const std::string& table, const std::string& chain) {
+  Rules result{{true, ""}, {}};
+  const uint8_t number = FamilyNumber(family);
+  if (number == NFPROTO_UNSPEC) return {{false, "unknown family " + family}, {}};
+  std::vector<char> attrs;
+  Writer writer(&attrs);
+  writer.PutString(NFTA_RULE_TABLE, table);
+  writer.PutString(NFTA_RULE_CHAIN, chain);
+  RuleShape* current = nullptr;
+  result.status = NetlinkRequest(
+      NFT_MSG_GETRULE, NLM_F_DUMP, "NFT_MSG_GETRULE",
+      [&](uint8_t) {
+        result.rules.push_back({});
+        current = &result.rules.back();
+      },
+      [&](uint16_t type, const char* data, size_t len) {
+        if (type == NFTA_RULE_HANDLE) current->handle = Be64(data, len);
+        if (type == NFTA_RULE_EXPRESSIONS)
+          ForEachAttr(data, len, [&](uint16_t item, const char* value, size_t value_len) {
+            if (item == NFTA_LIST_ELEM) ReadExpression(value, value_len, current);
+          });
+        return true;
+      },
+      number, attrs);
+  return result;
 }
 
 }  // namespace netlink

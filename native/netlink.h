@@ -31,6 +31,37 @@ struct Tables {
 };
 Tables ListTables();
 
+// Every chain of every table; a base chain carries its hook, priority and type.
+struct Chain {
+  std::string family;
+  std::string table;
+  std::string name;
+  bool base = false;
+  std::string hook;  // "prerouting", "input", "forward", "output", "postrouting", …
+  int32_t priority = 0;
+  std::string type;  // "filter", "nat", "route"
+};
+struct Chains {
+  Status status;
+  std::vector<Chain> chains;
+};
+Chains ListChains();
+
+// One rule as its expressions show it: whether it source-translates and where it jumps. Read from
+// the kernel's rule dump: no set's elements, nothing libnftables must be able to parse.
+struct RuleShape {
+  uint64_t handle = 0;
+  bool translates = false;               // masq, nat of type snat, x_tables MASQUERADE/SNAT/NETMAP
+  std::vector<std::string> jumps;        // chains named by a jump or goto verdict of its own
+  std::vector<std::string> expressions;  // the expressions' names, in order
+};
+struct Rules {
+  Status status;
+  std::vector<RuleShape> rules;
+};
+// `family` as nft names it (ip, ip6, inet, …); an unknown one is an error.
+Rules ListRules(const std::string& family, const std::string& table, const std::string& chain);
+
 // Replaces what a set of ours holds with these keys, in one transaction (a batch of a flush and
 // the additions), each element taking the set's own timeout. Keys are the set's key bytes, as the
 // kernel stores a concatenation: each part in network order, padded to 4 bytes.

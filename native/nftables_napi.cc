@@ -68,20 +68,27 @@ Napi::Promise Queue(Napi::Env env, std::function<Answer()> job) {
   return worker->Promise();
 }
 
-// run(script: string, dryRun: boolean, json: boolean, timeoutMs: number): Promise<string>
+// run(script: string, dryRun: boolean, output: "text" | "json" | "listing", timeoutMs: number):
+// Promise<string>
 Napi::Value Run(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
-  if (info.Length() != 4 || !info[0].IsString() || !info[1].IsBoolean() || !info[2].IsBoolean() ||
+  const char* usage =
+      "run(script: string, dryRun: boolean, output: \"text\" | \"json\" | \"listing\", "
+      "timeoutMs: number)";
+  if (info.Length() != 4 || !info[0].IsString() || !info[1].IsBoolean() || !info[2].IsString() ||
       !info[3].IsNumber())
-    throw Napi::TypeError::New(
-        env, "run(script: string, dryRun: boolean, json: boolean, timeoutMs: number)");
+    throw Napi::TypeError::New(env, usage);
   std::string script = info[0].As<Napi::String>().Utf8Value();  // copied before queueing
   bool dry_run = info[1].As<Napi::Boolean>().Value();
-  bool json = info[2].As<Napi::Boolean>().Value();
+  std::string name = info[2].As<Napi::String>().Utf8Value();
+  runner::Output output = name == "json"      ? runner::Output::kJson
+                          : name == "listing" ? runner::Output::kListing
+                          : name == "text"    ? runner::Output::kText
+                                              : throw Napi::TypeError::New(env, usage);
   int timeout_ms = info[3].As<Napi::Number>().Int32Value();
   if (timeout_ms <= 0) throw Napi::RangeError::New(env, "timeoutMs must be positive");
-  return Queue(env, [script = std::move(script), dry_run, json, timeout_ms]() {
-    runner::Outcome outcome = runner::RunScript(script, dry_run, json, timeout_ms);
+  return Queue(env, [script = std::move(script), dry_run, output, timeout_ms]() {
+    runner::Outcome outcome = runner::RunScript(script, dry_run, output, timeout_ms);
     if (!outcome.ok) return Failed(outcome.text, outcome.kind);
     return Value([text = outcome.text](Napi::Env env) { return Napi::String::New(env, text); });
   });
@@ -112,6 +119,67 @@ Napi::Value Tables(const Napi::CallbackInfo& info) {
       return array;
     });
   });
+}
+
+// listChains(): Promise<Array<{ family, table, name, hook?: { name, priority, type } }>>
+Napi::Value Chains(const Napi::CallbackInfo& info) {
+  return Queue(info.Env(), [] {
+    netlink::Chains result = netlink::ListChains();
+    if (!result.status.ok) return Failed(result.status.error);
+    return Value([chains = std::move(result.chains)](Napi::Env env) {
+      Napi::Array array = Napi::Array::New(env, chains.size());
+      for (size_t i = 0; i < chains.size(); i++) {
+        const netlink::Chain& chain = chains[i];
+        Napi::Object object = Napi::Object::New(env);
+        object.Set("family", chain.family);
+        object.Set("table", chain.table);
+        object.Set("name", chain.name);
+        if (chain.base) {
+          Napi::Object hook = Napi::Object::New(env);
+          hook.Set("name", chain.hook);
+          hook.Set("priority", chain.priority);
+          hook.Set("type", chain.type);
+          object.Set("hook", hook);
+        }
+        array.Set(static_cast<uint32_t>(i), object);
+      }
+      return array;
+    });
+  });
+}
+
+// listRules(family: string, table: string, chain: string):
+// Promise<Array<{ handle, translates, jumps: string[], expressions: string[] }>>
+Napi::Value Rules(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 3 || !info[0].IsString() || !info[1].IsString() || !info[2].IsString())
+    throw Napi::TypeError::New(env, "listRules(family: string, table: string, chain: string)");
+  std::string family = info[0].As<Napi::String>().Utf8Value();
+  std::string table = info[1].As<Napi::String>().Utf8Value();
+  std::string chain = info[2].As<Napi::String>().Utf8Value();
+  return Queue(env,
+               [family = std::move(family), table = std::move(table), chain = std::move(chain)] {
+                 netlink::Rules result = netlink::ListRules(family, table, chain);
+                 if (!result.status.ok) return Failed(result.status.error);
+                 return Value([rules = std::move(result.rules)](Napi::Env env) {
+                   auto strings = [env](const std::vector<std::string>& items) {
+                     Napi::Array array = Napi::Array::New(env, items.size());
+                     for (size_t i = 0; i < items.size(); i++)
+                       array.Set(static_cast<uint32_t>(i), items[i]);
+                     return array;
+                   };
+                   Napi::Array array = Napi::Array::New(env, rules.size());
+                   for (size_t i = 0; i < rules.size(); i++) {
+                     Napi::Object object = Napi::Object::New(env);
+                     object.Set("handle", static_cast<double>(rules[i].handle));
+                     object.Set("translates", rules[i].translates);
+                     object.Set("jumps", strings(rules[i].jumps));
+                     object.Set("expressions", strings(rules[i].expressions));
+                     array.Set(static_cast<uint32_t>(i), object);
+                   }
+                   return array;
+                 });
+               });
 }
 
 // Pairs of first and last address (4 or 16 bytes each, network order), sorted, disjoint.
@@ -305,13 +373,15 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("run", Napi::Function::New(env, Run));
   exports.Set("generationId", Napi::Function::New(env, GenerationId));
   exports.Set("listTables", Napi::Function::New(env, Tables));
+  exports.Set("listChains", Napi::Function::New(env, Chains));
+  exports.Set("listRules", Napi::Function::New(env, Rules));
   exports.Set("conntrackJudge", Napi::Function::New(env, ConntrackJudge));
   exports.Set("conntrackHold", Napi::Function::New(env, ConntrackHold));
   exports.Set("conntrackDelete", Napi::Function::New(env, ConntrackDelete));
   exports.Set("releaseMemory", Napi::Function::New(env, ReleaseMemory));
   exports.Set("mapLargeAllocations", Napi::Function::New(env, MapLargeAllocations));
   exports.Set("pageOutFileMappings", Napi::Function::New(env, PageOutFileMappings));
-  exports.Set("version", Napi::String::New(env, "nftables-napi 2.0.0"));
+  exports.Set("version", Napi::String::New(env, "nftables-napi 2.1.0"));
   exports.Set("libnftablesVersion", Napi::String::New(env, LIBNFTABLES_VERSION));
   return exports;
 }

@@ -23,15 +23,17 @@ namespace {
 
 // Runs the script and hands the outcome to `answer` while the context, and with it the netlink
 // socket that committed, is still open (see RunScript for why that order matters).
-void RunScriptHere(const std::string& script, bool dry_run, bool json,
+void RunScriptHere(const std::string& script, bool dry_run, Output output,
                    const std::function<void(const Outcome&)>& answer) {
   std::unique_ptr<nft_ctx, decltype(&nft_ctx_free)> ctx(nft_ctx_new(NFT_CTX_DEFAULT), nft_ctx_free);
   if (!ctx) return answer({false, "nft_ctx_new failed"});
   if (nft_ctx_buffer_output(ctx.get()) != 0 || nft_ctx_buffer_error(ctx.get()) != 0)
     return answer({false, "cannot buffer libnftables output"});
   nft_ctx_set_dry_run(ctx.get(), dry_run);
-  if (json)
-    nft_ctx_output_set_flags(ctx.get(), nft_ctx_output_get_flags(ctx.get()) | NFT_CTX_OUTPUT_JSON);
+  unsigned int flags = nft_ctx_output_get_flags(ctx.get());
+  if (output == Output::kJson) flags |= NFT_CTX_OUTPUT_JSON;
+  if (output == Output::kListing) flags |= NFT_CTX_OUTPUT_HANDLE | NFT_CTX_OUTPUT_STATELESS;
+  nft_ctx_output_set_flags(ctx.get(), flags);
   int rc = nft_run_cmd_from_buffer(ctx.get(), script.c_str());
   const char* out = nft_ctx_get_output_buffer(ctx.get());
   const char* err = nft_ctx_get_error_buffer(ctx.get());
@@ -90,7 +92,7 @@ void ReapLater(pid_t pid) {
 // whole answer died inside libnftables. Once the answer is complete the call returns and the child
 // is reaped on a thread of its own: its exit closes the netlink socket that committed, which the
 // kernel holds up for a grace period (later.h) — the new ruleset is in place by then.
-Outcome RunScript(const std::string& script, bool dry_run, bool json, int timeout_ms) {
+Outcome RunScript(const std::string& script, bool dry_run, Output output, int timeout_ms) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0)
     return {false, std::string("cannot start libnftables' process: pipe: ") + strerror(errno),
@@ -119,7 +121,7 @@ Outcome RunScript(const std::string& script, bool dry_run, bool json, int timeou
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(4);
     bool written = false;
-    RunScriptHere(script, dry_run, json, [&](const Outcome& outcome) {
+    RunScriptHere(script, dry_run, output, [&](const Outcome& outcome) {
       char header[9];
       header[0] = outcome.ok ? '1' : '0';
       const uint64_t length = outcome.text.size();

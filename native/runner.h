@@ -15,8 +15,12 @@ struct Outcome {
   std::string kind = "error";
 };
 
+// How libnftables prints: as nft does, as `nft -j`, or as `nft -a -s` (each rule with its handle,
+// counters without their values: a listing that stays the same while traffic flows).
+enum class Output { kText, kJson, kListing };
+
 // Runs the script in a child forked for this one call, within timeout_ms; blocks the calling thread
 // (a pool thread) until the answer is in, the child died or the time ran out.
-Outcome RunScript(const std::string& script, bool dry_run, bool json, int timeout_ms);
+Outcome RunScript(const std::string& script, bool dry_run, Output output, int timeout_ms);
 
 }  // namespace runner

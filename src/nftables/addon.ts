@@ -8,12 +8,14 @@ import { fileURLToPath } from 'node:url';
 import { packRanges, PackedRanges, type RangeList } from '../cidr/index.js';
 import {
   nftFailureKinds,
+  type ChainInfo,
   type CommitStep,
   type DeletedFlows,
   type FlowJudgement,
   type FlowPlan,
   type FlowPolicy,
   type NftFailureKind,
+  type RuleShape,
 } from './types.js';
 import { errorText } from '../errors.js';
 
@@ -36,9 +38,16 @@ interface NativePolicy {
 }
 
 interface NativeAddon {
-  run(script: string, dryRun: boolean, json: boolean, timeoutMs: number): Promise<string>;
+  run(
+    script: string,
+    dryRun: boolean,
+    output: 'text' | 'json' | 'listing',
+    timeoutMs: number,
+  ): Promise<string>;
   generationId(): Promise<number>;
   listTables(): Promise<Array<{ family: string; name: string }>>;
+  listChains(): Promise<ChainInfo[]>;
+  listRules(family: string, table: string, chain: string): Promise<RuleShape[]>;
   conntrackJudge(request: {
     family: 4 | 6;
     protocols: number[];
@@ -67,6 +76,8 @@ export interface RunOptions {
   dryRun?: boolean;
   /** JSON output, like `nft -j`. */
   json?: boolean;
+  /** Each rule with its handle, counters without their values: like `nft -a -s`. */
+  listing?: boolean;
 }
 
 /**
@@ -143,7 +154,12 @@ function runNative(
 ): Promise<string> {
   return (
     native
-      .run(script, options.dryRun ?? false, options.json ?? false, timeoutMs)
+      .run(
+        script,
+        options.dryRun ?? false,
+        options.json ? 'json' : options.listing ? 'listing' : 'text',
+        timeoutMs,
+      )
       // Rethrown with a JS stack; the native error carries nothing more than its text and kind.
       .catch((err: unknown) => {
         const code = (err as { code?: unknown } | null)?.code;
@@ -186,6 +202,25 @@ export async function nftGenerationId(): Promise<number> {
 export async function nftTableNames(): Promise<Array<{ family: string; name: string }>> {
   const native = addon();
   return serialised(() => native.listTables());
+}
+
+/** Every chain in the namespace, with its hook when it has one, from one netlink dump. */
+export async function nftChains(): Promise<ChainInfo[]> {
+  const native = addon();
+  return serialised(() => native.listChains());
+}
+
+/**
+ * One chain's rules, each reduced to what its expressions show (native/netlink.h, RuleShape):
+ * from the kernel's own rule dump, without libnftables and without any set's elements.
+ */
+export async function nftRuleShapes(
+  family: string,
+  table: string,
+  chain: string,
+): Promise<RuleShape[]> {
+  const native = addon();
+  return serialised(() => native.listRules(family, table, chain));
 }
 
 /** Packed buffers by range list: a judgement may pass the same list more than once. */

@@ -150,3 +150,28 @@ export interface CommitStep {
 /** How a libnftables call can fail (nftables/addon.ts), each counted by kind (reconcile/metrics.ts). */
 export const nftFailureKinds = ['error', 'crash', 'timeout', 'spawn'] as const;
 export type NftFailureKind = (typeof nftFailureKinds)[number];
+
+/** A chain of any table, from the kernel's chain dump; `hook` only for a base chain. */
+export interface ChainInfo {
+  readonly family: string;
+  readonly table: string;
+  readonly name: string;
+  readonly hook?: {
+    /** `prerouting`, `input`, `forward`, `output`, `postrouting`, or `ingress`/`egress`. */
+    readonly name: string;
+    readonly priority: number;
+    /** `filter`, `nat` or `route`. */
+    readonly type: string;
+  };
+}
+
+/** What a rule's expressions show, read from the kernel without libnftables. */
+export interface RuleShape {
+  readonly handle: number;
+  /** It masquerades or source-translates (`masq`, `nat` snat, an x_tables MASQUERADE/SNAT/NETMAP). */
+  readonly translates: boolean;
+  /** Chains it jumps or goes to with a verdict of its own (verdict maps are not followed). */
+  readonly jumps: readonly string[];
+  /** Its expressions' names, in order (`payload`, `cmp`, `masq`, …). */
+  readonly expressions: readonly string[];
+}

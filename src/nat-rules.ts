@@ -1,0 +1,449 @@
+// Other tables' nat postrouting rules, as nft prints them (README, "Other NAT on the node"): which of
+// them a flow may reach, and whether their own matches show that they translate it. The matches read
+// are the common shapes — source and destination addresses and prefixes, interfaces, protocol,
+// packet and conntrack marks — each judged true, false or unknown for a flow; anything else is
+// unknown, so a rule with it "may" translate. Verdict maps and named sets are not looked into. Pure.
+import { inRanges, parseAddress, parseCidr, prefixRange, type Range } from './cidr/index.js';
+import { interfaceListed } from './decision.js';
+
+/** One rule as listed: its chain, handle and text (`nft -a -s`: counters without their values). */
+export interface ListedRule {
+  readonly chain: string;
+  readonly handle: number;
+  readonly text: string;
+  /**
+   * What the kernel's own expressions say (native/netlink.h): a rule they show translating is read as
+   * translating even where its text is not understood, with a match that cannot be judged.
+   */
+  readonly translates?: boolean;
+}
+
+/** A flow as far as it is known. A mark is known to be 0 where nothing says otherwise. */
+export interface NatFlow {
+  readonly family?: 4 | 6;
+  readonly saddr?: bigint;
+  readonly daddr?: bigint;
+  readonly oifname?: string;
+  /** IP protocol number. */
+  readonly protocol?: number;
+  /** The packet's and the conntrack entry's mark: 0 for pod traffic nobody marked. */
+  readonly mark?: number;
+}
+
+/** Whether a match holds for a flow: `undefined` when the flow or this reading cannot tell. */
+type Truth = boolean | undefined;
+
+/** A rule read into its matches (in order) and what it does. */
+export interface ReadRule {
+  readonly matches: ReadonlyArray<(flow: NatFlow) => Truth>;
+  /** masquerade, snat (or an x_tables target printed as one). */
+  readonly translates: boolean;
+  /** A verdict ending the chain for the flows it takes (`return`), or every chain (`accept`, `drop`). */
+  readonly verdict?: 'return' | 'accept' | 'drop';
+  /** `jump`/`goto` targets. */
+  readonly jump?: { readonly kind: 'jump' | 'goto'; readonly chain: string };
+}
+
+/** Splits a rule's text into words, quoted strings and `{ … }` groups. */
+export function tokens(text: string): string[] {
+  const out: string[] = [];
+  let i = 0;
+  while (i < text.length) {
+    const c = text[i]!;
+    if (c === ' ' || c === '\t') {
+      i++;
+      continue;
+    }
+    let end = i;
+    if (c === '"') {
+      end = i + 1;
+      while (end < text.length && text[end] !== '"') end += text[end] === '\\' ? 2 : 1;
+      end++;
+    } else if (c === '{') {
+      let depth = 0;
+      for (; end < text.length; end++) {
+        if (text[end] === '{') depth++;
+        else if (text[end] === '}' && --depth === 0) break;
+      }
+      end++;
+    } else {
+      while (end < text.length && text[end] !== ' ' && text[end] !== '\t') end++;
+    }
+    out.push(text.slice(i, Math.min(end, text.length)));
+    i = end;
+  }
+  return out;
+}
+
+/** The items of a `{ a, b }` group, or the value itself. */
+function items(value: string): string[] {
+  if (!value.startsWith('{')) return [value];
+  return value
+    .slice(1, -1)
+    .split(',')
+    .map((item) => item.trim())
+    .filter(Boolean);
+}
+
+const PROTOCOLS: Readonly<Record<string, number>> = {
+  icmp: 1,
+  igmp: 2,
+  tcp: 6,
+  udp: 17,
+  gre: 47,
+  esp: 50,
+  ah: 51,
+  'ipv6-icmp': 58,
+  icmpv6: 58,
+  sctp: 132,
+  udplite: 136,
+};
+
+function protocolNumber(text: string): number | undefined {
+  if (/^\d+$/.test(text)) return Number(text);
+  return PROTOCOLS[text];
+}
+
+/** The address ranges a value names (an address, a prefix, a range, a group of them), or undefined. */
+function addressRanges(value: string): Range[] | undefined {
+  const ranges: Range[] = [];
+  for (const item of items(value)) {
+    try {
+      const dash = /^([^-\s]+)-([^-\s]+)$/.exec(item);
+      if (dash) {
+        ranges.push([parseAddress(dash[1]!).addr, parseAddress(dash[2]!).addr]);
+      } else if (item.includes('/')) {
+        ranges.push(prefixRange(parseCidr(item)));
+      } else {
+        const { addr } = parseAddress(item);
+        ranges.push([addr, addr]);
+      }
+    } catch {
+      return undefined;
+    }
+  }
+  return ranges;
+}
+
+function number(text: string): number | undefined {
+  if (/^0x[0-9a-f]+$/i.test(text) || /^\d+$/.test(text)) return Number(text);
+  return undefined;
+}
+
+/** `==` or `!=` applied to whether the value holds, unknown staying unknown. */
+const applying = (negated: boolean, holds: Truth): Truth =>
+  holds === undefined ? undefined : negated ? !holds : holds;
+
+const unknown = (): Truth => undefined;
+
+/** Words that start a statement or verdict: where a `meta mark set …` statement's value ends. */
+const STATEMENT_WORDS = new Set([
+  'counter',
+  'comment',
+  'log',
+  'masquerade',
+  'snat',
+  'jump',
+  'goto',
+  'return',
+  'accept',
+  'drop',
+  'continue',
+  'xt',
+]);
+const LOG_OPTIONS = new Set(['prefix', 'level', 'flags', 'group', 'snaplen', 'queue-threshold']);
+/** x_tables targets that rewrite the source address (native/netlink.cc reads the same). */
+const XT_TRANSLATING = new Set(['MASQUERADE', 'SNAT', 'NETMAP']);
+
+/**
+ * Reads a rule as nft prints it. Words it does not know become matches it cannot judge, so the
+ * rule's result for any flow is at best unknown: never a guess.
+ */
+export function readRule(text: string): ReadRule {
+  const words = tokens(text);
+  const matches: Array<(flow: NatFlow) => Truth> = [];
+  let translates = false;
+  let verdict: ReadRule['verdict'];
+  let jump: ReadRule['jump'];
+  let i = 0;
+  // An operator, if one comes next: `!=` negates, `==` is the default; any other one is unknown.
+  const operator = (): 'eq' | 'ne' | 'other' => {
+    const op = words[i];
+    if (op === '!=') {
+      i++;
+      return 'ne';
+    }
+    if (op === '==') {
+      i++;
+      return 'eq';
+    }
+    if (op === '<' || op === '>' || op === '<=' || op === '>=') {
+      i++;
+      return 'other';
+    }
+    return 'eq';
+  };
+  while (i < words.length) {
+    const word = words[i]!;
+    const next = words[i + 1];
+    if ((word === 'ip' || word === 'ip6') && (next === 'saddr' || next === 'daddr')) {
+      i += 2;
+      const op = operator();
+      const value = words[i++] ?? '';
+      const family = word === 'ip' ? 4 : 6;
+      const field = next;
+      const ranges = op === 'other' ? undefined : addressRanges(value);
+      matches.push((flow) => {
+        if (flow.family !== undefined && flow.family !== family) return false;
+        const address = flow[field];
+        if (!ranges || address === undefined || flow.family === undefined) return undefined;
+        return applying(op === 'ne', inRanges(ranges, address));
+      });
+      continue;
+    }
+    if (word === 'meta' && (next === 'oifname' || next === 'iifname' || next === 'l4proto')) {
+      i++;
+      continue; // read as the bare keyword below
+    }
+    if (word === 'oifname') {
+      i++;
+      const op = operator();
+      const names = items(words[i++] ?? '').map((name) => name.replace(/^"|"$/g, ''));
+      matches.push((flow) =>
+        op === 'other' || flow.oifname === undefined
+          ? undefined
+          : applying(
+              op === 'ne',
+              names.some((name) => interfaceListed([name], flow.oifname!)),
+            ),
+      );
+      continue;
+    }
+    if (word === 'l4proto' || (word === 'ip' && next === 'protocol')) {
+      i += word === 'ip' ? 2 : 1;
+      const op = operator();
+      const wanted = items(words[i++] ?? '').map(protocolNumber);
+      const known = op !== 'other' && wanted.every((p) => p !== undefined);
+      matches.push((flow) =>
+        !known || flow.protocol === undefined
+          ? undefined
+          : applying(op === 'ne', wanted.includes(flow.protocol)),
+      );
+      continue;
+    }
+    if (
+      (word === 'tcp' || word === 'udp' || word === 'sctp') &&
+      (next === 'dport' || next === 'sport')
+    ) {
+      // The port is not known; the protocol is.
+      const protocol = PROTOCOLS[word]!;
+      i += 2;
+      operator();
+      i++;
+      matches.push((flow) =>
+        flow.protocol !== undefined && flow.protocol !== protocol ? false : undefined,
+      );
+      continue;
+    }
+    if ((word === 'meta' || word === 'ct') && next === 'mark' && words[i + 2] !== 'set') {
+      i += 2;
+      let mask = 0xffffffff;
+      if (words[i] === '&') {
+        const m = number(words[i + 1] ?? '');
+        i += 2;
+        if (m === undefined) {
+          matches.push(unknown);
+          continue;
+        }
+        mask = m;
+      }
+      const op = operator();
+      const value = number(words[i++] ?? '');
+      matches.push((flow) =>
+        op === 'other' || value === undefined || flow.mark === undefined
+          ? undefined
+          : applying(op === 'ne', (flow.mark & mask) >>> 0 === value),
+      );
+      continue;
+    }
+    if (word === 'meta' && next === 'nfproto') {
+      i += 2;
+      const op = operator();
+      const value = words[i++];
+      const family = value === 'ipv4' ? 4 : value === 'ipv6' ? 6 : undefined;
+      matches.push((flow) =>
+        op === 'other' || family === undefined || flow.family === undefined
+          ? undefined
+          : applying(op === 'ne', flow.family === family),
+      );
+      continue;
+    }
+    // Statements that decide nothing.
+    if ((word === 'meta' || word === 'ct') && next === 'mark' && words[i + 2] === 'set') {
+      i += 3;
+      while (i < words.length && !STATEMENT_WORDS.has(words[i]!)) i++;
+      continue;
+    }
+    if (word === 'log') {
+      i++;
+      while (LOG_OPTIONS.has(words[i] ?? '')) i += 2;
+      continue;
+    }
+    if (word === 'continue') {
+      i++;
+      continue;
+    }
+    if (word === 'xt' && (next === 'match' || next === 'target')) {
+      // An x_tables extension nft could not print as its own syntax (iptables-nft).
+      const name = (words[i + 2] ?? '').replace(/^"|"$/g, '');
+      i += 3;
+      if (next === 'target' && XT_TRANSLATING.has(name)) {
+        translates = true;
+        break;
+      }
+      if (next === 'match' && name !== 'comment') matches.push(unknown);
+      continue;
+    }
+    if (word === 'counter') {
+      i++;
+      if (words[i] === 'name') i += 2;
+      else if (words[i] === 'packets') i += 4;
+      continue;
+    }
+    if (word === 'comment') {
+      i += 2;
+      continue;
+    }
+    if (word === 'masquerade' || word === 'snat') {
+      translates = true;
+      break; // the rest are the statement's own arguments
+    }
+    if (word === 'return' || word === 'accept' || word === 'drop') {
+      verdict = word;
+      i++;
+      continue;
+    }
+    if ((word === 'jump' || word === 'goto') && next !== undefined) {
+      jump = { kind: word, chain: next.replace(/^"|"$/g, '') };
+      i += 2;
+      continue;
+    }
+    // Anything else: a match or statement this reading does not judge.
+    matches.push(unknown);
+    i++;
+  }
+  return { matches, translates, ...(verdict ? { verdict } : {}), ...(jump ? { jump } : {}) };
+}
+
+/** All of a rule's matches for a flow: false if one is false, unknown if one is unknown, else true. */
+export function ruleHolds(rule: ReadRule, flow: NatFlow): Truth {
+  let result: Truth = true;
+  for (const match of rule.matches) {
+    const holds = match(flow);
+    if (holds === false) return false;
+    if (holds === undefined) result = undefined;
+  }
+  return result;
+}
+
+/** A translating rule a flow may reach: `certain` when every match on its way is known to hold. */
+export interface Reached {
+  readonly rule: ListedRule;
+  readonly certain: boolean;
+}
+
+/** A base chain's rules and those of the chains it jumps to, by chain name, in order. */
+export type ChainRules = ReadonlyMap<string, readonly ListedRule[]>;
+
+/**
+ * The translating rules a flow may reach from a base chain, jumps and gotos followed: evaluation
+ * stops at a rule known to translate it, or at a verdict known to end it; a rule that may or may not
+ * take the flow is passed, noted as uncertain.
+ */
+export function reachedRules(chains: ChainRules, base: string, flow: NatFlow): Reached[] {
+  const found: Reached[] = [];
+  const read = new Map<string, ReadRule>();
+  const readOf = (rule: ListedRule) => {
+    const key = `${rule.chain}\u0000${rule.handle}`;
+    let value = read.get(key);
+    if (!value) {
+      value = readRule(rule.text);
+      if (rule.translates && !value.translates)
+        value = { ...value, translates: true, matches: [...value.matches, unknown] };
+      read.set(key, value);
+    }
+    return value;
+  };
+  // Returns how evaluation goes on after the chain: 'ended' when a verdict or translation is known to
+  // have taken the flow, 'returned' when it comes back to the caller.
+  const walk = (chain: string, certain: boolean, path: Set<string>): 'ended' | 'returned' => {
+    if (path.has(chain)) return 'returned'; // the kernel refuses loops; never follow one
+    const inner = new Set(path).add(chain);
+    for (const rule of chains.get(chain) ?? []) {
+      const read = readOf(rule);
+      const holds = ruleHolds(read, flow);
+      if (holds === false) continue;
+      const sure = certain && holds === true;
+      if (read.translates) {
+        found.push({ rule, certain: sure });
+        if (sure) return 'ended';
+        continue;
+      }
+      if (read.jump) {
+        const after = walk(read.jump.chain, sure, inner);
+        if (sure && (after === 'ended' || read.jump.kind === 'goto')) return 'ended';
+        continue;
+      }
+      if (read.verdict && sure) return read.verdict === 'return' ? 'returned' : 'ended';
+    }
+    return 'returned';
+  };
+  walk(base, true, new Set());
+  return found;
+}
+
+/**
+ * The translating rules that unmarked traffic may reach: those to report. A rule only marked packets
+ * reach — a mark match in it or on its way, or an earlier rule returning every unmarked packet
+ * (kube-proxy's shape) — is how other components translate what they marked themselves.
+ */
+export function unmarkedTranslations(chains: ChainRules, base: string): ListedRule[] {
+  return reachedRules(chains, base, { mark: 0 }).map((reached) => reached.rule);
+}
+
+/** What a reported chain does to one flow we leave alone. */
+export type OtherNatVerdict = 'translates' | 'may translate';
+
+/** Whether any of the chain's reported rules translates the flow, may, or (undefined) cannot. */
+export function verdictFor(
+  chains: ChainRules,
+  base: string,
+  flow: NatFlow,
+): { verdict: OtherNatVerdict; rule: ListedRule } | undefined {
+  const reached = reachedRules(chains, base, { mark: 0, ...flow });
+  const sure = reached.find((r) => r.certain);
+  if (sure) return { verdict: 'translates', rule: sure.rule };
+  return reached[0] ? { verdict: 'may translate', rule: reached[0].rule } : undefined;
+}
+
+/**
+ * `nft -a -s list chain …` output, each chain's rules in order (the text without its handle). Lines
+ * that are not rules — the chain's hook line, braces — have no handle and are left out.
+ */
+export function parseListing(text: string): Map<string, ListedRule[]> {
+  const chains = new Map<string, ListedRule[]>();
+  let chain: string | undefined;
+  for (const line of text.split('\n')) {
+    const head = /^\s*chain (\S+|"[^"]*") \{/.exec(line);
+    if (head) {
+      chain = head[1]!.replace(/^"|"$/g, '');
+      if (!chains.has(chain)) chains.set(chain, []);
+      continue;
+    }
+    const rule = /^\s*(.*?)\s*# handle (\d+)\s*$/.exec(line);
+    if (chain !== undefined && rule) {
+      chains.get(chain)!.push({ chain, handle: Number(rule[2]), text: rule[1]! });
+    }
+  }
+  return chains;
+}

@@ -1,0 +1,192 @@
+// Reading other tables' nat rules as nft prints them: which translating rules unmarked traffic
+// reaches (reported), which only marked traffic does (kube-proxy's shapes: not reported), and what a
+// rule's own matches say of one flow. The listings are nft 1.0.6's and 1.1.x's own output.
+import t from 'tap';
+import { parseAddress } from '../../src/cidr/index.js';
+import {
+  parseListing,
+  readRule,
+  ruleHolds,
+  tokens,
+  unmarkedTranslations,
+  verdictFor,
+  type NatFlow,
+} from '../../src/nat-rules.js';
+
+const addr = (text: string) => parseAddress(text).addr;
+const v4 = (dst: string, extra: Partial<NatFlow> = {}): NatFlow => ({
+  family: 4,
+  daddr: addr(dst),
+  mark: 0,
+  ...extra,
+});
+
+// `nft -a -s list chain ip nat POSTROUTING; list chain ip nat KUBE-POSTROUTING` by nft 1.0.6, for
+// kube-proxy's iptables mode, a Flannel-like rule and a mark-only one, as iptables-nft wrote them.
+const IPTABLES_NFT = `table ip nat {
+	chain POSTROUTING { # handle 2
+		type nat hook postrouting priority srcnat; policy accept;
+		 counter jump KUBE-POSTROUTING # handle 3
+		ip saddr 10.244.0.0/16 counter masquerade # handle 7
+		oifname "eth0" meta l4proto udp ip saddr 10.244.0.0/16 ip daddr != 10.244.0.0/16 counter snat to 192.0.2.1 # handle 8
+		meta mark & 0x00000001 == 0x00000001 counter masquerade # handle 9
+	}
+}
+table ip nat {
+	chain KUBE-POSTROUTING { # handle 1
+		meta mark & 0x00004000 != 0x00004000 counter return # handle 4
+		counter meta mark set mark xor 0x4000 # handle 5
+		 counter masquerade fully-random # handle 6
+	}
+}
+`;
+
+// kube-proxy's nftables mode, as nft prints its table.
+const KUBE_PROXY_NFT = `table ip kube-proxy {
+	chain nat-postrouting { # handle 20
+		type nat hook postrouting priority srcnat; policy accept;
+		jump masquerading # handle 21
+	}
+	chain masquerading { # handle 10
+		meta mark & 0x00004000 == 0x00000000 return # handle 11
+		meta mark set meta mark ^ 0x00004000 # handle 12
+		masquerade fully-random # handle 13
+	}
+}
+`;
+
+t.test('tokens keep quoted strings and brace groups whole', async (t) => {
+  t.same(tokens('oifname "a b" ip daddr { 10.0.0.0/8, 192.0.2.1 } masquerade'), [
+    'oifname',
+    '"a b"',
+    'ip',
+    'daddr',
+    '{ 10.0.0.0/8, 192.0.2.1 }',
+    'masquerade',
+  ]);
+});
+
+t.test('a listing parses into each chain’s rules by handle, hook lines left out', async (t) => {
+  const chains = parseListing(IPTABLES_NFT);
+  t.same([...chains.keys()], ['POSTROUTING', 'KUBE-POSTROUTING']);
+  t.same(
+    chains.get('POSTROUTING')!.map((rule) => rule.handle),
+    [3, 7, 8, 9],
+  );
+  t.equal(chains.get('KUBE-POSTROUTING')![2]!.text, 'counter masquerade fully-random');
+});
+
+t.test(
+  'reported: what unmarked traffic reaches; not: kube-proxy’s mark-guarded rules',
+  async (t) => {
+    const chains = parseListing(IPTABLES_NFT);
+    t.same(
+      unmarkedTranslations(chains, 'POSTROUTING').map((rule) => `${rule.chain}/${rule.handle}`),
+      ['POSTROUTING/7', 'POSTROUTING/8'],
+      'the pod-source rules are; the mark-only rule and KUBE-POSTROUTING (after its return) are not',
+    );
+    const everything = parseListing(`table ip x {
+	chain p { # handle 1
+		counter masquerade # handle 2
+		ip saddr 10.0.0.0/8 masquerade # handle 3
+	}
+}`);
+    t.same(
+      unmarkedTranslations(everything, 'p').map((rule) => rule.handle),
+      [2],
+      'nothing reaches a rule after one that translates every flow',
+    );
+    t.same(unmarkedTranslations(parseListing(KUBE_PROXY_NFT), 'nat-postrouting'), []);
+    // The guard removed: the masquerade of kube-proxy's chain is reached by unmarked traffic.
+    const unguarded = parseListing(KUBE_PROXY_NFT.replace(/.*# handle 11\n/, ''));
+    t.same(
+      unmarkedTranslations(unguarded, 'nat-postrouting').map((rule) => rule.handle),
+      [13],
+    );
+  },
+);
+
+t.test(
+  'the rule’s own matches judge one flow: translates, may translate, or not at all',
+  async (t) => {
+    const flannel = parseListing(`table ip flannel {
+	chain postrtg { # handle 1
+		type nat hook postrouting priority srcnat + 10; policy accept;
+		ip saddr 10.244.0.0/16 ip daddr 10.244.0.0/16 return # handle 2
+		ip saddr 10.244.0.0/16 ip daddr != 10.244.0.0/16 masquerade # handle 3
+	}
+}`);
+    const from = { saddr: addr('10.244.1.5') };
+    t.equal(verdictFor(flannel, 'postrtg', v4('10.9.0.1', from))?.verdict, 'translates');
+    t.equal(verdictFor(flannel, 'postrtg', v4('10.244.7.7', from)), undefined, 'returned first');
+    t.equal(
+      verdictFor(flannel, 'postrtg', v4('10.9.0.1', { saddr: addr('192.168.0.1') })),
+      undefined,
+      'a source the rule does not take',
+    );
+    t.equal(
+      verdictFor(flannel, 'postrtg', v4('10.9.0.1'))?.verdict,
+      'may translate',
+      'no --from: the source match cannot be judged',
+    );
+    const sets = parseListing(`table inet mesh {
+	chain post { # handle 1
+		ip saddr @pods ip daddr != { 10.0.0.0/8, 192.168.0.0/16 } oifname "eth*" meta l4proto { tcp, udp } masquerade # handle 2
+	}
+}`);
+    t.equal(verdictFor(sets, 'post', v4('10.1.2.3'))?.verdict, undefined, 'destination listed');
+    t.equal(
+      verdictFor(sets, 'post', v4('198.51.100.1', { oifname: 'eth0', protocol: 17 }))?.verdict,
+      'may translate',
+      'a named set: cannot tell',
+    );
+    t.equal(
+      verdictFor(sets, 'post', v4('198.51.100.1', { oifname: 'wg0' })),
+      undefined,
+      'an interface the wildcard does not take',
+    );
+    t.equal(
+      verdictFor(sets, 'post', v4('198.51.100.1', { protocol: 1 })),
+      undefined,
+      'a protocol the set does not hold',
+    );
+    t.equal(
+      verdictFor(sets, 'post', { family: 6, daddr: addr('2001:db8::1'), mark: 0 }),
+      undefined,
+      'an IPv6 flow in an inet chain is not matched by ip saddr',
+    );
+  },
+);
+
+t.test('iptables-nft rules printed by a newer nft as xt expressions', async (t) => {
+  const rule = readRule('xt match "comment" ip saddr 10.244.0.0/16 counter xt target "MASQUERADE"');
+  t.ok(rule.translates, 'an x_tables MASQUERADE translates');
+  t.equal(ruleHolds(rule, v4('10.9.0.1', { saddr: addr('10.244.0.9') })), true, 'comment ignored');
+  const marked = readRule('xt match "mark" counter xt target "SNAT"');
+  t.equal(ruleHolds(marked, v4('10.9.0.1')), undefined, 'an x_tables match cannot be judged');
+});
+
+t.test(
+  'a rule the kernel shows translating is read so even when its text is not understood',
+  async (t) => {
+    const chains = new Map([
+      ['p', [{ chain: 'p', handle: 4, text: 'some-future-statement 1', translates: true }]],
+    ]);
+    const [reached] = unmarkedTranslations(chains, 'p');
+    t.equal(reached?.handle, 4);
+    t.equal(verdictFor(chains, 'p', v4('10.0.0.1'))?.verdict, 'may translate');
+  },
+);
+
+t.test('marks: a match that takes unmarked packets is no guard', async (t) => {
+  const chains = parseListing(`table ip x {
+	chain p { # handle 1
+		meta mark != 0x00000001 masquerade # handle 2
+		ct mark 0x00000002 masquerade # handle 3
+	}
+}`);
+  t.same(
+    unmarkedTranslations(chains, 'p').map((rule) => rule.handle),
+    [2],
+  );
+});
