@@ -5,18 +5,10 @@
 // unknown, so a rule with it "may" translate. Verdict maps and named sets are not looked into. Pure.
 import { inRanges, parseAddress, parseCidr, prefixRange, type Range } from './cidr/index.js';
 import { interfaceListed } from './decision.js';
+import type { ChainRules, ListedRule } from './nftables/types.js';
 
-/** One rule as listed: its chain, handle and text (`nft -a -s`: counters without their values). */
-export interface ListedRule {
-  readonly chain: string;
-  readonly handle: number;
-  readonly text: string;
-  /**
-   * What the kernel's own expressions say (native/netlink.h): a rule they show translating is read as
-   * translating even where its text is not understood, with a match that cannot be judged.
-   */
-  readonly translates?: boolean;
-}
+export { parseRuleListing as parseListing } from './nftables/listing.js';
+export type { ChainRules, ListedRule };
 
 /** A flow as far as it is known. A mark is known to be 0 where nothing says otherwise. */
 export interface NatFlow {
@@ -352,9 +344,6 @@ export interface Reached {
   readonly certain: boolean;
 }
 
-/** A base chain's rules and those of the chains it jumps to, by chain name, in order. */
-export type ChainRules = ReadonlyMap<string, readonly ListedRule[]>;
-
 /**
  * The translating rules a flow may reach from a base chain, jumps and gotos followed: evaluation
  * stops at a rule known to translate it, or at a verdict known to end it; a rule that may or may not
@@ -424,26 +413,4 @@ export function verdictFor(
   const sure = reached.find((r) => r.certain);
   if (sure) return { verdict: 'translates', rule: sure.rule };
   return reached[0] ? { verdict: 'may translate', rule: reached[0].rule } : undefined;
-}
-
-/**
- * `nft -a -s list chain …` output, each chain's rules in order (the text without its handle). Lines
- * that are not rules — the chain's hook line, braces — have no handle and are left out.
- */
-export function parseListing(text: string): Map<string, ListedRule[]> {
-  const chains = new Map<string, ListedRule[]>();
-  let chain: string | undefined;
-  for (const line of text.split('\n')) {
-    const head = /^\s*chain (\S+|"[^"]*") \{/.exec(line);
-    if (head) {
-      chain = head[1]!.replace(/^"|"$/g, '');
-      if (!chains.has(chain)) chains.set(chain, []);
-      continue;
-    }
-    const rule = /^\s*(.*?)\s*# handle (\d+)\s*$/.exec(line);
-    if (chain !== undefined && rule) {
-      chains.get(chain)!.push({ chain, handle: Number(rule[2]), text: rule[1]! });
-    }
-  }
-  return chains;
 }

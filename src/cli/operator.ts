@@ -6,7 +6,15 @@ import { compile, type CompileOptions } from '../compile.js';
 import { decisionOf, type ListStep } from '../decision.js';
 import type { Table } from '../nftables/types.js';
 import { objectDrift } from '../nftables/listing.js';
-import { tableOwner } from '../nftables/ownership.js';
+import { standInName, tableOwner } from '../nftables/ownership.js';
+import { scanNatChains } from '../nftables/nat-chains.js';
+import { verdictFor, type NatFlow, type OtherNatVerdict } from '../nat-rules.js';
+import {
+  findingsOf,
+  readLegacyNat,
+  shownRule,
+  type OtherNatFinding,
+} from '../reconcile/other-nat.js';
 import { checkPath } from '../config/check.js';
 import { loadConfig } from '../config/index.js';
 import { findConfigSource } from '../config/source.js';
@@ -111,6 +119,8 @@ export async function explainCommand(
         stages.compile,
         explanations,
         stages.legacy.chains,
+        options.from,
+        options.via,
       );
     } catch (e) {
       err(
@@ -132,6 +142,20 @@ export async function explainCommand(
     out(explanationText(e));
     const answer = live?.answers[i];
     if (answer) out(`  live: ${answer.text}`);
+    for (const other of answer?.otherNat ?? []) {
+      const where = other.chain
+        ? `chain ${other.chain} of table ${other.table}`
+        : `table ${other.table}`;
+      const order =
+        other.position === 'same'
+          ? ' (same priority as ours)'
+          : other.position === 'unknown'
+            ? ''
+            : ` (runs ${other.position} ours)`;
+      out(
+        `  other NAT: ${where}${order} ${other.verdict === 'translates' ? 'would translate' : 'may translate'} it: ${other.rule}`,
+      );
+    }
   });
   if (live?.legacyChains.length) {
     out(
@@ -148,6 +172,44 @@ interface LiveAnswer {
   /** The kernel decides otherwise than the config says: drift, or a config not applied yet. */
   readonly drift: boolean;
   readonly text: string;
+  /** For a flow we leave alone: other tables' chains that may translate it (README, "Other NAT on the node"). */
+  otherNat?: OtherNatNote[];
+}
+
+interface OtherNatNote {
+  readonly table: string;
+  readonly chain: string;
+  readonly position: OtherNatFinding['position'];
+  readonly rule: string;
+  readonly verdict: OtherNatVerdict;
+}
+
+/** The reported chains that may translate this flow, with what their rules' own matches say. */
+function otherNatNotes(findings: readonly OtherNatFinding[], flow: NatFlow): OtherNatNote[] {
+  const notes: OtherNatNote[] = [];
+  const familyName = flow.family === 4 ? 'ip' : 'ip6';
+  for (const f of findings) {
+    const tableFamily = f.table.startsWith('iptables-legacy')
+      ? 'ip'
+      : f.table.startsWith('ip6tables-legacy')
+        ? 'ip6'
+        : f.table.split(' ')[0];
+    if (tableFamily !== 'inet' && tableFamily !== familyName) continue;
+    const where = { table: f.table, chain: f.chain, position: f.position };
+    if (!f.chainRules) {
+      notes.push({ ...where, rule: f.rules[0] ?? '', verdict: 'may translate' });
+      continue;
+    }
+    const found = verdictFor(f.chainRules, f.chain, flow);
+    if (!found) continue;
+    const { rule } = found;
+    notes.push({
+      ...where,
+      rule: shownRule(rule.chain === f.chain ? rule.text : `${rule.chain}: ${rule.text}`),
+      verdict: found.verdict,
+    });
+  }
+  return notes;
 }
 
 async function liveAnswers(
@@ -157,8 +219,17 @@ async function liveAnswers(
   options: CompileOptions,
   explanations: readonly Explanation[],
   legacyNames: readonly string[],
+  from: string,
+  via: string,
 ): Promise<{ answers: LiveAnswer[]; legacyChains: string[] }> {
   const answers: LiveAnswer[] = [];
+  const ours = options.table;
+  const scan = await scanNatChains(
+    kernel,
+    (family, name) =>
+      (family === 'ip' || family === 'ip6') && (name === ours || name === standInName(ours)),
+  );
+  const findings = findingsOf(scan, await readLegacyNat());
   const listings = new Map<string, string | null>();
   for (const e of explanations) {
     const family = e.family === 'ipv4' ? 'ip' : 'ip6';
@@ -245,7 +316,30 @@ async function liveAnswers(
           : ''),
     });
   }
-  return { answers, legacyChains: await kernel.legacyChains(legacyNames) };
+  explanations.forEach((e, i) => {
+    const answer = answers[i]!;
+    const leftAlone =
+      answer.masqueraded === false || (answer.masqueraded === null && !e.masqueraded);
+    if (!leftAlone) return;
+    const destination = parseAddress(e.address);
+    let source: bigint | undefined;
+    try {
+      source = from ? parseAddress(from).addr : undefined;
+    } catch {
+      source = undefined;
+    }
+    answer.otherNat = otherNatNotes(findings, {
+      family: destination.family,
+      daddr: destination.addr,
+      ...(source !== undefined ? { saddr: source } : {}),
+      ...(via ? { oifname: via } : {}),
+      mark: 0,
+    });
+  });
+  const legacyChains = legacyNames.filter((name) =>
+    scan.all.some((c) => c.family === 'ip' && c.table === 'nat' && c.name === name),
+  );
+  return { answers, legacyChains };
 }
 
 export async function diffCommand(options: AgentOptions): Promise<number> {

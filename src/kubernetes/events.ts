@@ -12,6 +12,7 @@ export const eventReasons = {
   ConflictingWriter: 'Warning',
   KernelWriteFailed: 'Warning',
   LegacyChainPresent: 'Warning',
+  OtherNATPresent: 'Warning',
 } as const;
 export type EventReason = keyof typeof eventReasons;
 

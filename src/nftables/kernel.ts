@@ -5,12 +5,22 @@ import {
   holdReplies,
   judgeFlows,
   NftError,
+  nftChains,
   nftGenerationId,
+  nftRuleShapes,
   nftTableNames,
   commitNft,
   runNft,
 } from './addon.js';
-import type { CommitStep, DeletedFlows, FlowJudgement, FlowPlan, TableRef } from './types.js';
+import type {
+  ChainInfo,
+  CommitStep,
+  DeletedFlows,
+  FlowJudgement,
+  FlowPlan,
+  RuleShape,
+  TableRef,
+} from './types.js';
 
 /** A table of any family, as the kernel names it (`inet`, `bridge`, … as well as ours). */
 export interface AnyTableRef {
@@ -27,6 +37,14 @@ export interface Kernel {
   generationId(): Promise<number>;
   /** Every table in the namespace, from plain netlink: works where libnftables cannot parse them. */
   tableNames(): Promise<AnyTableRef[]>;
+  /** Every chain in the namespace with its hook, from plain netlink (no libnftables, no set elements). */
+  chains(): Promise<ChainInfo[]>;
+  /** One chain's rules as their expressions show them, from plain netlink. */
+  ruleShapes(family: string, table: string, chain: string): Promise<RuleShape[]>;
+  /** These chains' rules as nft prints them, with handles and counters without values (`nft -a -s`). */
+  listRules(
+    chains: ReadonlyArray<{ family: string; table: string; chain: string }>,
+  ): Promise<string>;
   /** Whether libnftables can list this table (false when listing it crashes or hangs libnftables). */
   readable(ref: AnyTableRef): Promise<boolean>;
   /** Which of these chains exist in iptables-nft's `ip nat` (the original agent's, docs/migration.md). */
@@ -92,6 +110,16 @@ export const nftKernel: Kernel = {
   apply: commitNft,
   generationId: nftGenerationId,
   tableNames: nftTableNames,
+  chains: nftChains,
+  ruleShapes: nftRuleShapes,
+  async listRules(chains) {
+    // A call per chain: libnftables 1.0.6 fills its cache for the last of several `list chain`
+    // commands only, and fails the others. Names are checked by the caller (nat-chains.ts).
+    let text = '';
+    for (const c of chains)
+      text += await runNft(`list chain ${c.family} ${c.table} ${c.chain}`, { listing: true });
+    return text;
+  },
   async readable(ref) {
     // Names come from the kernel's dump, not from us: only a plain identifier goes into a command
     // (nft accepts no quoted table names); any other name is not probed.
@@ -104,9 +132,11 @@ export const nftKernel: Kernel = {
     }
   },
   async legacyChains(names) {
-    const found: string[] = [];
-    for (const name of names) if (await natChainExists(name)) found.push(name);
-    return found;
+    // From the chain dump the look at other NAT makes too (reconcile/other-nat.ts).
+    const chains = await nftChains();
+    return names.filter((name) =>
+      chains.some((c) => c.family === 'ip' && c.table === 'nat' && c.name === name),
+    );
   },
   async removeLegacyChain(chain) {
     const handles = await jumpRuleHandles(chain);

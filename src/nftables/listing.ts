@@ -3,7 +3,7 @@
 // can change it), or object by object (what --explain --live calls drift). Pure text functions.
 import { LATE_REPLIES_SET } from './objects.js';
 import { normaliseListing, renderTable, withoutTableComment } from './render.js';
-import { NO_ELEMENTS, type Table } from './types.js';
+import { NO_ELEMENTS, type ListedRule, type Table } from './types.js';
 
 /**
  * Whether a listing is exactly the rendering of `table`, but for the table's own comment: nftables
@@ -184,4 +184,26 @@ export function transientDrift(listing: string, table: Table): TransientObjects 
     sets: present.filter((name) => name.startsWith('set ')).map((name) => name.slice(4)),
     chains: present.filter((name) => name.startsWith('chain ')).map((name) => name.slice(6)),
   };
+}
+
+/**
+ * `nft -a -s list chain …` output, each chain's rules in order (the text without its handle). Lines
+ * that are not rules — the chain's hook line, braces — have no handle and are left out.
+ */
+export function parseRuleListing(text: string): Map<string, ListedRule[]> {
+  const chains = new Map<string, ListedRule[]>();
+  let chain: string | undefined;
+  for (const line of text.split('\n')) {
+    const head = /^\s*chain (\S+|"[^"]*") \{/.exec(line);
+    if (head) {
+      chain = head[1]!.replace(/^"|"$/g, '');
+      if (!chains.has(chain)) chains.set(chain, []);
+      continue;
+    }
+    const rule = /^\s*(.*?)\s*# handle (\d+)\s*$/.exec(line);
+    if (chain !== undefined && rule) {
+      chains.get(chain)!.push({ chain, handle: Number(rule[2]), text: rule[1]! });
+    }
+  }
+  return chains;
 }

@@ -175,3 +175,18 @@ export interface RuleShape {
   /** Its expressions' names, in order (`payload`, `cmp`, `masq`, …). */
   readonly expressions: readonly string[];
 }
+
+/** One rule as listed: its chain, handle and text (`nft -a -s`: counters without their values). */
+export interface ListedRule {
+  readonly chain: string;
+  readonly handle: number;
+  readonly text: string;
+  /**
+   * What the kernel's own expressions say (native/netlink.h): a rule they show translating is read as
+   * translating even where its text is not understood, with a match that cannot be judged.
+   */
+  readonly translates?: boolean;
+}
+
+/** A base chain's rules and those of the chains it jumps to, by chain name, in order. */
+export type ChainRules = ReadonlyMap<string, readonly ListedRule[]>;

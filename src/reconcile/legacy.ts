@@ -1,8 +1,9 @@
-// The original agent's leftover chain in iptables-nft's `ip nat` table (docs/migration.md): found and
-// warned about before the first sync, removed with --remove-legacy-chain only once our own table is
+// The original agent's leftover chain in iptables-nft's `ip nat` table (docs/migration.md): found by
+// the look at other NAT (other-nat.ts) and warned about before the first sync's write, removed with --remove-legacy-chain only once our own table is
 // in the kernel, so no flow goes out unmasqueraded meanwhile. Never fatal.
 import type { Logger } from 'pino';
 import type { Kernel } from '../nftables/kernel.js';
+import type { ChainInfo } from '../nftables/types.js';
 import type { NodeEvents } from '../kubernetes/events.js';
 import type { AgentMetrics } from './metrics.js';
 
@@ -25,56 +26,61 @@ export interface LegacyDeps {
 
 export class LegacyChain {
   private readonly deps: LegacyDeps;
-  private checked = false;
   private removalPending: boolean;
+  /** The chains the last look found: each is warned about once while it stays. */
+  private present = new Set<string>();
 
   constructor(deps: LegacyDeps) {
     this.deps = deps;
     this.removalPending = deps.options.remove;
   }
 
-  /** Once, before the first sync: warns about each chain still there. */
-  async checkOnce(): Promise<void> {
-    if (this.checked) return;
-    this.checked = true;
-    await this.handle(false);
+  /** At each look at the namespace's chains (other-nat.ts), before the first sync's write too. */
+  observe(all: readonly ChainInfo[]): void {
+    const { options, logger, metrics } = this.deps;
+    const found = options.chains.filter((name) =>
+      all.some((chain) => chain.family === 'ip' && chain.table === 'nat' && chain.name === name),
+    );
+    for (const chain of found) {
+      if (this.present.has(chain)) continue;
+      this.deps.events?.(
+        'LegacyChainPresent',
+        `the original ip-masq-agent's chain ${chain} is still in table ip nat: traffic we exempt may still be masqueraded there`,
+      );
+      logger.warn(
+        { chain },
+        "the original ip-masq-agent's chain is still in table ip nat: traffic we exempt may still be masqueraded there; " +
+          (options.remove
+            ? 'it is removed once our table is in the kernel'
+            : 'run with --remove-legacy-chain to delete it'),
+      );
+    }
+    this.present = new Set(found);
+    metrics?.setLegacyChainPresent(found.length > 0);
   }
 
   /** After a sync: removes the chain (once) when asked to and our table is in the kernel. */
   async afterSync(ourTableInPlace: boolean): Promise<void> {
     if (!this.removalPending || !ourTableInPlace) return;
     this.removalPending = false;
-    await this.handle(true);
+    await this.removeNow();
   }
 
   /** --cleanup --remove-legacy-chain: removes it now. */
   async remove(): Promise<void> {
     this.removalPending = false;
-    await this.handle(true);
+    await this.removeNow();
   }
 
-  private async handle(remove: boolean): Promise<void> {
+  private async removeNow(): Promise<void> {
     const { kernel, options, logger, metrics } = this.deps;
     let remaining: string[] = [];
     try {
       remaining = await kernel.legacyChains(options.chains);
       for (const chain of [...remaining]) {
-        if (!remove) {
-          this.deps.events?.(
-            'LegacyChainPresent',
-            `the original ip-masq-agent's chain ${chain} is still in table ip nat: traffic we exempt may still be masqueraded there`,
-          );
-          logger.warn(
-            { chain },
-            "the original ip-masq-agent's chain is still in table ip nat: traffic we exempt may still be masqueraded there; " +
-              (options.remove
-                ? 'it is removed once our table is in the kernel'
-                : 'run with --remove-legacy-chain to delete it'),
-          );
-          continue;
-        }
         const rules = await kernel.removeLegacyChain(chain);
         remaining = remaining.filter((name) => name !== chain);
+        this.present.delete(chain);
         logger.warn(
           { chain, jumpRulesDeleted: rules },
           "removed the original agent's chain from table ip nat",

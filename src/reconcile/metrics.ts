@@ -45,6 +45,8 @@ const helpTexts = {
     'The resyncInterval of the config in use (alerts measure staleness in it).',
   ipmasq_legacy_chain_present:
     "1 if the original ip-masq-agent's iptables chain is still in the nat table, else 0.",
+  ipmasq_other_nat_rules:
+    "Rules of another table's nat postrouting chain that may translate traffic this agent leaves alone, by table, chain and whether that chain runs before or after ours.",
   ipmasq_large_set_warning:
     '1 if a set is large enough to slow down every nftables command on the node, else 0.',
   ipmasq_conflicting_writer:
@@ -79,6 +81,7 @@ export class AgentMetrics {
   private readonly resyncInterval: Gauge;
   private readonly legacyChainPresent: Gauge;
   private readonly largeSetWarning: Gauge;
+  private readonly otherNatRules: Gauge<'table' | 'chain' | 'position'>;
   private readonly nftFailures: Counter<'kind'>;
   private readonly kernelReads: Counter;
   private readonly conflictingWriter: Gauge;
@@ -114,6 +117,10 @@ export class AgentMetrics {
     this.resyncInterval = new Gauge(this.series('ipmasq_resync_interval_seconds'));
     this.legacyChainPresent = new Gauge(this.series('ipmasq_legacy_chain_present'));
     this.largeSetWarning = new Gauge(this.series('ipmasq_large_set_warning'));
+    this.otherNatRules = new Gauge({
+      ...this.series('ipmasq_other_nat_rules'),
+      labelNames: ['table', 'chain', 'position'],
+    });
     this.conflictingWriter = new Gauge(this.series('ipmasq_conflicting_writer'));
     this.conntrackFlushed = new Counter({
       ...this.series('ipmasq_conntrack_flushed_total'),
@@ -231,6 +238,15 @@ export class AgentMetrics {
 
   setLegacyChainPresent(present: boolean): void {
     this.legacyChainPresent.set(present ? 1 : 0);
+  }
+
+  /** The findings of the last look at other NAT: each one's series; those gone are removed. */
+  setOtherNatRules(
+    findings: ReadonlyArray<{ table: string; chain: string; position: string; count: number }>,
+  ): void {
+    this.otherNatRules.reset();
+    for (const { table, chain, position, count } of findings)
+      this.otherNatRules.inc({ table, chain, position }, count);
   }
 
   incNftFailure(kind: NftFailureKind): void {

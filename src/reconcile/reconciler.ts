@@ -15,6 +15,8 @@ import { LegacyChain, type LegacyOptions } from './legacy.js';
 import type { AgentMetrics } from './metrics.js';
 import { describeKernelFailure, type KernelFailure } from './nft-failure.js';
 import { OtherAgentWatch } from './other-agent.js';
+import { OtherNatWatch, type LegacyNatReader } from './other-nat.js';
+import { standInName } from '../nftables/ownership.js';
 import { SetSizes } from './set-sizes.js';
 import type { SyncOutcome } from './runner.js';
 import { agentStatus, initialFacts, type AgentStatus, type SyncFacts } from './status.js';
@@ -44,6 +46,8 @@ export interface ReconcilerDeps {
   readonly cluster?: ClusterData;
   /** --kubernetes: Events on this Node (src/kubernetes/events.ts). */
   readonly events?: NodeEvents;
+  /** Which x_tables nat tables are loaded (tests pass their own; default: /proc/net). */
+  readonly readLegacyNat?: LegacyNatReader;
 }
 
 export class Reconciler {
@@ -52,6 +56,7 @@ export class Reconciler {
   private readonly converger: Converger;
   private readonly otherAgent: OtherAgentWatch;
   private readonly legacy: LegacyChain;
+  private readonly otherNat: OtherNatWatch;
   private readonly conntrack: ConntrackFlush;
   /** The config the kernel holds by our write or read-back; undefined while not known. */
   private inKernel: Config | undefined;
@@ -94,6 +99,19 @@ export class Reconciler {
       logger,
       metrics,
       ...(deps.events ? { events: deps.events } : {}),
+    });
+    const table = deps.compileOptions.table;
+    this.otherNat = new OtherNatWatch({
+      kernel,
+      logger,
+      metrics,
+      ...(deps.events ? { events: deps.events } : {}),
+      ...(deps.readLegacyNat ? { readLegacyNat: deps.readLegacyNat } : {}),
+      ours: (family, name) =>
+        (family === 'ip' || family === 'ip6') && (name === table || name === standInName(table)),
+      chainsSeen: (scan) => this.legacy.observe(scan.all),
+      intervalMs: () => this.resyncIntervalMs,
+      ...(deps.now ? { now: deps.now } : {}),
     });
     this.sizes = new SetSizes({
       compileOptions: deps.compileOptions,
@@ -140,8 +158,14 @@ export class Reconciler {
     this.facts = { ...this.facts, ...changes, lastSyncTime: new Date() };
   }
 
+  /** What the last look at other tables' nat chains reported (README, "Other NAT on the node"). */
+  get otherNatFindings() {
+    return this.otherNat.findings;
+  }
+
   async sync(): Promise<SyncOutcome> {
-    await this.legacy.checkOnce();
+    // At start and at each resync, before any write: who else translates.
+    await this.otherNat.lookIfDue();
     const started = performance.now();
     const seconds = () => (performance.now() - started) / 1000;
     const phases: Record<string, number> = {};

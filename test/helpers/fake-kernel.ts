@@ -3,10 +3,12 @@
 // them, and moves a generation id on every commit. Real behaviour is proven by the kernel tests.
 import type { AnyTableRef, Kernel } from '../../src/nftables/kernel.js';
 import type {
+  ChainInfo,
   CommitStep,
   DeletedFlows,
   FlowJudgement,
   FlowPlan,
+  RuleShape,
   TableRef,
 } from '../../src/nftables/types.js';
 import { parseAddress } from '../../src/cidr/index.js';
@@ -56,6 +58,21 @@ export class FakeKernel implements Kernel {
 
   async legacyChains(names: readonly string[]): Promise<string[]> {
     return names.filter((name) => this.legacy.has(name));
+  }
+
+  /** Every chain: the original agent's, in `ip nat`, without hooks or rules (nat-chains.ts is proven on the kernel). */
+  async chains(): Promise<ChainInfo[]> {
+    this.chainDumps++;
+    return [...this.legacy.keys()].map((name) => ({ family: 'ip', table: 'nat', name }));
+  }
+  chainDumps = 0;
+
+  async ruleShapes(): Promise<RuleShape[]> {
+    return [];
+  }
+
+  async listRules(): Promise<string> {
+    return '';
   }
 
   async removeLegacyChain(chain: string): Promise<number> {

@@ -1,0 +1,229 @@
+// Who else translates (README, "Other NAT on the node"): at start and at each resync, the other
+// tables' nat postrouting chains whose rules may translate traffic we leave alone, and a kernel's
+// legacy x_tables nat table, reported — one warning and one Event per distinct finding while it lasts,
+// the gauge ipmasq_other_nat_rules while it is there. The original agent's leftover chain is found by
+// the same look (legacy.ts keeps its own warning, metric and removal). Never fatal.
+import { readFile } from 'node:fs/promises';
+import type { Logger } from 'pino';
+import { escapeUnprintable } from '../cidr/index.js';
+import { errorText } from '../errors.js';
+import type { NodeEvents } from '../kubernetes/events.js';
+import { unmarkedTranslations } from '../nat-rules.js';
+import type { Kernel } from '../nftables/kernel.js';
+import { libnftablesVersion } from '../nftables/kernel.js';
+import {
+  positionOf,
+  scanNatChains,
+  type ListingCache,
+  type NatChain,
+  type NatPosition,
+  type NatScan,
+} from '../nftables/nat-chains.js';
+import type { ChainRules } from '../nftables/types.js';
+import type { AgentMetrics } from './metrics.js';
+
+/** One chain that may translate what we leave alone, as reported. */
+export interface OtherNatFinding {
+  /** `FAMILY NAME` (`ip nat`, `inet mesh`), or `iptables-legacy nat` / `ip6tables-legacy nat`. */
+  readonly table: string;
+  /** The base chain ('' for the legacy x_tables table). */
+  readonly chain: string;
+  readonly position: NatPosition | 'unknown';
+  /** How many of its rules may translate (for an unreadable chain: what the kernel's expressions show). */
+  readonly count: number;
+  /** Those rules as nft prints them, `CHAIN: rule` where reached through a jump; escaped, bounded. */
+  readonly rules: readonly string[];
+  /** Why its rules could not be printed. */
+  readonly unreadable?: string;
+  /** The chain's rules, to judge one flow by (--explain --live); absent when unreadable or legacy. */
+  readonly chainRules?: ChainRules;
+}
+
+/** How long one rule's text may be in a log line, metric-free message or Event. */
+export const RULE_TEXT_MAX = 240;
+/** How many rules one warning names; the count says how many more. */
+const RULES_SHOWN = 8;
+
+/** A foreign text made safe to log: control characters escaped, cut at RULE_TEXT_MAX. */
+export function shownRule(text: string): string {
+  const escaped = escapeUnprintable(text);
+  return escaped.length <= RULE_TEXT_MAX
+    ? escaped
+    : `${escaped.slice(0, RULE_TEXT_MAX)}… (${escaped.length} characters)`;
+}
+
+/** The x_tables families whose nat table the kernel has loaded (their rules nftables cannot show). */
+export type LegacyNatReader = () => Promise<Array<'ip' | 'ip6'>>;
+
+export const readLegacyNat: LegacyNatReader = async () => {
+  const found: Array<'ip' | 'ip6'> = [];
+  for (const [family, file] of [
+    ['ip', '/proc/net/ip_tables_names'],
+    ['ip6', '/proc/net/ip6_tables_names'],
+  ] as const) {
+    const names = await readFile(file, 'utf8').catch(() => '');
+    if (names.split('\n').includes('nat')) found.push(family);
+  }
+  return found;
+};
+
+/** What a look at the kernel found, as findings (pure but for the libnftables version in a text). */
+export function findingsOf(
+  scan: NatScan,
+  legacyNat: ReadonlyArray<'ip' | 'ip6'>,
+): OtherNatFinding[] {
+  const findings: OtherNatFinding[] = [];
+  for (const chain of scan.chains) {
+    const finding = findingOf(chain);
+    if (finding) findings.push(finding);
+  }
+  for (const family of legacyNat) {
+    findings.push({
+      table: `${family === 'ip' ? 'iptables' : 'ip6tables'}-legacy nat`,
+      chain: '',
+      position: 'unknown',
+      count: 1,
+      rules: ['(x_tables rules: nftables cannot show them; `iptables-legacy -t nat -S` does)'],
+    });
+  }
+  return findings;
+}
+
+function findingOf(chain: NatChain): OtherNatFinding | undefined {
+  const table = `${chain.family} ${chain.table}`;
+  const position = positionOf(chain.priority);
+  if (!chain.rules) {
+    if (chain.translating === 0) return undefined;
+    return {
+      table,
+      chain: chain.chain,
+      position,
+      count: chain.translating,
+      rules: [
+        `(unreadable by libnftables ${libnftablesVersion()}: ${shownRule(chain.unreadable ?? '')})`,
+      ],
+      ...(chain.unreadable !== undefined ? { unreadable: chain.unreadable } : {}),
+    };
+  }
+  const reported = unmarkedTranslations(chain.rules, chain.chain);
+  if (reported.length === 0) return undefined;
+  return {
+    table,
+    chain: chain.chain,
+    position,
+    count: reported.length,
+    rules: reported.map((rule) =>
+      shownRule(rule.chain === chain.chain ? rule.text : `${rule.chain}: ${rule.text}`),
+    ),
+    chainRules: chain.rules,
+  };
+}
+
+const whereOf = (f: OtherNatFinding) =>
+  f.chain ? `chain ${f.chain} of table ${f.table}` : `table ${f.table}`;
+
+const keyOf = (f: OtherNatFinding) =>
+  JSON.stringify([f.table, f.chain, f.position, f.count, f.rules]);
+
+export interface OtherNatDeps {
+  readonly kernel: Kernel;
+  readonly logger: Logger;
+  readonly metrics?: AgentMetrics;
+  readonly events?: NodeEvents;
+  /** Our own tables (and their stand-ins), which are not looked at. */
+  readonly ours: (family: string, table: string) => boolean;
+  /** Told, at each look, which chains of the namespace exist (the original agent's, legacy.ts). */
+  readonly chainsSeen?: (scan: NatScan) => void;
+  readonly readLegacyNat?: LegacyNatReader;
+  /** How long a look stays good: the resync interval. */
+  readonly intervalMs: () => number;
+  readonly now?: () => number;
+}
+
+export class OtherNatWatch {
+  private readonly deps: OtherNatDeps;
+  private readonly cache: ListingCache = new Map();
+  private reported = new Map<string, OtherNatFinding>();
+  private lastLook: number | undefined;
+  private lastError: string | undefined;
+
+  constructor(deps: OtherNatDeps) {
+    this.deps = deps;
+  }
+
+  /** The findings of the last look. */
+  get findings(): OtherNatFinding[] {
+    return [...this.reported.values()];
+  }
+
+  /**
+   * Looks when it never did, or about a resync interval after the last look (nine tenths of one: the
+   * periodic resync comes an interval after the previous sync, not exactly after its look).
+   */
+  async lookIfDue(): Promise<void> {
+    const now = (this.deps.now ?? Date.now)();
+    if (this.lastLook !== undefined && now - this.lastLook < 0.9 * this.deps.intervalMs()) return;
+    this.lastLook = now;
+    await this.look();
+  }
+
+  /** One look: reports what appeared, clears what went away. */
+  async look(): Promise<void> {
+    const { kernel, logger, metrics, events } = this.deps;
+    let findings: OtherNatFinding[];
+    try {
+      const scan = await scanNatChains(kernel, this.deps.ours, this.cache);
+      this.deps.chainsSeen?.(scan);
+      findings = findingsOf(scan, await (this.deps.readLegacyNat ?? readLegacyNat)());
+      if (this.lastError !== undefined) logger.info('other tables’ nat chains can be read again');
+      this.lastError = undefined;
+    } catch (err) {
+      // Never fatal: the last findings stand.
+      const message = errorText(err);
+      if (message !== this.lastError)
+        logger.warn({ err: message }, 'could not look at other tables’ nat chains');
+      this.lastError = message;
+      return;
+    }
+    const next = new Map(findings.map((finding) => [keyOf(finding), finding]));
+    const appeared = [...next].filter(([key]) => !this.reported.has(key)).map(([, f]) => f);
+    for (const finding of appeared) {
+      const { table, chain, position, count, rules } = finding;
+      const shown = rules.slice(0, RULES_SHOWN);
+      const more = rules.length > shown.length ? ` and ${rules.length - shown.length} more` : '';
+      const order =
+        position === 'before'
+          ? 'it runs before ours: flows it translates never reach our chain'
+          : position === 'after'
+            ? 'it runs after ours: it can translate flows we leave alone'
+            : position === 'same'
+              ? 'it has our priority: the kernel does not define which runs first'
+              : 'nftables cannot show its rules';
+      logger.warn(
+        { table, chain, position, rules: shown, translatingRules: count },
+        `${whereOf(finding)} may translate traffic this agent leaves alone (${order}): ${shown.join('; ')}${more}`,
+      );
+    }
+    // One Event per look for what appeared in it (Events are written at most once a minute per reason).
+    if (appeared.length > 0) {
+      events?.(
+        'OtherNATPresent',
+        'may translate traffic this agent leaves alone: ' +
+          appeared
+            .map((f) => `${whereOf(f)} (${f.position}), ${f.count} rule(s): ${f.rules[0] ?? ''}`)
+            .join('; '),
+      );
+    }
+    for (const [key, finding] of this.reported) {
+      if (next.has(key)) continue;
+      const where = whereOf(finding);
+      if (![...next.values()].some((f) => f.table === finding.table && f.chain === finding.chain))
+        logger.info(
+          { table: finding.table, chain: finding.chain },
+          `${where} no longer translates`,
+        );
+    }
+    this.reported = next;
+    metrics?.setOtherNatRules(findings);
+  }
+}
