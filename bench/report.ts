@@ -15,6 +15,7 @@ import { concatName, LINEAR, OURS, type DataPathResults } from './dataplane.js';
 import { arrivalLatencies, fmt, median, percentile, type Machine } from './harness.js';
 import type { IdleRow } from './idle.js';
 import type { KubernetesRow } from './kubernetes.js';
+import type { OtherNatRow } from './other-nat.js';
 import { NONE, type NeighbourRow } from './neighbour.js';
 import { CONCAT_LAYOUTS } from './scripts.js';
 import type { WriteResults } from './write.js';
@@ -38,6 +39,8 @@ export interface BenchResults {
   churn?: ChurnResult;
   /** The opt-in Kubernetes API at 5 000 Nodes (bench/kubernetes.ts), with when it was measured. */
   kubernetes?: KubernetesRow & { date: string };
+  /** The look at other tables' nat chains (bench/other-nat.ts), with when it was measured. */
+  otherNat?: { rows: OtherNatRow[]; date: string };
 }
 
 const CONCAT = concatName(CONCAT_LAYOUTS[0]?.name ?? 'addr . l4proto');
@@ -254,7 +257,23 @@ function values(r: BenchResults): Record<string, string> {
   ];
   const churn = r.churn;
   const k = r.kubernetes;
+  const o = r.otherNat;
   return {
+    otherNat: o
+      ? [
+          `Measured ${o.date.slice(0, 16).replace('T', ' ')} UTC with \`node --import=tsx bench/other-nat.ts\`: the look the agent makes at start and at each resync, run in a namespace of its own with the tables below; the first look's wall time (it prints the translating chains' rules through libnftables), then the CPU of each later look (median and p99 of 50), nothing having changed. Goal: an idle look beside a foreign 100 000-element set costs at most 10 ms of CPU more than without it.`,
+          '',
+          table(
+            ['tables', 'first look', 'idle look, CPU (median)', 'p99'],
+            o.rows.map((row) => [
+              row.setting,
+              ms(row.firstMs),
+              ms(row.idleCpuMs),
+              ms(row.idleCpuP99Ms),
+            ]),
+          ),
+        ].join('\n')
+      : '(not measured yet: `npm run bench -- --only other-nat`)',
     kubernetes: k
       ? [
           `Measured ${k.date.slice(0, 16).replace('T', ' ')} UTC with \`node --import=tsx bench/kubernetes.ts\`: the fake API server (harness/fake-apiserver.ts) in the agent's namespace holds ${n(k.nodes)} Nodes of ~16 KiB each (most of it \`status.images\`), listed in pages, then sends ${fmt(k.eventsPerSecond)} status updates a second for ${k.eventSeconds} s while five Nodes are added one by one.`,

@@ -14,6 +14,7 @@ import { describeMachine } from './harness.js';
 import { benchIdle } from './idle.js';
 import { benchKubernetes } from './kubernetes.js';
 import { benchNeighbour } from './neighbour.js';
+import { benchOtherNat } from './other-nat.js';
 import { renderMarkdown, writeReport, type BenchResults } from './report.js';
 import { workerRssMiB } from './worker-rss.js';
 import { benchWrites } from './write.js';
@@ -60,22 +61,25 @@ async function section<T>(name: string, fn: () => Promise<T>): Promise<T> {
 }
 
 /**
- * `--only kubernetes`: measures that section alone and puts it into docs/bench.json beside the
- * other sections' figures from their own run (each section says when it was measured).
+ * `--only kubernetes` or `--only other-nat`: measures that section alone and puts it into
+ * docs/bench.json beside the other sections' figures from their own run (each such section says
+ * when it was measured).
  */
-async function onlyKubernetes(): Promise<void> {
+async function onlySection(name: string): Promise<void> {
   const json = join(packageRoot, 'docs', 'bench.json');
   const results = JSON.parse(await readFile(json, 'utf8')) as BenchResults;
-  results.kubernetes = { ...(await benchKubernetes()), date: new Date().toISOString() };
+  const date = new Date().toISOString();
+  if (name === 'kubernetes') results.kubernetes = { ...(await benchKubernetes()), date };
+  else if (name === 'other-nat') results.otherNat = { rows: await benchOtherNat(), date };
+  else throw new Error(`--only: no section ${name} (kubernetes, other-nat)`);
   const style = { ...(await resolveConfig(json)), parser: 'json' as const };
   await writeFile(json, await format(JSON.stringify(results), style));
   await writeReport(results);
-  console.error('bench: wrote the Kubernetes section into docs/bench.json and docs/bench.md');
+  console.error(`bench: wrote the ${name} section into docs/bench.json and docs/bench.md`);
 }
 
 async function main(argv: readonly string[]): Promise<void> {
-  if (argv.includes('--only') && argv[argv.indexOf('--only') + 1] === 'kubernetes')
-    return onlyKubernetes();
+  if (argv.includes('--only')) return onlySection(argv[argv.indexOf('--only') + 1] ?? '');
   const quick = argv.includes('--quick');
   if (process.getuid?.() !== 0)
     throw new Error('the bench needs root: it creates network namespaces');
@@ -118,6 +122,10 @@ async function main(argv: readonly string[]): Promise<void> {
     ...(await benchKubernetes(quick ? 1_000 : 5_000, quick ? 5 : 20)),
     date: new Date().toISOString(),
   }));
+  const otherNat = await section('the look at other NAT', async () => ({
+    rows: await benchOtherNat(quick ? 10_000 : 100_000, quick ? 10 : 50),
+    date: new Date().toISOString(),
+  }));
   const results: BenchResults = {
     quick,
     machine,
@@ -137,6 +145,7 @@ async function main(argv: readonly string[]): Promise<void> {
     workerRssMiB: workerRss,
     churn,
     kubernetes,
+    otherNat,
   };
   if (quick && !argv.includes('--write')) {
     process.stdout.write(renderMarkdown(results));
