@@ -12,7 +12,7 @@ import { verdictFor, type NatFlow, type OtherNatVerdict } from '../nat-rules.js'
 import {
   findingsOf,
   readLegacyNat,
-  shownRule,
+  shownRuleOf,
   type OtherNatFinding,
 } from '../reconcile/other-nat.js';
 import { checkPath } from '../config/check.js';
@@ -202,12 +202,7 @@ function otherNatNotes(findings: readonly OtherNatFinding[], flow: NatFlow): Oth
     }
     const found = verdictFor(f.chainRules, f.chain, flow);
     if (!found) continue;
-    const { rule } = found;
-    notes.push({
-      ...where,
-      rule: shownRule(rule.chain === f.chain ? rule.text : `${rule.chain}: ${rule.text}`),
-      verdict: found.verdict,
-    });
+    notes.push({ ...where, rule: shownRuleOf(found.rule, f.chain), verdict: found.verdict });
   }
   return notes;
 }

@@ -19,7 +19,7 @@ import {
   type NatPosition,
   type NatScan,
 } from '../nftables/nat-chains.js';
-import type { ChainRules } from '../nftables/types.js';
+import type { ChainRules, ListedRule } from '../nftables/types.js';
 import type { AgentMetrics } from './metrics.js';
 
 /** One chain that may translate what we leave alone, as reported. */
@@ -50,6 +50,11 @@ export function shownRule(text: string): string {
   return escaped.length <= RULE_TEXT_MAX
     ? escaped
     : `${escaped.slice(0, RULE_TEXT_MAX)}… (${escaped.length} characters)`;
+}
+
+/** A reported rule as shown: `CHAIN: rule` where it is reached through a jump from `base`. */
+export function shownRuleOf(rule: ListedRule, base: string): string {
+  return shownRule(rule.chain === base ? rule.text : `${rule.chain}: ${rule.text}`);
 }
 
 /** The x_tables families whose nat table the kernel has loaded (their rules nftables cannot show). */
@@ -91,13 +96,11 @@ export function findingsOf(
 
 function findingOf(chain: NatChain): OtherNatFinding | undefined {
   const table = `${chain.family} ${chain.table}`;
-  const position = positionOf(chain.priority);
+  const where = { table, chain: chain.chain, position: positionOf(chain.priority) };
   if (!chain.rules) {
     if (chain.translating === 0) return undefined;
     return {
-      table,
-      chain: chain.chain,
-      position,
+      ...where,
       count: chain.translating,
       rules: [
         `(unreadable by libnftables ${libnftablesVersion()}: ${shownRule(chain.unreadable ?? '')})`,
@@ -108,13 +111,9 @@ function findingOf(chain: NatChain): OtherNatFinding | undefined {
   const reported = unmarkedTranslations(chain.rules, chain.chain);
   if (reported.length === 0) return undefined;
   return {
-    table,
-    chain: chain.chain,
-    position,
+    ...where,
     count: reported.length,
-    rules: reported.map((rule) =>
-      shownRule(rule.chain === chain.chain ? rule.text : `${rule.chain}: ${rule.text}`),
-    ),
+    rules: reported.map((rule) => shownRuleOf(rule, chain.chain)),
     chainRules: chain.rules,
   };
 }
