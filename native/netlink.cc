@@ -444,4 +444,34 @@ Rules ListRules(const std::string& family, const std::string& table, const std::
   return result;
 }
 
+// One NFT_MSG_GETOBJ dump of the table's counters.
+Counters ListCounters(const std::string& family, const std::string& table) {
+  Counters result{{true, ""}, {}};
+  const uint8_t number = FamilyNumber(family);
+  if (number == NFPROTO_UNSPEC) return {{false, "unknown family " + family}, {}};
+  std::vector<char> attrs;
+  Writer writer(&attrs);
+  writer.PutString(NFTA_OBJ_TABLE, table);
+  const uint32_t type = htonl(NFT_OBJECT_COUNTER);
+  writer.Put(NFTA_OBJ_TYPE, &type, sizeof(type));
+  Counter* current = nullptr;
+  result.status = NetlinkRequest(
+      NFT_MSG_GETOBJ, NLM_F_DUMP, "NFT_MSG_GETOBJ",
+      [&](uint8_t) {
+        result.counters.push_back({});
+        current = &result.counters.back();
+      },
+      [&](uint16_t attr, const char* data, size_t len) {
+        if (attr == NFTA_OBJ_NAME) current->name = Text(data, len);
+        if (attr == NFTA_OBJ_DATA)
+          ForEachAttr(data, len, [&](uint16_t item, const char* value, size_t value_len) {
+            if (item == NFTA_COUNTER_PACKETS) current->packets = Be64(value, value_len);
+            if (item == NFTA_COUNTER_BYTES) current->bytes = Be64(value, value_len);
+          });
+        return true;
+      },
+      number, attrs);
+  return result;
+}
+
 }  // namespace netlink

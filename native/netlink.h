@@ -62,6 +62,19 @@ struct Rules {
 // `family` as nft names it (ip, ip6, inet, …); an unknown one is an error.
 Rules ListRules(const std::string& family, const std::string& table, const std::string& chain);
 
+// A table's named counters and their counts (NFT_MSG_GETOBJ, filtered by the kernel to the table
+// and to counters): no set's elements, no rules.
+struct Counter {
+  std::string name;
+  uint64_t packets = 0;
+  uint64_t bytes = 0;
+};
+struct Counters {
+  Status status;
+  std::vector<Counter> counters;
+};
+Counters ListCounters(const std::string& family, const std::string& table);
+
 // Replaces what a set of ours holds with these keys, in one transaction (a batch of a flush and
 // the additions), each element taking the set's own timeout. Keys are the set's key bytes, as the
 // kernel stores a concatenation: each part in network order, padded to 4 bytes.

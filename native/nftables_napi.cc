@@ -182,6 +182,31 @@ Napi::Value Rules(const Napi::CallbackInfo& info) {
                });
 }
 
+// listCounters(family: string, table: string): Promise<Array<{ name, packets, bytes }>>
+Napi::Value CountersOf(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 2 || !info[0].IsString() || !info[1].IsString())
+    throw Napi::TypeError::New(env, "listCounters(family: string, table: string)");
+  std::string family = info[0].As<Napi::String>().Utf8Value();
+  std::string table = info[1].As<Napi::String>().Utf8Value();
+  return Queue(env, [family = std::move(family), table = std::move(table)] {
+    netlink::Counters result = netlink::ListCounters(family, table);
+    if (!result.status.ok) return Failed(result.status.error);
+    return Value([counters = std::move(result.counters)](Napi::Env env) {
+      Napi::Array array = Napi::Array::New(env, counters.size());
+      for (size_t i = 0; i < counters.size(); i++) {
+        Napi::Object object = Napi::Object::New(env);
+        object.Set("name", counters[i].name);
+        // Exact up to 2^53: years of packets at line rate.
+        object.Set("packets", static_cast<double>(counters[i].packets));
+        object.Set("bytes", static_cast<double>(counters[i].bytes));
+        array.Set(static_cast<uint32_t>(i), object);
+      }
+      return array;
+    });
+  });
+}
+
 // Pairs of first and last address (4 or 16 bytes each, network order), sorted, disjoint.
 std::vector<conntrack::Range> RangesOf(Napi::Env env, Napi::Value value, size_t width) {
   if (!value.IsBuffer()) throw Napi::TypeError::New(env, "ranges must be a Buffer");
@@ -375,6 +400,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("listTables", Napi::Function::New(env, Tables));
   exports.Set("listChains", Napi::Function::New(env, Chains));
   exports.Set("listRules", Napi::Function::New(env, Rules));
+  exports.Set("listCounters", Napi::Function::New(env, CountersOf));
   exports.Set("conntrackJudge", Napi::Function::New(env, ConntrackJudge));
   exports.Set("conntrackHold", Napi::Function::New(env, ConntrackHold));
   exports.Set("conntrackDelete", Napi::Function::New(env, ConntrackDelete));

@@ -20,7 +20,9 @@ import { errorText } from './errors.js';
 
 /** The agent's metrics, labelled with what it is built from. */
 export function agentMetrics(): AgentMetrics {
-  return new AgentMetrics({ version: version(), libnftables: libnftablesVersion() });
+  const metrics = new AgentMetrics({ version: version(), libnftables: libnftablesVersion() });
+  metrics.conntrackHealth();
+  return metrics;
 }
 
 const SHUTDOWN_BUDGET_MS = 4_000;
@@ -109,6 +111,15 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   stop = async () => api?.stop();
   if (stopping) return;
   const reconciler = makeReconciler(options, logger, metrics, nftKernel, api);
+  const { table, enableIPv6 } = plan(options).compile;
+  metrics.decisions(async () =>
+    Promise.all(
+      (enableIPv6 ? (['ip', 'ip6'] as const) : (['ip'] as const)).map(async (family) => ({
+        family: family === 'ip' ? ('ipv4' as const) : ('ipv6' as const),
+        counters: await nftKernel.counters({ family, name: table }),
+      })),
+    ),
+  );
   const memory = new MemoryPolicy();
   memory.start();
   const syncs = new SyncRunner({

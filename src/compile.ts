@@ -5,6 +5,8 @@ import type { Config, SnatRange } from './config/types.js';
 import { markText, TABLE_COMMENT, type WriteMark } from './nftables/ownership.js';
 import {
   BASE_CHAIN,
+  countIn,
+  DECISION_COUNTERS,
   EGRESS_INTERFACES_SET,
   LATE_REPLIES_CHAIN,
   lateRepliesChain,
@@ -61,8 +63,12 @@ export function masqueradeRules(
   randomFully: boolean,
   toPorts: readonly PortRange[],
   snat?: { readonly family: TableFamily; readonly to: SnatRange },
+  count = '',
 ): string[] {
   const flags = randomFully ? ' fully-random' : '';
+  // The counting statement, where given, right before the translating one: a flow is counted by the
+  // rule that translates it, once.
+  const counted = count ? `${count} ` : '';
   const sizes = toPorts.map((r) => r.last - r.first + 1);
   // An IPv6 address before a port is bracketed; nft lists `snat to` as written here.
   const bracket = (address: string) => (snat?.family === 'ip6' ? `[${address}]` : address);
@@ -82,9 +88,9 @@ export function masqueradeRules(
       i < toPorts.length - 1
         ? ` numgen random mod ${remaining} < ${integer(sizes[i] ?? 0, 'size')}`
         : '';
-    return `meta l4proto { tcp, udp, sctp }${draw} ${withPorts(ports)}${flags}`;
+    return `meta l4proto { tcp, udp, sctp }${draw} ${counted}${withPorts(ports)}${flags}`;
   });
-  rules.push(snat ? `snat to ${snatText(snat.to)}${flags}` : `masquerade${flags}`);
+  rules.push(counted + (snat ? `snat to ${snatText(snat.to)}${flags}` : `masquerade${flags}`));
   return rules;
 }
 
@@ -153,7 +159,7 @@ function stepRules(
   const match = `${stepSet(step, family, layout).key.expression} ${step.takes === 'listed' ? '' : '!= '}@${step.set}`;
   return step.outcome === 'translated'
     ? translate.map((statement) => `${match} ${statement}`)
-    : [`${match} return`];
+    : [`${match} ${countIn(step.outcome)} return`];
 }
 
 /** The sets in the order a table declares them (README, "Reading `nft list table ip ipmasq`"). */
@@ -171,6 +177,7 @@ function compileFamily(
     options.randomFully,
     options.toPorts,
     decision.snat ? { family, to: decision.snat } : undefined,
+    countIn('translated'),
   );
   const listed = decision.steps.filter((step): step is ListStep => step.field !== undefined);
   const sets = listed
@@ -185,6 +192,7 @@ function compileFamily(
     name: options.table,
     // What the table carries for good: whose it is; the jump rule carries every write's mark.
     comment: TABLE_COMMENT,
+    counters: DECISION_COUNTERS,
     sets: [...sets, lateRepliesSet(family)],
     chains: [
       {

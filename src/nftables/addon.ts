@@ -10,6 +10,7 @@ import {
   nftFailureKinds,
   type ChainInfo,
   type CommitStep,
+  type CounterValue,
   type DeletedFlows,
   type FlowJudgement,
   type FlowPlan,
@@ -48,6 +49,7 @@ interface NativeAddon {
   listTables(): Promise<Array<{ family: string; name: string }>>;
   listChains(): Promise<ChainInfo[]>;
   listRules(family: string, table: string, chain: string): Promise<RuleShape[]>;
+  listCounters(family: string, table: string): Promise<CounterValue[]>;
   conntrackJudge(request: {
     family: 4 | 6;
     protocols: number[];
@@ -221,6 +223,14 @@ export async function nftRuleShapes(
 ): Promise<RuleShape[]> {
   const native = addon();
   return serialised(() => native.listRules(family, table, chain));
+}
+
+/**
+ * A table's named counters with their counts, from one netlink dump (no rules, no set elements).
+ * Not queued behind our writes: a scrape must not wait for one (a read changes nothing).
+ */
+export async function nftCounters(family: string, table: string): Promise<CounterValue[]> {
+  return addon().listCounters(family, table);
 }
 
 /** Packed buffers by range list: a judgement may pass the same list more than once. */

@@ -2,8 +2,21 @@
 // wire"): which shape each set's change takes, as measured, and the transactions for each shape.
 import type { TransientObjects } from './listing.js';
 import { STAND_IN_COMMENT, standInName } from './ownership.js';
-import { elementList, renderChain, renderTable, setBlock, validateTable } from './render.js';
-import { frozenElements, type Elements, type NamedSet, type Table } from './types.js';
+import {
+  counterBlock,
+  elementList,
+  renderChain,
+  renderTable,
+  setBlock,
+  validateTable,
+} from './render.js';
+import {
+  frozenElements,
+  type CounterValue,
+  type Elements,
+  type NamedSet,
+  type Table,
+} from './types.js';
 
 /** The names of a table's sets that a change keeps or makes: all but the transient ones. */
 function keyedNames(table: Table): string[] {
@@ -57,6 +70,10 @@ export function renderInPlace(
     }
     if (added.length > 0) additions.push(...setBlock(set, family, added));
   }
+  // Counters the kernel may not hold yet (a table of a release before them): declaring one that
+  // exists changes nothing, so where the old table is not known, all are declared.
+  const counters = (next.counters ?? []).filter((counter) => !old?.counters?.includes(counter));
+  additions.unshift(...counters.flatMap((counter) => counterBlock(counter)));
   if (additions.length > 0) lines.push(`table ${family} ${name} {`, ...additions, '}');
   for (const chain of next.chains) {
     if (remake && chain.transient) continue;
@@ -250,9 +267,14 @@ export function renderKeyChange(
       chain.base ? chain : { ...chain, rules: chain.rules.map(toTemporary) },
     ),
   };
+  // The counters the rules of step 2 count in, declared with the sets of step 1 (a no-op when held).
   const block = (sets: readonly NamedSet[]) =>
-    [`table ${family} ${name} {`, ...sets.flatMap((set) => setBlock(set, family)), '}'].join('\n') +
-    '\n';
+    [
+      `table ${family} ${name} {`,
+      ...(next.counters ?? []).flatMap((counter) => counterBlock(counter)),
+      ...sets.flatMap((set) => setBlock(set, family)),
+      '}',
+    ].join('\n') + '\n';
   const decisionRules = moved.chains
     .filter((chain) => !chain.base)
     .flatMap((chain) => [
@@ -291,11 +313,15 @@ export function renderKeyChange(
  * 2 in 40 makings, 0 so; deleting a whole table let none through). The last transaction carries
  * the mark. `leftover`: a stand-in of an interrupted upgrade is there, and is made anew.
  */
-export function renderUpgrade(table: Table, leftover: boolean): string[] {
+export function renderUpgrade(
+  table: Table,
+  leftover: boolean,
+  counts?: readonly CounterValue[],
+): string[] {
   const { family } = table;
   const standIn: Table = { ...table, name: standInName(table.name), comment: STAND_IN_COMMENT };
-  const unhooked = (t: Table) =>
-    renderTable({ ...t, chains: t.chains.map((c) => (c.base ? { ...c, rules: [] } : c)) });
+  const unhooked = (t: Table, from?: readonly CounterValue[]) =>
+    renderTable({ ...t, chains: t.chains.map((c) => (c.base ? { ...c, rules: [] } : c)) }, from);
   const hooks = (t: Table) =>
     t.chains
       .filter((c) => c.base)
@@ -306,7 +332,8 @@ export function renderUpgrade(table: Table, leftover: boolean): string[] {
     (leftover ? remove(standIn) : '') + unhooked(standIn),
     hooks(standIn),
     remove(table),
-    unhooked(table),
+    // The new table's counters go on from the old one's (what the stand-in counted meanwhile is lost).
+    unhooked(table, counts),
     hooks(table) + remove(standIn),
   ];
 }

@@ -6,6 +6,7 @@ import {
   judgeFlows,
   NftError,
   nftChains,
+  nftCounters,
   nftGenerationId,
   nftRuleShapes,
   nftTableNames,
@@ -15,6 +16,7 @@ import {
 import type {
   ChainInfo,
   CommitStep,
+  CounterValue,
   DeletedFlows,
   FlowJudgement,
   FlowPlan,
@@ -45,6 +47,8 @@ export interface Kernel {
   listRules(
     chains: ReadonlyArray<{ family: string; table: string; chain: string }>,
   ): Promise<string>;
+  /** A table's named counters and their counts, from plain netlink ([] when the table is absent). */
+  counters(ref: TableRef): Promise<CounterValue[]>;
   /** Whether libnftables can list this table (false when listing it crashes or hangs libnftables). */
   readable(ref: AnyTableRef): Promise<boolean>;
   /** Which of these chains exist in iptables-nft's `ip nat` (the original agent's, docs/migration.md). */
@@ -112,6 +116,14 @@ export const nftKernel: Kernel = {
   tableNames: nftTableNames,
   chains: nftChains,
   ruleShapes: nftRuleShapes,
+  async counters(ref) {
+    try {
+      return await nftCounters(ref.family, ref.name);
+    } catch (err) {
+      if (/No such file or directory/.test(String(err))) return [];
+      throw err;
+    }
+  },
   async listRules(chains) {
     // A call per chain: libnftables 1.0.6 fills its cache for the last of several `list chain`
     // commands only, and fails the others. Names are checked by the caller (nat-chains.ts).

@@ -36,6 +36,17 @@ export const {
   LATE_REPLIES_CHAIN,
 } = objectNames;
 
+/**
+ * The named counters of the decision chain's outcomes (README, "What the node's NAT does"): each step
+ * counts the new flows it decides. Objects of the table, so a write that changes the rules keeps
+ * their counts; a table written whole is given them back (reconcile/converge.ts).
+ */
+export const DECISION_COUNTERS = ['translated', 'exempt', 'skipped'] as const;
+export type DecisionCounter = (typeof DECISION_COUNTERS)[number];
+
+/** The statement counting a flow in one of them. */
+export const countIn = (counter: DecisionCounter) => `counter name "${counter}"`;
+
 /** A UDP reply's addresses and ports, from the remote to the pod, as the late-replies set keys them. */
 export function lateReplyKey(family: TableFamily): string {
   return `${family} saddr . udp sport . ${family} daddr . udp dport`;

@@ -2,11 +2,24 @@
 // prints, so the same text serves as the write and as the expectation a read-back is compared with.
 import { formatAddress, parseCidr, prefixRange, type Prefix } from '../cidr/index.js';
 import { nameProblem } from './names.js';
-import type { Chain, Elements, TableFamily, NamedSet, Table, TableRef } from './types.js';
+import type {
+  Chain,
+  CounterValue,
+  Elements,
+  TableFamily,
+  NamedSet,
+  Table,
+  TableRef,
+} from './types.js';
 
 /** Throws unless every name is a plain identifier and the comment cannot break out of its quotes. */
 export function validateTable(table: Table): void {
-  const names = [table.name, ...table.sets.map((s) => s.name), ...table.chains.map((c) => c.name)];
+  const names = [
+    table.name,
+    ...(table.counters ?? []),
+    ...table.sets.map((s) => s.name),
+    ...table.chains.map((c) => c.name),
+  ];
   for (const name of names) {
     const problem = nameProblem(name);
     if (problem) throw new Error(`invalid nftables name ${JSON.stringify(name)}: ${problem}`);
@@ -135,11 +148,31 @@ export function renderChain(chain: Chain): string[] {
   return lines;
 }
 
-/** The table as one nested block: elements inside the set block, which keeps nft's cache fill away. */
-export function renderTable(table: Table): string {
+/**
+ * A named counter's declaration; with `value`, it starts from those counts (a table written whole
+ * keeps its counters' counts: reconcile/converge.ts). Declaring one that exists changes nothing.
+ */
+export function counterBlock(name: string, value?: CounterValue): string[] {
+  const counts = value
+    ? [`\t\tpackets ${integer(value.packets)} bytes ${integer(value.bytes)}`]
+    : [];
+  return [`\tcounter ${name} {`, ...counts, '\t}'];
+}
+
+/**
+ * The table as one nested block: elements inside the set block, which keeps nft's cache fill away.
+ * `counts`: where its counters start (by name), when the table is written whole over one that had them.
+ */
+export function renderTable(table: Table, counts?: readonly CounterValue[]): string {
   validateTable(table);
   const body = [
     `\tcomment "${table.comment}"`,
+    ...(table.counters ?? []).flatMap((name) =>
+      counterBlock(
+        name,
+        counts?.find((count) => count.name === name),
+      ),
+    ),
     ...table.sets.flatMap((set) => setBlock(set, table.family)),
     ...table.chains.flatMap(renderChain),
   ];
@@ -150,12 +183,16 @@ export function renderTable(table: Table): string {
  * One transaction that replaces each table whole (add makes the delete safe when it is absent)
  * and deletes the stale ones: a packet sees the old ruleset or the new one, never a mix.
  */
-export function renderReplace(tables: readonly Table[], stale: readonly TableRef[] = []): string {
+export function renderReplace(
+  tables: readonly Table[],
+  stale: readonly TableRef[] = [],
+  counts?: ReadonlyMap<TableFamily, readonly CounterValue[]>,
+): string {
   const parts: string[] = [];
   for (const table of tables) {
     parts.push(`add table ${table.family} ${table.name}`);
     parts.push(`delete table ${table.family} ${table.name}`);
-    parts.push(renderTable(table));
+    parts.push(renderTable(table, counts?.get(table.family)));
   }
   return parts.join('\n') + '\n' + renderDelete(stale);
 }
@@ -172,24 +209,28 @@ export function renderDelete(refs: readonly TableRef[]): string {
  * the range the agent renders (measured alike with nft 1.0.6 and 1.1.3).
  */
 export function normaliseListing(text: string): string {
-  return text
-    .replace(/\s+/g, ' ')
-    .trim()
-    .replace(
-      /snat to ([0-9a-f.:]+)\/(\d{1,3})(:\d+(?:-\d+)?)?/g,
-      (written, address: string, length: string, ports = '') => {
-        let prefix: Prefix;
-        try {
-          prefix = parseCidr(`${address}/${length}`);
-        } catch {
-          return written;
-        }
-        const [first, last] = prefixRange(prefix).map((a) => formatAddress(prefix.family, a));
-        const bracket = (a: string) => (prefix.family === 6 && ports !== '' ? `[${a}]` : a);
-        const range = first === last ? bracket(first!) : `${bracket(first!)}-${bracket(last!)}`;
-        return `snat to ${range}${ports}`;
-      },
-    );
+  return (
+    text
+      .replace(/\s+/g, ' ')
+      .trim()
+      // A named counter's counts are the kernel's: the declaration is what is compared.
+      .replace(/(counter [A-Za-z0-9_-]+ \{) packets \d+ bytes \d+ \}/g, '$1 }')
+      .replace(
+        /snat to ([0-9a-f.:]+)\/(\d{1,3})(:\d+(?:-\d+)?)?/g,
+        (written, address: string, length: string, ports = '') => {
+          let prefix: Prefix;
+          try {
+            prefix = parseCidr(`${address}/${length}`);
+          } catch {
+            return written;
+          }
+          const [first, last] = prefixRange(prefix).map((a) => formatAddress(prefix.family, a));
+          const bracket = (a: string) => (prefix.family === 6 && ports !== '' ? `[${a}]` : a);
+          const range = first === last ? bracket(first!) : `${bracket(first!)}-${bracket(last!)}`;
+          return `snat to ${range}${ports}`;
+        },
+      )
+  );
 }
 
 /** The table's listing without its own comment line, which nftables never changes once written. */

@@ -79,6 +79,8 @@ export interface Table {
   readonly family: TableFamily;
   readonly name: string;
   readonly comment: string;
+  /** Named counter objects, declared before the sets (as nft lists them). */
+  readonly counters?: readonly string[];
   readonly sets: readonly NamedSet[];
   readonly chains: readonly Chain[];
 }
@@ -190,3 +192,10 @@ export interface ListedRule {
 
 /** A base chain's rules and those of the chains it jumps to, by chain name, in order. */
 export type ChainRules = ReadonlyMap<string, readonly ListedRule[]>;
+
+/** A named counter's values, as the kernel holds them. */
+export interface CounterValue {
+  readonly name: string;
+  readonly packets: number;
+  readonly bytes: number;
+}

@@ -15,7 +15,7 @@ import {
   setChange,
 } from '../nftables/change.js';
 import { prerenderElements, renderDelete, renderReplace, renderTable } from '../nftables/render.js';
-import type { CommitStep, Table, TableFamily } from '../nftables/types.js';
+import type { CommitStep, CounterValue, Table, TableFamily } from '../nftables/types.js';
 import { NftError } from '../nftables/kernel.js';
 import { errorText } from '../errors.js';
 import type { Kernel } from '../nftables/kernel.js';
@@ -358,6 +358,16 @@ export class Converger {
     return structure === 'key' ? { kind: 'key', present, ...withRemake } : { kind: 'replace' };
   }
 
+  /**
+   * The counts of our table's counters, for a write that makes it whole again (README, "What the
+   * node's NAT does": the decisions' counters never go back while the table lives). Read right before
+   * the write; what is counted between the read and the commit is lost. None from a table not ours.
+   */
+  private async counts(table: Table, found: KernelTables | undefined): Promise<CounterValue[]> {
+    if (found?.owners.get(table.family)?.kind !== 'ours') return [];
+    return this.deps.kernel.counters(table).catch(() => []);
+  }
+
   /** The transactions of one write, in order: the last one carries the write's mark. */
   private async scripts(
     tables: readonly Table[],
@@ -404,14 +414,24 @@ export class Converger {
           last += renderTable(table);
           break;
         case 'replace':
-          last += renderReplace([table]);
+          last += renderReplace(
+            [table],
+            [],
+            new Map([[table.family, await this.counts(table, found)]]),
+          );
           break;
         case 'upgrade':
           this.deps.logger.info(
             { table: `${table.family} ${table.name}` },
             'our table was written by an older release: made anew beside a stand-in, once',
           );
-          staged(renderUpgrade(table, found?.standIns.get(table.family) === 'ours'));
+          staged(
+            renderUpgrade(
+              table,
+              found?.standIns.get(table.family) === 'ours',
+              await this.counts(table, found),
+            ),
+          );
           upgraded.add(table.family);
           break;
       }

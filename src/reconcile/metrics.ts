@@ -1,8 +1,9 @@
 // The agent's Prometheus series (README, "HTTP"). Each instance owns its Registry so that tests, and
 // anything else sharing the process, never collide in prom-client's global one.
 import type { AddressFamily } from '../config/types.js';
-import { nftFailureKinds, type NftFailureKind } from '../nftables/types.js';
+import { nftFailureKinds, type CounterValue, type NftFailureKind } from '../nftables/types.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { readConntrackHealth, type ConntrackHealth } from './conntrack-health.js';
 
 export type SyncResult = 'applied' | 'unchanged' | 'error';
 
@@ -47,6 +48,12 @@ const helpTexts = {
     "1 if the original ip-masq-agent's iptables chain is still in the nat table, else 0.",
   ipmasq_other_nat_rules:
     "Rules of another table's nat postrouting chain that may translate traffic this agent leaves alone, by table, chain and whether that chain runs before or after ours.",
+  ipmasq_flows_total:
+    'New flows our decision chain decided, by family and decision: translated, exempt (the non-masquerade set) or skipped (the egress policy). Counted in the kernel.',
+  ipmasq_conntrack_entries: "Entries in the node namespace's conntrack table.",
+  ipmasq_conntrack_max: 'The conntrack table size limit (nf_conntrack_max).',
+  ipmasq_conntrack_events_total:
+    "The kernel's conntrack statistics summed over the CPUs, by kind: insert_failed, drop, early_drop, clash_resolve.",
   ipmasq_large_set_warning:
     '1 if a set is large enough to slow down every nftables command on the node, else 0.',
   ipmasq_conflicting_writer:
@@ -164,6 +171,69 @@ export class AgentMetrics {
     }
     const [own, runtime] = await Promise.all([this.registry.metrics(), cached.text]);
     return own + runtime;
+  }
+
+  /**
+   * The decisions the kernel counted (README, "What the node's NAT does"): our tables' named
+   * counters, read when scraped, at most once a second, over plain netlink (no set's elements: the
+   * same cost at any number of CIDRs). A family whose table is not there has no series.
+   */
+  decisions(
+    read: () => Promise<
+      ReadonlyArray<{ family: AddressFamily; counters: readonly CounterValue[] }>
+    >,
+  ): void {
+    let last: { at: number; value: ReturnType<typeof read> } | undefined;
+    new Counter({
+      ...this.series('ipmasq_flows_total'),
+      labelNames: ['family', 'decision'],
+      async collect() {
+        const now = Date.now();
+        if (!last || now - last.at >= 1_000) last = { at: now, value: read().catch(() => []) };
+        const tables = await last.value;
+        this.reset();
+        for (const { family, counters } of tables)
+          for (const { name, packets } of counters) this.inc({ family, decision: name }, packets);
+      },
+    });
+  }
+
+  /**
+   * Conntrack health (README, "What the node's NAT does"): read when scraped, at most once a second
+   * (cheap: /proc, no dump); absent where conntrack is not loaded.
+   */
+  conntrackHealth(read: () => Promise<ConntrackHealth | undefined> = readConntrackHealth): void {
+    let last: { at: number; value: Promise<ConntrackHealth | undefined> } | undefined;
+    const current = () => {
+      const now = Date.now();
+      if (!last || now - last.at >= 1_000) last = { at: now, value: read() };
+      return last.value;
+    };
+    new Gauge({
+      ...this.series('ipmasq_conntrack_entries'),
+      async collect() {
+        const health = await current();
+        this.reset();
+        if (health) this.set(health.entries);
+      },
+    });
+    new Gauge({
+      ...this.series('ipmasq_conntrack_max'),
+      async collect() {
+        const health = await current();
+        this.reset();
+        if (health) this.set(health.max);
+      },
+    });
+    new Counter({
+      ...this.series('ipmasq_conntrack_events_total'),
+      labelNames: ['kind'],
+      async collect() {
+        const health = await current();
+        this.reset();
+        for (const [kind, value] of Object.entries(health?.events ?? {})) this.inc({ kind }, value);
+      },
+    });
   }
 
   /**

@@ -138,7 +138,7 @@ if (requireRoot(t)) {
     }
     // A single rule deleted by hand, by its handle.
     const listing = (await nft('-a', 'list', 'chain', 'ip', 'ipmasq', 'IP-MASQ-AGENT')).stdout;
-    const handle = /@nonmasq return # handle (\d+)/.exec(listing)?.[1];
+    const handle = /@nonmasq counter name "exempt" return # handle (\d+)/.exec(listing)?.[1];
     t.ok(handle, 'found the rule');
     const before = (await generation()) ?? 0;
     await nft('delete', 'rule', 'ip', 'ipmasq', 'IP-MASQ-AGENT', 'handle', String(handle));

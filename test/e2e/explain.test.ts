@@ -151,7 +151,7 @@ if (requireRoot(t)) {
         const listing = (
           await inNetns(topo.node, 'nft', ['-a', 'list', 'chain', 'ip', 'ipmasq', 'IP-MASQ-AGENT'])
         ).stdout;
-        const handle = /@nonmasq return # handle (\d+)/.exec(listing)?.[1];
+        const handle = /@nonmasq counter name "exempt" return # handle (\d+)/.exec(listing)?.[1];
         t.ok(handle, `${layout}: the return rule is there`);
         await inNetns(topo.node, 'nft', [
           'delete',

@@ -45,7 +45,7 @@ if (requireRoot(t)) {
         async () => {
           const listing = (await nft('-a', 'list', 'chain', 'ip', 'ipmasq', 'IP-MASQ-AGENT'))
             .stdout;
-          const handle = /@nonmasq return # handle (\d+)/.exec(listing)?.[1];
+          const handle = /@nonmasq counter name "exempt" return # handle (\d+)/.exec(listing)?.[1];
           if (!handle) throw new Error(`no rule handle in ${listing}`);
           return nft('delete', 'rule', 'ip', 'ipmasq', 'IP-MASQ-AGENT', 'handle', handle);
         },

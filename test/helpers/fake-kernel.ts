@@ -5,6 +5,7 @@ import type { AnyTableRef, Kernel } from '../../src/nftables/kernel.js';
 import type {
   ChainInfo,
   CommitStep,
+  CounterValue,
   DeletedFlows,
   FlowJudgement,
   FlowPlan,
@@ -66,6 +67,13 @@ export class FakeKernel implements Kernel {
     return [...this.legacy.keys()].map((name) => ({ family: 'ip', table: 'nat', name }));
   }
   chainDumps = 0;
+
+  /** Counts the fake's tables hold, by `FAMILY NAME` (set by a test). */
+  counts = new Map<string, CounterValue[]>();
+
+  async counters(ref: TableRef): Promise<CounterValue[]> {
+    return this.counts.get(FakeKernel.key(ref)) ?? [];
+  }
 
   async ruleShapes(): Promise<RuleShape[]> {
     return [];
@@ -137,7 +145,8 @@ export class FakeKernel implements Kernel {
       let m: RegExpExecArray | null;
       if ((m = /^add table (ip6?) (\S+)$/.exec(line))) {
         const key = `${m[1]} ${m[2]}`;
-        if (!next.has(key)) next.set(key, { header: `table ${key} {`, sets: [], chains: [] });
+        if (!next.has(key))
+          next.set(key, { header: `table ${key} {`, counters: [], sets: [], chains: [] });
       } else if ((m = /^delete table (ip6?) (\S+)$/.exec(line))) {
         if (!next.delete(`${m[1]} ${m[2]}`))
           throw new NftError(`Error: No such file or directory\n${line}`);
@@ -199,18 +208,25 @@ export class FakeKernel implements Kernel {
 interface FakeTable {
   header: string;
   comment?: string;
+  /** Named counters with their packet and byte counts, as nft lists them. */
+  counters: Array<{ name: string; counts: string }>;
   sets: Array<{ name: string; declaration: string[]; elements: string[] }>;
   chains: Array<{ name: string; base?: string; rules: string[] }>;
 }
 
 function parseListing(listing: string): FakeTable {
   const lines = listing.split('\n');
-  const table: FakeTable = { header: lines[0] ?? '', sets: [], chains: [] };
+  const table: FakeTable = { header: lines[0] ?? '', counters: [], sets: [], chains: [] };
+  let counter: FakeTable['counters'][number] | undefined;
   let set: FakeTable['sets'][number] | undefined;
   let chain: FakeTable['chains'][number] | undefined;
   for (const line of lines.slice(1)) {
     let m: RegExpExecArray | null;
     if ((m = /^\tcomment "(.*)"$/.exec(line))) table.comment = m[1];
+    else if ((m = /^\tcounter (\S+) \{$/.exec(line))) {
+      counter = { name: m[1] ?? '', counts: 'packets 0 bytes 0' };
+      table.counters.push(counter);
+    } else if (counter && (m = /^\t\t(packets \d+ bytes \d+)$/.exec(line))) counter.counts = m[1]!;
     else if ((m = /^\tset (\S+) \{$/.exec(line))) {
       set = { name: m[1] ?? '', declaration: [], elements: [] };
       table.sets.push(set);
@@ -218,6 +234,7 @@ function parseListing(listing: string): FakeTable {
       chain = { name: m[1] ?? '', rules: [] };
       table.chains.push(chain);
     } else if (line === '\t}') {
+      counter = undefined;
       set = undefined;
       chain = undefined;
     } else if (set && (m = /^\t\telements = \{ (.*) \}$/.exec(line))) {
@@ -232,6 +249,9 @@ function parseListing(listing: string): FakeTable {
 /** nft keeps a table's first comment, adds elements to an existing set, appends rules to a chain. */
 function mergeInto(table: FakeTable, block: FakeTable): void {
   table.comment ??= block.comment;
+  // Declaring a counter that exists changes nothing.
+  for (const counter of block.counters)
+    if (!table.counters.some((c) => c.name === counter.name)) table.counters.push(counter);
   for (const set of block.sets) {
     const existing = table.sets.find((s) => s.name === set.name);
     if (!existing) table.sets.push(set);
@@ -261,6 +281,8 @@ function elementKey(element: string): bigint {
 function printListing(table: FakeTable): string {
   const lines = [table.header];
   if (table.comment !== undefined) lines.push(`\tcomment "${table.comment}"`);
+  for (const counter of table.counters)
+    lines.push(`\tcounter ${counter.name} {`, `\t\t${counter.counts}`, '\t}');
   for (const set of table.sets) {
     lines.push(`\tset ${set.name} {`, ...set.declaration);
     // Interface names (quoted) in text order, as nft lists them; addresses in address order.

@@ -434,7 +434,7 @@ t.test(
       },
       1,
     );
-    await addon.runNft(table.map(renderTable).join(''));
+    await addon.runNft(table.map((table) => renderTable(table)).join(''));
     await insert('10.244.1.2', '10.0.0.1', { replied: true });
     await insert('fd00:10:244::2', 'fd12::1', { replied: true });
     const v4Plan = await addon.judge({ family: 4, lost: [one('10.0.0.1')] });

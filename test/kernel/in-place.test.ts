@@ -115,7 +115,7 @@ if (requireRoot(t)) {
     );
     const before = compile(configOf(from), optionsOf(from), 1, 'minx3e9s.001');
     const after = compile(configOf(to), optionsOf(to), 2, 'minx3e9s.001');
-    const written = before.map(renderTable).join('');
+    const written = before.map((table) => renderTable(table)).join('');
     await run(older ? olderRelease(written) : written);
     const handles = async () =>
       Promise.all(

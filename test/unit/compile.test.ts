@@ -188,10 +188,11 @@ t.test('every table has its sets, the base chains and the decision chain', async
 t.test('the decision order: masq set, then nonmasq set, then masquerade', async (t) => {
   const [table] = compile(config(), flags, 1);
   t.same(table?.chains[1]?.rules, [
-    'ip daddr @masq masquerade fully-random',
-    'ip daddr @nonmasq return',
-    'masquerade fully-random',
+    'ip daddr @masq counter name "translated" masquerade fully-random',
+    'ip daddr @nonmasq counter name "exempt" return',
+    'counter name "translated" masquerade fully-random',
   ]);
+  t.same(table?.counters, ['translated', 'exempt', 'skipped'], 'each outcome counted');
 });
 
 t.test('to-ports draws give each range its share of the ports', async (t) => {
