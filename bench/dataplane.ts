@@ -23,6 +23,8 @@ const EXEMPT_DESTINATION = REMOTE_TARGETS_IPV4.private10;
 const EXEMPT_FROM_SIZE = 1_153;
 
 export const OURS = 'ours: interval set';
+/** The same table with the decisions' counting statements taken out (README, "What the node's NAT does"). */
+export const UNCOUNTED = 'ours, decisions not counted';
 /** The egress policy's matches before the decision (README, "Egress policy"): both pass for the pod. */
 export const EGRESS = 'ours + sourceCIDRs, egressInterfaces';
 export const SNAT = 'ours + snatAddress';
@@ -62,6 +64,11 @@ function layouts(): Layout[] {
   };
   return [
     { name: OURS, prepare: async (dir, count) => nftFile(dir, 'ours.nft', renderScript(count)) },
+    {
+      name: UNCOUNTED,
+      prepare: async (dir, count) =>
+        nftFile(dir, 'uncounted.nft', renderScript(count).replace(/counter name "\w+" /g, '')),
+    },
     {
       name: LINEAR,
       prepare: async (dir, count) => {
@@ -131,6 +138,7 @@ export async function benchDataPath(
   sizes: readonly number[],
   batches: number,
   batchMs: number,
+  only?: readonly string[],
 ): Promise<DataPathResults> {
   return withScope(async (scope) => {
     const topo = await makeTopology(scope, { ipv6: false, echoLifetimeSeconds: 900 });
@@ -147,7 +155,7 @@ export async function benchDataPath(
     const sender = new Sender(topo, batches, batchMs);
     const baselines: number[] = [];
     const rows: FlowRow[] = [];
-    for (const layout of layouts()) {
+    for (const layout of layouts().filter((l) => !only || only.includes(l.name))) {
       for (const count of sizes) {
         const [cmd, args] = await layout.prepare(dir, count);
         // A baseline right before each measurement, so load that drifts over the run cancels out.

@@ -9,6 +9,7 @@ import { packageRoot } from '../harness/netns.js';
 import { benchBreakdown } from './breakdown.js';
 import { benchChurn } from './churn.js';
 import { benchConntrack } from './conntrack.js';
+import { benchDecisions } from './decisions.js';
 import { benchDataPath } from './dataplane.js';
 import { describeMachine } from './harness.js';
 import { benchIdle } from './idle.js';
@@ -61,7 +62,7 @@ async function section<T>(name: string, fn: () => Promise<T>): Promise<T> {
 }
 
 /**
- * `--only kubernetes` or `--only other-nat`: measures that section alone and puts it into
+ * `--only kubernetes`, `--only other-nat` or `--only decisions`: measures that section alone and puts it into
  * docs/bench.json beside the other sections' figures from their own run (each such section says
  * when it was measured).
  */
@@ -71,7 +72,8 @@ async function onlySection(name: string): Promise<void> {
   const date = new Date().toISOString();
   if (name === 'kubernetes') results.kubernetes = { ...(await benchKubernetes()), date };
   else if (name === 'other-nat') results.otherNat = { rows: await benchOtherNat(), date };
-  else throw new Error(`--only: no section ${name} (kubernetes, other-nat)`);
+  else if (name === 'decisions') results.decisions = { ...(await benchDecisions()), date };
+  else throw new Error(`--only: no section ${name} (kubernetes, other-nat, decisions)`);
   const style = { ...(await resolveConfig(json)), parser: 'json' as const };
   await writeFile(json, await format(JSON.stringify(results), style));
   await writeReport(results);
@@ -126,6 +128,10 @@ async function main(argv: readonly string[]): Promise<void> {
     rows: await benchOtherNat(quick ? 10_000 : 100_000, quick ? 10 : 50),
     date: new Date().toISOString(),
   }));
+  const decisions = await section('decisions counted', async () => ({
+    ...(await benchDecisions(quick ? [64, 10_000] : [64, 100_000], plan.flowBatches, plan.batchMs)),
+    date: new Date().toISOString(),
+  }));
   const results: BenchResults = {
     quick,
     machine,
@@ -146,6 +152,7 @@ async function main(argv: readonly string[]): Promise<void> {
     churn,
     kubernetes,
     otherNat,
+    decisions,
   };
   if (quick && !argv.includes('--write')) {
     process.stdout.write(renderMarkdown(results));
