@@ -7,6 +7,7 @@
         "native/runner.cc",
         "native/netlink.cc",
         "native/conntrack.cc",
+        "native/nat-stats.cc",
         "native/route.cc",
         "native/memory.cc",
         "native/later.cc"

@@ -219,6 +219,19 @@ export class FakeApiServer {
 
   // ---- data ----
 
+  /** Pods by `namespace/name`: the node they run on and their addresses (GET /api/v1/pods). */
+  private readonly pods = new Map<string, { node: string; ips: string[] }>();
+  /** `list pods` is refused with 403, as for a ClusterRole without it. */
+  podsForbidden = false;
+
+  setPod(namespace: string, name: string, node: string, ips: string[]): void {
+    this.pods.set(`${namespace}/${name}`, { node, ips });
+  }
+
+  setPodsForbidden(on: boolean): void {
+    this.podsForbidden = on;
+  }
+
   setNode(name: string, spec: NodeSpec): number {
     const existed = this.nodes.has(name);
     const object = realisticNode(name, spec);
@@ -455,6 +468,45 @@ export class FakeApiServer {
       if (url.searchParams.get('watch') === '1' || url.searchParams.get('watch') === 'true')
         this.watch(res, url);
       else this.list(res, url);
+      return;
+    }
+    if (path === '/api/v1/pods' && req.method === 'GET') {
+      this.count('pods');
+      if (this.podsForbidden) {
+        this.reply(
+          res,
+          403,
+          status(
+            403,
+            'Forbidden',
+            'pods is forbidden: User "system:serviceaccount:kube-system:ip-masq-agent" cannot list resource "pods" in API group "" at the cluster scope',
+          ),
+        );
+        return;
+      }
+      // Only `spec.nodeName=NAME` is understood, as the agent asks; anything else is refused.
+      const selector = url.searchParams.get('fieldSelector') ?? '';
+      const wanted = /^spec\.nodeName=(.+)$/.exec(selector)?.[1];
+      if (wanted === undefined) {
+        this.reply(res, 400, status(400, 'BadRequest', `fake: fieldSelector ${selector}`));
+        return;
+      }
+      const items = [...this.pods]
+        .filter(([, pod]) => pod.node === wanted)
+        .map(([key, pod]) => {
+          const [namespace, name] = key.split('/');
+          return {
+            metadata: { namespace, name },
+            spec: { nodeName: pod.node },
+            status: { podIP: pod.ips[0], podIPs: pod.ips.map((ip) => ({ ip })) },
+          };
+        });
+      this.reply(res, 200, {
+        kind: 'PodList',
+        apiVersion: 'v1',
+        metadata: { resourceVersion: String(this.rv) },
+        items,
+      });
       return;
     }
     const node = /^\/api\/v1\/nodes\/([^/]+)$/.exec(path);

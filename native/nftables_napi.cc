@@ -14,6 +14,7 @@
 
 #include "conntrack.h"
 #include "memory.h"
+#include "nat-stats.h"
 #include "netlink.h"
 #include "runner.h"
 
@@ -310,6 +311,72 @@ Napi::Value ConntrackJudge(const Napi::CallbackInfo& info) {
   });
 }
 
+// natSample({ family: 4 | 6, cpuBudgetS, bySource, from: Buffer, to: Buffer }) → Promise<{
+// complete, seen, translated, cpuS, protocols: [protocol, flows, busiest][], groups?: [...] }>: the
+// family's source-translated conntrack entries aggregated (nat-stats.h), on a pool thread.
+Napi::Value NatSample(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 1 || !info[0].IsObject())
+    throw Napi::TypeError::New(env, "natSample(request: object)");
+  Napi::Object object = info[0].As<Napi::Object>();
+  int family = object.Get("family").ToNumber().Int32Value();
+  if (family != 4 && family != 6) throw Napi::RangeError::New(env, "family must be 4 or 6");
+  const size_t width = family == 4 ? 4 : 16;
+  natstats::Request request;
+  request.family = family == 4 ? AF_INET : AF_INET6;
+  request.cpu_budget_s = object.Get("cpuBudgetS").ToNumber().DoubleValue();
+  if (!(request.cpu_budget_s > 0 && request.cpu_budget_s <= 60))
+    throw Napi::RangeError::New(env, "cpuBudgetS: above 0, at most 60");
+  request.by_source = object.Get("bySource").ToBoolean().Value();
+  request.from = RangesOf(env, object.Get("from"), width);
+  request.to = RangesOf(env, object.Get("to"), width);
+  return Queue(env, [request = std::move(request), family]() {
+    natstats::Result result = natstats::Sample(request);
+    if (!result.ok) return Failed(result.error);
+    return Value([result = std::move(result), family](Napi::Env env) {
+      const int af = family == 4 ? AF_INET : AF_INET6;
+      auto text = [af](const natstats::Address& address) {
+        char buffer[INET6_ADDRSTRLEN] = {};
+        inet_ntop(af, address.data(), buffer, sizeof(buffer));
+        return std::string(buffer);
+      };
+      Napi::Object answer = Napi::Object::New(env);
+      answer.Set("complete", result.complete);
+      answer.Set("seen", static_cast<double>(result.seen));
+      answer.Set("translated", static_cast<double>(result.translated));
+      answer.Set("cpuS", result.cpu_s);
+      Napi::Array protocols = Napi::Array::New(env, result.protocols.size());
+      uint32_t i = 0;
+      for (const auto& [protocol, figures] : result.protocols) {
+        Napi::Array row = Napi::Array::New(env, 3);
+        row.Set(0u, protocol);
+        row.Set(1u, static_cast<double>(figures.flows));
+        row.Set(2u, static_cast<double>(figures.busiest));
+        protocols.Set(i++, row);
+      }
+      answer.Set("protocols", protocols);
+      Napi::Array groups = Napi::Array::New(env, result.groups.size());
+      for (uint32_t g = 0; g < result.groups.size(); g++) {
+        const natstats::Group& group = result.groups[g];
+        Napi::Object row = Napi::Object::New(env);
+        row.Set("source", text(group.source));
+        row.Set("protocol", group.protocol);
+        row.Set("destination", text(group.destination));
+        row.Set("port", group.port);
+        row.Set("flows", static_cast<double>(group.flows));
+        Napi::Array translated = Napi::Array::New(env, group.translated.size());
+        for (uint32_t t = 0; t < group.translated.size(); t++)
+          translated.Set(t, text(group.translated[t]));
+        row.Set("translated", translated);
+        row.Set("busiest", static_cast<double>(group.busiest));
+        groups.Set(g, row);
+      }
+      answer.Set("groups", groups);
+      return answer;
+    });
+  });
+}
+
 // conntrackHold(plan, family: 4 | 6, table: string, set: string) → Promise<number>: the plan's
 // reply tuples replace what the set holds, each for the set's own timeout.
 Napi::Value ConntrackHold(const Napi::CallbackInfo& info) {
@@ -402,6 +469,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("listRules", Napi::Function::New(env, Rules));
   exports.Set("listCounters", Napi::Function::New(env, CountersOf));
   exports.Set("conntrackJudge", Napi::Function::New(env, ConntrackJudge));
+  exports.Set("natSample", Napi::Function::New(env, NatSample));
   exports.Set("conntrackHold", Napi::Function::New(env, ConntrackHold));
   exports.Set("conntrackDelete", Napi::Function::New(env, ConntrackDelete));
   exports.Set("releaseMemory", Napi::Function::New(env, ReleaseMemory));

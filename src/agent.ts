@@ -6,6 +6,8 @@ import { configLoader } from './config/loader.js';
 import { MemoryPolicy } from './memory-policy.js';
 import { libnftablesVersion } from './nftables/kernel.js';
 import { plan, usesApi, type AgentOptions } from './options.js';
+import { snatPorts } from './flows.js';
+import { NatSampler } from './reconcile/nat-sampler.js';
 import type { KubernetesSession } from './kubernetes/index.js';
 import { nftKernel, type Kernel } from './nftables/kernel.js';
 import { AgentMetrics } from './reconcile/metrics.js';
@@ -111,7 +113,18 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   stop = async () => api?.stop();
   if (stopping) return;
   const reconciler = makeReconciler(options, logger, metrics, nftKernel, api);
-  const { table, enableIPv6 } = plan(options).compile;
+  const { table, enableIPv6, toPorts } = plan(options).compile;
+  if (options.natStatsIntervalMs > 0) {
+    const sampler = new NatSampler({
+      kernel: nftKernel,
+      logger,
+      publish: metrics.snatHeadroom(),
+      intervalMs: options.natStatsIntervalMs,
+      families: enableIPv6 ? ['ipv4', 'ipv6'] : ['ipv4'],
+      ports: snatPorts(toPorts),
+    });
+    sampler.start();
+  }
   metrics.decisions(async () =>
     Promise.all(
       (enableIPv6 ? (['ip', 'ip6'] as const) : (['ip'] as const)).map(async (family) => ({

@@ -95,6 +95,10 @@ export async function main(argv: readonly string[]): Promise<number | undefined>
     // Offline unless --live: the addon is used only then (it needs root in the node's namespace).
     return operator.explainCommand(options, options.live ? async () => nftKernel : undefined);
   }
+  if (options.mode === 'flows') {
+    const { flowsCommand } = await import('./cli/flows.js');
+    return flowsCommand(options, nftKernel);
+  }
   const logger = pino({ level: options.logLevel, base: { pid: process.pid } });
   for (const warning of parsed.warnings) logger.warn(warning);
   switch (options.mode) {

@@ -10,7 +10,8 @@ import type { LegacyOptions } from './reconcile/legacy.js';
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 export type LogLevel = (typeof logLevels)[number];
 
-export type Mode = 'run' | 'once' | 'render' | 'cleanup' | 'version' | 'explain' | 'diff' | 'check';
+export type Mode =
+  'run' | 'once' | 'render' | 'cleanup' | 'version' | 'explain' | 'diff' | 'check' | 'flows';
 
 export const outputs = ['text', 'json'] as const;
 export type Output = (typeof outputs)[number];
@@ -47,8 +48,15 @@ export interface AgentOptions {
   readonly output: Output;
   /** --node-name (default $NODE_NAME): this node, for config files scoped with nodeNames. */
   readonly nodeName: string;
-  /** --from: the source address --explain and --diff evaluate with ('' when not given). */
+  /**
+   * --from: the source address --explain and --diff evaluate with, or the source address or CIDR
+   * --flows shows ('' when not given).
+   */
   readonly from: string;
+  /** --to: the destination address or CIDR --flows shows ('' when not given). */
+  readonly to: string;
+  /** --nat-stats-interval: how often the SNAT port headroom is sampled, in ms; 0 turns it off. */
+  readonly natStatsIntervalMs: number;
   /** --via: the egress interface --explain and --diff evaluate with ('' when not given). */
   readonly via: string;
   /** --node-labels: the node's labels --explain and --diff evaluate with (null when not given). */

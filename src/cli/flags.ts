@@ -4,7 +4,8 @@
 // the result into each stage's options.
 import { AUTO_LAYOUT_CROSSOVER, setLayouts } from '../compile.js';
 import { parseInterfaceName, parseLabel, parseNodeName, ValueError } from '../config/egress.js';
-import { CidrError, parseAddress } from '../cidr/index.js';
+import { CidrError, parseAddress, parseCidr } from '../cidr/index.js';
+import { parseGoDuration } from '../config/duration.js';
 import { DEFAULT_CONFIG_PATH } from '../config/source.js';
 import {
   checkMasqChain,
@@ -186,6 +187,27 @@ function parseConfigMapName(text: string, draft: Draft): readonly string[] {
 }
 
 /** The value as `parse` takes it, or a FlagError naming the flag. */
+/** An address or a CIDR, as written (checked strictly: host bits of a CIDR must be clear). */
+function parseAddressOrCidr(text: string): string {
+  if (text.includes('/')) parseCidr(text);
+  else parseAddress(text);
+  return text;
+}
+
+/** --nat-stats-interval: a Go duration, `0` to turn the sampling off; at least 1 s otherwise. */
+function parseStatsInterval(text: string): number {
+  if (text.trim() === '0') return 0;
+  const ms = parseGoDuration(text);
+  if (typeof ms === 'string')
+    throw new FlagError(`--nat-stats-interval: ${JSON.stringify(text)} ${ms}`);
+  if (ms !== 0 && ms < 1_000)
+    throw new FlagError(
+      `--nat-stats-interval: ${JSON.stringify(text)} is below 1s (0 turns it off)`,
+    );
+  if (ms < 0) throw new FlagError(`--nat-stats-interval: ${JSON.stringify(text)} is negative`);
+  return ms;
+}
+
 function checked<T>(flag: string, parse: () => T): T {
   try {
     return parse();
@@ -289,6 +311,13 @@ export const FLAGS: readonly Flag[] = [
         '(UDP and UDP-Lite), all (also resets TCP and SCTP connections), none',
     },
   ),
+  value('nat-stats-interval', 'natStatsIntervalMs', 30_000, parseStatsInterval, {
+    arg: 'DURATION',
+    help:
+      'how often the SNAT port headroom is sampled from conntrack (ipmasq_snat_port_usage_ratio, ' +
+      'ipmasq_snat_flows); 0 turns it off',
+    shownDefault: '30s',
+  }),
 
   value('node-name', 'nodeName', '', parseNodeNameFlag, {
     arg: 'NAME',
@@ -372,13 +401,25 @@ export const FLAGS: readonly Flag[] = [
   value('output', 'output', 'text', (text) => oneOf('output', outputs, text), {
     arg: 'FORMAT',
     section: 'modes',
-    help: 'text or json, for --explain, --diff and --check',
+    help: 'text or json, for --explain, --diff, --check and --flows',
   }),
-  value('from', 'from', '', (text) => checked('from', () => parseAddress(text) && text), {
-    arg: 'ADDR',
+  value('from', 'from', '', (text) => checked('from', () => parseAddressOrCidr(text)), {
+    arg: 'ADDR[/LEN]',
     section: 'modes',
-    help: 'with --explain or --diff: the source address to evaluate sourceCIDRs with',
+    help:
+      'with --explain or --diff: the source address to evaluate sourceCIDRs with; with --flows: ' +
+      'only flows from this address or CIDR',
   }),
+  value('to', 'to', '', (text) => checked('to', () => parseAddressOrCidr(text)), {
+    arg: 'ADDR|CIDR',
+    section: 'modes',
+    help: 'with --flows: only flows to this address or CIDR',
+  }),
+  mode(
+    'flows',
+    'print the translated flows now in conntrack, by source and destination, with each ' +
+      "destination's port usage (root, in the node's network namespace)",
+  ),
   value('via', 'via', '', parseVia, {
     arg: 'IFACE',
     section: 'modes',
@@ -549,10 +590,16 @@ export function parseArgs(
     if (draft.live && !draft.modes.includes('explain')) {
       throw new FlagError('--live goes with --explain');
     }
-    for (const flag of ['from', 'via', 'node-labels'] as const) {
+    for (const flag of ['via', 'node-labels'] as const) {
       if (given.has(flag) && !draft.modes.some((m) => m === 'explain' || m === 'diff'))
         throw new FlagError(`--${flag} goes with --explain or --diff`);
     }
+    if (given.has('from') && !draft.modes.some((m) => ['explain', 'diff', 'flows'].includes(m)))
+      throw new FlagError('--from goes with --explain, --diff or --flows');
+    if (given.has('from') && !draft.modes.includes('flows') && draft.from.includes('/'))
+      throw new FlagError(`--from: with --explain or --diff, an address (not ${draft.from})`);
+    if (given.has('to') && !draft.modes.includes('flows'))
+      throw new FlagError('--to goes with --flows');
     const api = usesApi(draft);
     const onNode = draft.modes.length === 0 || draft.modes.includes('once');
     if (api && onNode && draft.nodeName === '') {

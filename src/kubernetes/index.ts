@@ -138,3 +138,43 @@ export async function clusterSnapshot(options: {
     client.close();
   }
 }
+
+/**
+ * `--flows`: the pods of this Node by address (`namespace/name`), from one paged list of
+ * `/api/v1/pods?fieldSelector=spec.nodeName=NODE`; pods on the host's network are left out (their
+ * address is the node's). Rejects with the API's error (a 403 where `list pods` is not granted).
+ */
+export async function podsOnNode(options: {
+  kubeconfig: string;
+  nodeName: string;
+}): Promise<Map<string, string>> {
+  const client = new ApiClient(await connection(options.kubeconfig));
+  const pods = new Map<string, string>();
+  try {
+    let next = '';
+    do {
+      const query = new URLSearchParams({
+        fieldSelector: `spec.nodeName=${options.nodeName}`,
+        limit: '500',
+        ...(next ? { continue: next } : {}),
+      });
+      const page = record(await client.json('GET', `/api/v1/pods?${query}`));
+      for (const item of Array.isArray(page.items) ? (page.items as unknown[]) : []) {
+        const pod = record(item);
+        const meta = record(pod.metadata);
+        if (record(pod.spec).hostNetwork === true) continue;
+        const name = `${escapeUnprintable(String(meta.namespace))}/${escapeUnprintable(String(meta.name))}`;
+        const status = record(pod.status);
+        const ips = Array.isArray(status.podIPs)
+          ? (status.podIPs as unknown[]).map((entry) => record(entry).ip)
+          : [status.podIP];
+        for (const ip of ips) if (typeof ip === 'string' && ip !== '') pods.set(ip, name);
+      }
+      const cont = record(page.metadata).continue;
+      next = typeof cont === 'string' ? cont : '';
+    } while (next !== '');
+  } finally {
+    client.close();
+  }
+  return pods;
+}

@@ -15,6 +15,8 @@ import {
   type FlowJudgement,
   type FlowPlan,
   type FlowPolicy,
+  type NatSample,
+  type NatSampleRequest,
   type NftFailureKind,
   type RuleShape,
 } from './types.js';
@@ -50,6 +52,13 @@ interface NativeAddon {
   listChains(): Promise<ChainInfo[]>;
   listRules(family: string, table: string, chain: string): Promise<RuleShape[]>;
   listCounters(family: string, table: string): Promise<CounterValue[]>;
+  natSample(request: {
+    family: 4 | 6;
+    cpuBudgetS: number;
+    bySource: boolean;
+    from: Buffer;
+    to: Buffer;
+  }): Promise<NatSample>;
   conntrackJudge(request: {
     family: 4 | 6;
     protocols: number[];
@@ -231,6 +240,22 @@ export async function nftRuleShapes(
  */
 export async function nftCounters(family: string, table: string): Promise<CounterValue[]> {
   return addon().listCounters(family, table);
+}
+
+/**
+ * One dump of the family's source-translated conntrack entries, aggregated on a pool thread
+ * (native/nat-stats.h): flows and the busiest destination by protocol, and by source with `bySource`.
+ * Not queued behind our writes: it changes nothing.
+ */
+export async function natSample(request: NatSampleRequest): Promise<NatSample> {
+  const { family } = request;
+  return addon().natSample({
+    family,
+    cpuBudgetS: request.cpuBudgetS,
+    bySource: request.bySource,
+    from: rangeBuffer(family, request.from ?? []),
+    to: rangeBuffer(family, request.to ?? []),
+  });
 }
 
 /** Packed buffers by range list: a judgement may pass the same list more than once. */

@@ -5,6 +5,7 @@ import {
   holdReplies,
   judgeFlows,
   NftError,
+  natSample,
   nftChains,
   nftCounters,
   nftGenerationId,
@@ -20,6 +21,8 @@ import type {
   DeletedFlows,
   FlowJudgement,
   FlowPlan,
+  NatSample,
+  NatSampleRequest,
   RuleShape,
   TableRef,
 } from './types.js';
@@ -61,6 +64,8 @@ export interface Kernel {
   judgeFlows(request: FlowJudgement): Promise<FlowPlan>;
   /** Lets the plan's late replies through untracked for a moment: one commit to our table's set. */
   holdReplies(plan: FlowPlan, table: string, set: string): Promise<CommitStep>;
+  /** The family's source-translated conntrack entries, aggregated (README, "What the node's NAT does"). */
+  natSample(request: NatSampleRequest): Promise<NatSample>;
   /** Deletes the plan's entries, at once (`now`) or those in flight after their grace (`later`). */
   deleteFlows(plan: FlowPlan, which: 'now' | 'later'): Promise<DeletedFlows>;
 }
@@ -171,6 +176,7 @@ export const nftKernel: Kernel = {
     }
   },
   judgeFlows,
+  natSample,
   holdReplies,
   deleteFlows,
 };

@@ -199,3 +199,38 @@ export interface CounterValue {
   readonly packets: number;
   readonly bytes: number;
 }
+
+/** What a NAT sample asks for (nftables/addon.ts, natSample). */
+export interface NatSampleRequest {
+  readonly family: 4 | 6;
+  /** The dump stops once its thread has used this much CPU. */
+  readonly cpuBudgetS: number;
+  /** Keep the flows by source and destination (--flows). */
+  readonly bySource: boolean;
+  /** Only these original sources, and destinations (after DNAT); absent: all. */
+  readonly from?: readonly Range[];
+  readonly to?: readonly Range[];
+}
+
+/** The flows of one source to one destination, and where they were translated to. */
+export interface NatGroup {
+  readonly source: string;
+  readonly protocol: number;
+  readonly destination: string;
+  readonly port: number;
+  readonly flows: number;
+  readonly translated: readonly string[];
+  /** The most flows any of its translated addresses has to this destination and port. */
+  readonly busiest: number;
+}
+
+/** A NAT sample: whether it ended within its budget, and its figures. */
+export interface NatSample {
+  readonly complete: boolean;
+  readonly seen: number;
+  readonly translated: number;
+  readonly cpuS: number;
+  /** [protocol number, translated flows, the busiest (address, destination, port)'s flows]. */
+  readonly protocols: ReadonlyArray<readonly [number, number, number]>;
+  readonly groups: readonly NatGroup[];
+}

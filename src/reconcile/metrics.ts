@@ -4,6 +4,7 @@ import type { AddressFamily } from '../config/types.js';
 import { nftFailureKinds, type CounterValue, type NftFailureKind } from '../nftables/types.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { readConntrackHealth, type ConntrackHealth } from './conntrack-health.js';
+import type { Headroom } from '../flows.js';
 
 export type SyncResult = 'applied' | 'unchanged' | 'error';
 
@@ -50,6 +51,10 @@ const helpTexts = {
     "Rules of another table's nat postrouting chain that may translate traffic this agent leaves alone, by table, chain and whether that chain runs before or after ours.",
   ipmasq_flows_total:
     'New flows our decision chain decided, by family and decision: translated, exempt (the non-masquerade set) or skipped (the egress policy). Counted in the kernel.',
+  ipmasq_snat_port_usage_ratio:
+    'The busiest (translated address, destination, port) of the family and protocol: its translated flows divided by the source ports the translation can use. Sampled from conntrack every --nat-stats-interval.',
+  ipmasq_snat_flows:
+    'Source-translated flows in conntrack, by family and protocol. Sampled every --nat-stats-interval.',
   ipmasq_conntrack_entries: "Entries in the node namespace's conntrack table.",
   ipmasq_conntrack_max: 'The conntrack table size limit (nf_conntrack_max).',
   ipmasq_conntrack_events_total:
@@ -196,6 +201,27 @@ export class AgentMetrics {
           for (const { name, packets } of counters) this.inc({ family, decision: name }, packets);
       },
     });
+  }
+
+  /**
+   * The SNAT port headroom's series (README, "What the node's NAT does"), registered only while
+   * sampling is on (--nat-stats-interval other than 0): returns where each complete sample goes.
+   */
+  snatHeadroom(): (rows: readonly Headroom[]) => void {
+    const usage = new Gauge({
+      ...this.series('ipmasq_snat_port_usage_ratio'),
+      labelNames: ['family', 'protocol'],
+    });
+    const flows = new Gauge({
+      ...this.series('ipmasq_snat_flows'),
+      labelNames: ['family', 'protocol'],
+    });
+    return (rows) => {
+      for (const row of rows) {
+        usage.set({ family: row.family, protocol: row.protocol }, row.usage);
+        flows.set({ family: row.family, protocol: row.protocol }, row.flows);
+      }
+    };
   }
 
   /**

@@ -9,6 +9,7 @@ import type {
   DeletedFlows,
   FlowJudgement,
   FlowPlan,
+  NatSample,
   RuleShape,
   TableRef,
 } from '../../src/nftables/types.js';
@@ -73,6 +74,10 @@ export class FakeKernel implements Kernel {
 
   async counters(ref: TableRef): Promise<CounterValue[]> {
     return this.counts.get(FakeKernel.key(ref)) ?? [];
+  }
+
+  async natSample(): Promise<NatSample> {
+    throw new Error('fake kernel: NAT samples are proven against the real kernel only');
   }
 
   async ruleShapes(): Promise<RuleShape[]> {

@@ -530,8 +530,11 @@ t.test(
     const role = api.find((d) => d.kind === 'ClusterRole') as unknown as IClusterRole;
     t.same(
       role.rules?.map((r) => [r.apiGroups, r.resources, [...(r.verbs ?? [])].sort()]),
-      [[[''], ['nodes'], ['get', 'list', 'watch']]],
-      'cluster-wide: exactly get/list/watch on nodes',
+      [
+        [[''], ['nodes'], ['get', 'list', 'watch']],
+        [[''], ['pods'], ['list']],
+      ],
+      'cluster-wide: exactly get/list/watch on nodes, and list on pods (--flows)',
     );
     // Events are written in one namespace (src/kubernetes/events.ts): granted there alone.
     const events = api.find((d) => d.kind === 'Role') as unknown as IRole;

@@ -1,0 +1,126 @@
+// `ipmasq-agent --flows` (README, "What the node's NAT does"): the translated flows now in conntrack,
+// by source and destination, with each destination's port usage; `--from`/`--to` filter, `--output
+// json`; with --kubernetes/--kubeconfig the pods of this Node are named. The dump is aggregated on a
+// pool thread as it streams (native/nat-stats.h): no entry is held, only counts.
+import {
+  escapeUnprintable,
+  formatAddress,
+  parseAddress,
+  parseCidr,
+  prefixRange,
+  type Range,
+} from '../cidr/index.js';
+import type { AddressFamily } from '../config/types.js';
+import { errorText } from '../errors.js';
+import { flowSources, flowsText, snatPortsOfRules } from '../flows.js';
+import type { Kernel } from '../nftables/kernel.js';
+import { parseRuleListing } from '../nftables/listing.js';
+import type { NatGroup } from '../nftables/types.js';
+import { plan, usesApi, type AgentOptions } from '../options.js';
+
+/** The most CPU one family's dump may take here: a one-shot command may take longer than a sample. */
+const FLOWS_BUDGET_S = 30;
+
+/** An address or CIDR flag as a family and a range; undefined when not given. */
+function rangeOf(text: string): { family: 4 | 6; range: Range } | undefined {
+  if (text === '') return undefined;
+  if (text.includes('/')) {
+    const prefix = parseCidr(text);
+    return { family: prefix.family, range: prefixRange(prefix) };
+  }
+  const { family, addr } = parseAddress(text);
+  return { family, range: [addr, addr] };
+}
+
+/** Source ports per translated address: from our decision chains' rules in the kernel, else 1024–65535. */
+async function portsInKernel(kernel: Kernel, options: AgentOptions): Promise<number> {
+  const { table, masqChain } = plan(options).compile;
+  const rules: string[] = [];
+  for (const family of ['ip', 'ip6'] as const) {
+    try {
+      const listing = await kernel.listRules([{ family, table, chain: masqChain }]);
+      for (const list of parseRuleListing(listing).values()) rules.push(...list.map((r) => r.text));
+    } catch {
+      // no table of ours in this family: the default
+    }
+  }
+  return snatPortsOfRules(rules);
+}
+
+/** The pods of this Node by canonical address, or why they cannot be named (said once). */
+async function podNames(
+  options: AgentOptions,
+): Promise<{ pods?: Map<string, string>; problem?: string }> {
+  if (!usesApi(options)) return {};
+  if (options.nodeName === '')
+    return { problem: 'pods are not named: --node-name (or NODE_NAME) is not given' };
+  const { podsOnNode } = await import('../kubernetes/index.js');
+  try {
+    const listed = await podsOnNode({ kubeconfig: options.kubeconfig, nodeName: options.nodeName });
+    const pods = new Map<string, string>();
+    for (const [ip, name] of listed) {
+      try {
+        const { family, addr } = parseAddress(ip);
+        pods.set(formatAddress(family, addr), name);
+      } catch {
+        // not an address: nothing to name
+      }
+    }
+    return { pods };
+  } catch (err) {
+    const text = escapeUnprintable(errorText(err));
+    return {
+      problem: /\b403\b/.test(text)
+        ? `pods are not named: the API server refuses to list pods (${text}); the ClusterRole needs list on pods (deploy/overlays/api)`
+        : `pods are not named: ${text}`,
+    };
+  }
+}
+
+export async function flowsCommand(options: AgentOptions, kernel: Kernel): Promise<number> {
+  const from = rangeOf(options.from);
+  const to = rangeOf(options.to);
+  if (from && to && from.family !== to.family) {
+    process.stderr.write('--from and --to are of different families: no flow has both\n');
+    return 2;
+  }
+  const only = from?.family ?? to?.family;
+  const families: Array<4 | 6> = only ? [only] : [4, 6];
+  const groups: Array<NatGroup & { family: AddressFamily }> = [];
+  let incomplete = false;
+  try {
+    for (const family of families) {
+      const sample = await kernel.natSample({
+        family,
+        cpuBudgetS: FLOWS_BUDGET_S,
+        bySource: true,
+        ...(from ? { from: [from.range] } : {}),
+        ...(to ? { to: [to.range] } : {}),
+      });
+      incomplete ||= !sample.complete;
+      const name: AddressFamily = family === 4 ? 'ipv4' : 'ipv6';
+      // Sources as the agent formats addresses, as the pods' are.
+      for (const group of sample.groups) {
+        const source = parseAddress(group.source);
+        groups.push({ ...group, source: formatAddress(source.family, source.addr), family: name });
+      }
+    }
+  } catch (err) {
+    process.stderr.write(
+      `--flows: cannot read conntrack (run as root in the node's network namespace): ${errorText(err)}\n`,
+    );
+    return 1;
+  }
+  if (incomplete)
+    process.stderr.write(
+      `warning: the conntrack dump took more than ${FLOWS_BUDGET_S} s of CPU and stopped: the figures are partial\n`,
+    );
+  const ports = await portsInKernel(kernel, options);
+  const { pods, problem } = await podNames(options);
+  if (problem) process.stderr.write(`note: ${problem}\n`);
+  const sources = flowSources(groups, ports, pods);
+  if (options.output === 'json')
+    process.stdout.write(`${JSON.stringify({ ports, sources }, null, 2)}\n`);
+  else process.stdout.write(`${flowsText(sources, ports)}\n`);
+  return 0;
+}

@@ -1,0 +1,83 @@
+// SNAT port headroom (README, "What the node's NAT does"): every --nat-stats-interval, one dump of
+// each family's source-translated conntrack entries, aggregated on a pool thread (nftables/addon.ts,
+// natSample), sets ipmasq_snat_flows and ipmasq_snat_port_usage_ratio. A sample that runs past its
+// CPU budget stops; the series keep the last complete sample, and it is said once.
+import type { Logger } from 'pino';
+import type { AddressFamily } from '../config/types.js';
+import { errorText } from '../errors.js';
+import { headroomOf, type Headroom } from '../flows.js';
+import type { Kernel } from '../nftables/kernel.js';
+
+/** The most CPU one family's sample may take (README, "What the node's NAT does"). */
+export const NAT_SAMPLE_BUDGET_S = 5;
+
+export interface NatSamplerDeps {
+  readonly kernel: Kernel;
+  readonly logger: Logger;
+  /** Where each complete sample's figures go. */
+  readonly publish: (rows: readonly Headroom[]) => void;
+  readonly intervalMs: number;
+  readonly families: readonly AddressFamily[];
+  /** Source ports per translated address (flows.ts, snatPorts). */
+  readonly ports: number;
+  readonly budgetS?: number;
+}
+
+export class NatSampler {
+  private readonly deps: NatSamplerDeps;
+  private timer: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private warned: 'budget' | 'error' | undefined;
+
+  constructor(deps: NatSamplerDeps) {
+    this.deps = deps;
+  }
+
+  /** Samples now, then every interval (the timer never keeps the process alive). */
+  start(): void {
+    const loop = async () => {
+      await this.sampleOnce();
+      if (!this.stopped) this.timer = setTimeout(loop, this.deps.intervalMs).unref();
+    };
+    void loop();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.timer) clearTimeout(this.timer);
+  }
+
+  /** One sample of every family; published only when each ended within its budget. */
+  async sampleOnce(): Promise<void> {
+    const { kernel, logger, families, ports } = this.deps;
+    const budget = this.deps.budgetS ?? NAT_SAMPLE_BUDGET_S;
+    const rows: Headroom[] = [];
+    try {
+      for (const family of families) {
+        const sample = await kernel.natSample({
+          family: family === 'ipv4' ? 4 : 6,
+          cpuBudgetS: budget,
+          bySource: false,
+        });
+        if (!sample.complete) {
+          if (this.warned !== 'budget')
+            logger.warn(
+              { family, entriesSeen: sample.seen, cpuSeconds: sample.cpuS },
+              `the SNAT port sample took more than its ${budget} s of CPU and stopped: the headroom series keep the last complete sample`,
+            );
+          this.warned = 'budget';
+          return;
+        }
+        rows.push(...headroomOf(family, sample, ports));
+      }
+    } catch (err) {
+      if (this.warned !== 'error')
+        logger.warn({ err: errorText(err) }, 'the SNAT port sample failed; trying again later');
+      this.warned = 'error';
+      return;
+    }
+    if (this.warned) logger.info('the SNAT port sample completes again');
+    this.warned = undefined;
+    this.deps.publish(rows);
+  }
+}
