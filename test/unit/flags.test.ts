@@ -43,6 +43,8 @@ t.test('defaults', async (t) => {
       output: 'text',
       nodeName: '',
       from: '',
+      to: '',
+      natStatsIntervalMs: 30_000,
       via: '',
       nodeLabels: null,
       kubernetes: false,
@@ -528,4 +530,31 @@ t.test('--configmap and --config given', async (t) => {
       /--configmap: .* is not a ConfigMap name/,
     );
   }
+});
+
+t.test('--nat-stats-interval, --flows, --to and --from', async (t) => {
+  const interval = (text: string) => {
+    const r = parseArgs([`--nat-stats-interval=${text}`], {});
+    return r.ok ? r.options.natStatsIntervalMs : r.message.split('\n')[0];
+  };
+  t.equal(interval('0'), 0, '0 turns it off');
+  t.equal(interval('1m30s'), 90_000);
+  t.match(interval('30'), /--nat-stats-interval: "30" has no unit/);
+  t.match(interval('500ms'), /below 1s/);
+  t.match(interval('-5s'), /below 1s|negative/);
+  const flows = parseArgs(['--flows', '--from', '10.244.0.0/16', '--to', '198.51.100.7'], {});
+  t.ok(flows.ok && flows.options.mode === 'flows');
+  t.match(flows.ok ? flows.options : {}, { from: '10.244.0.0/16', to: '198.51.100.7' });
+  const bad = (argv: string[]) => {
+    const r = parseArgs(argv, {});
+    return r.ok ? 'accepted' : r.message.split('\n')[0];
+  };
+  t.match(bad(['--to', '10.0.0.1']), /--to goes with --flows/);
+  t.match(
+    bad(['--explain', '10.0.0.1', '--from', '10.0.0.0/8']),
+    /an address \(not 10\.0\.0\.0\/8\)/,
+  );
+  t.match(bad(['--flows', '--from', 'nope']), /--from:/);
+  t.match(bad(['--flows', '--to', '10.0.0.1/8']), /--to: .*not aligned/);
+  t.match(bad(['--from', '10.0.0.1']), /--from goes with --explain, --diff or --flows/);
 });
