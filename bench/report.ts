@@ -17,6 +17,7 @@ import type { IdleRow } from './idle.js';
 import type { KubernetesRow } from './kubernetes.js';
 import type { OtherNatRow } from './other-nat.js';
 import type { DecisionsResult } from './decisions.js';
+import type { NatSampleRow } from './nat-sample.js';
 import { NONE, type NeighbourRow } from './neighbour.js';
 import { CONCAT_LAYOUTS } from './scripts.js';
 import type { WriteResults } from './write.js';
@@ -44,6 +45,8 @@ export interface BenchResults {
   otherNat?: { rows: OtherNatRow[]; date: string };
   /** Decisions counted (bench/decisions.ts), with when it was measured. */
   decisions?: DecisionsResult & { date: string };
+  /** The SNAT port sample (bench/nat-sample.ts), with when it was measured. */
+  natSample?: { rows: NatSampleRow[]; date: string };
 }
 
 const CONCAT = concatName(CONCAT_LAYOUTS[0]?.name ?? 'addr . l4proto');
@@ -263,7 +266,32 @@ function values(r: BenchResults): Record<string, string> {
   const o = r.otherNat;
   const d = r.decisions;
   const us = (value: number | undefined) => `${fmt(value ?? NaN)} µs`;
+  const ns = r.natSample;
   return {
+    natSample: ns
+      ? [
+          `Measured ${ns.date.slice(0, 16).replace('T', ' ')} UTC with \`node --import=tsx bench/nat-sample.ts\`: a namespace's conntrack table filled with source-translated UDP entries by ctnetlink (bench/ct-fill.c; every entry translated: the worst case, as the kernel filters the dump by status and an untranslated entry costs it ~0.3 µs, a translated one ~2 µs); one sample's CPU (its thread's, the kernel's dump on its behalf included), wall time and the peak RSS it adds; the average share of one core with the default 30 s interval (stretched past it where a sample would take more than 2 %, src/reconcile/nat-sampler.ts); and /healthz every 20 ms for 15 s while the agent samples the same table every second. Goals: ≤ 2 % of one core on average at 1 000 000 entries, /healthz p99 ≤ 50 ms.`,
+          '',
+          table(
+            [
+              'entries',
+              'sample CPU',
+              'wall',
+              'RSS added',
+              'average, one core',
+              '/healthz p99 (answers)',
+            ],
+            ns.rows.map((row) => [
+              n(row.entries),
+              `${fmt(row.sampleCpuS)} s`,
+              ms(row.sampleWallMs),
+              `${fmt(row.rssDeltaMiB)} MiB`,
+              `${fmt(row.averageCorePercent)} %`,
+              `${ms(row.healthzP99Ms)} (${row.healthzAnswers})`,
+            ]),
+          ),
+        ].join('\n')
+      : '(not measured yet: `npm run bench -- --only nat-sample`)',
     decisions: d
       ? [
           `Measured ${d.date.slice(0, 16).replace('T', ' ')} UTC with \`node --import=tsx bench/decisions.ts\`: per new flow through the node as in "Data path" below (net of a baseline without any table, medians of the batches), our table as the agent writes it beside the same table with the counting statements taken out; and one read of the three counters over netlink, what a scrape of \`ipmasq_flows_total\` does (median of 200). Goals: counting within the noise; a read that costs the same at 64 and 100 000 CIDRs.`,

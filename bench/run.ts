@@ -10,6 +10,7 @@ import { benchBreakdown } from './breakdown.js';
 import { benchChurn } from './churn.js';
 import { benchConntrack } from './conntrack.js';
 import { benchDecisions } from './decisions.js';
+import { benchNatSample } from './nat-sample.js';
 import { benchDataPath } from './dataplane.js';
 import { describeMachine } from './harness.js';
 import { benchIdle } from './idle.js';
@@ -62,7 +63,7 @@ async function section<T>(name: string, fn: () => Promise<T>): Promise<T> {
 }
 
 /**
- * `--only kubernetes`, `--only other-nat` or `--only decisions`: measures that section alone and puts it into
+ * `--only kubernetes`, `other-nat`, `decisions` or `nat-sample`: measures that section alone and puts it into
  * docs/bench.json beside the other sections' figures from their own run (each such section says
  * when it was measured).
  */
@@ -73,7 +74,8 @@ async function onlySection(name: string): Promise<void> {
   if (name === 'kubernetes') results.kubernetes = { ...(await benchKubernetes()), date };
   else if (name === 'other-nat') results.otherNat = { rows: await benchOtherNat(), date };
   else if (name === 'decisions') results.decisions = { ...(await benchDecisions()), date };
-  else throw new Error(`--only: no section ${name} (kubernetes, other-nat, decisions)`);
+  else if (name === 'nat-sample') results.natSample = { rows: await benchNatSample(), date };
+  else throw new Error(`--only: no section ${name} (kubernetes, other-nat, decisions, nat-sample)`);
   const style = { ...(await resolveConfig(json)), parser: 'json' as const };
   await writeFile(json, await format(JSON.stringify(results), style));
   await writeReport(results);
@@ -132,6 +134,10 @@ async function main(argv: readonly string[]): Promise<void> {
     ...(await benchDecisions(quick ? [64, 10_000] : [64, 100_000], plan.flowBatches, plan.batchMs)),
     date: new Date().toISOString(),
   }));
+  const natSample = await section('SNAT port sample', async () => ({
+    rows: await benchNatSample(quick ? [100_000] : [100_000, 1_000_000]),
+    date: new Date().toISOString(),
+  }));
   const results: BenchResults = {
     quick,
     machine,
@@ -153,6 +159,7 @@ async function main(argv: readonly string[]): Promise<void> {
     kubernetes,
     otherNat,
     decisions,
+    natSample,
   };
   if (quick && !argv.includes('--write')) {
     process.stdout.write(renderMarkdown(results));

@@ -119,8 +119,7 @@ export function flowSources(
   return sources.sort((a, b) => b.flows - a.flows || a.source.localeCompare(b.source));
 }
 
-const percent = (ratio: number) =>
-  `${(ratio * 100).toFixed(ratio > 0 && ratio < 0.001 ? 3 : ratio < 0.1 ? 2 : 1)}%`;
+const percent = (ratio: number) => `${(ratio * 100).toFixed(ratio < 0.01 ? 2 : 1)}%`;
 
 /** --flows as text: a line per source, then one per destination. */
 export function flowsText(sources: readonly FlowSource[], ports: number): string {

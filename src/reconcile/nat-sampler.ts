@@ -11,6 +11,13 @@ import type { Kernel } from '../nftables/kernel.js';
 /** The most CPU one family's sample may take (README, "What the node's NAT does"). */
 export const NAT_SAMPLE_BUDGET_S = 5;
 
+/**
+ * The share of one core the samples may take on average: where a sample costs more than this share
+ * of the interval (the kernel spends ~2 µs on each translated entry it dumps: ~2 s at 1 000 000),
+ * the next one waits longer, and that is said once.
+ */
+export const NAT_SAMPLE_CPU_SHARE = 0.02;
+
 export interface NatSamplerDeps {
   readonly kernel: Kernel;
   readonly logger: Logger;
@@ -28,6 +35,9 @@ export class NatSampler {
   private timer: NodeJS.Timeout | undefined;
   private stopped = false;
   private warned: 'budget' | 'error' | undefined;
+  private stretched = false;
+  /** The CPU the last sample took, all families: what spaces the next one. */
+  private lastCpuS = 0;
 
   constructor(deps: NatSamplerDeps) {
     this.deps = deps;
@@ -37,9 +47,27 @@ export class NatSampler {
   start(): void {
     const loop = async () => {
       await this.sampleOnce();
-      if (!this.stopped) this.timer = setTimeout(loop, this.deps.intervalMs).unref();
+      if (!this.stopped) this.timer = setTimeout(loop, this.nextDelayMs()).unref();
     };
     void loop();
+  }
+
+  /** The interval, or longer where the last sample's CPU would exceed its share of it. */
+  nextDelayMs(): number {
+    const { intervalMs, logger } = this.deps;
+    const needed = (this.lastCpuS / NAT_SAMPLE_CPU_SHARE) * 1000;
+    if (needed <= intervalMs) {
+      if (this.stretched) logger.info('SNAT port samples are back to every --nat-stats-interval');
+      this.stretched = false;
+      return intervalMs;
+    }
+    if (!this.stretched)
+      logger.info(
+        { sampleCpuSeconds: this.lastCpuS, delayMs: Math.round(needed) },
+        `a SNAT port sample took ${this.lastCpuS.toFixed(2)} s of CPU: the next ones wait longer than --nat-stats-interval, to keep them at ${NAT_SAMPLE_CPU_SHARE * 100} % of one core`,
+      );
+    this.stretched = true;
+    return Math.round(needed);
   }
 
   stop(): void {
@@ -52,6 +80,7 @@ export class NatSampler {
     const { kernel, logger, families, ports } = this.deps;
     const budget = this.deps.budgetS ?? NAT_SAMPLE_BUDGET_S;
     const rows: Headroom[] = [];
+    this.lastCpuS = 0;
     try {
       for (const family of families) {
         const sample = await kernel.natSample({
@@ -59,6 +88,7 @@ export class NatSampler {
           cpuBudgetS: budget,
           bySource: false,
         });
+        this.lastCpuS += sample.cpuS;
         if (!sample.complete) {
           if (this.warned !== 'budget')
             logger.warn(

@@ -33,6 +33,7 @@ async function exportedNames(): Promise<Set<string>> {
   metrics.kubernetes(); // registered with --kubernetes only
   // Registered by the running agent (src/agent.ts), read from the kernel when scraped.
   metrics.conntrackHealth(async () => ({ entries: 1, max: 2, events: { drop: 0 } }));
+  metrics.snatHeadroom()([{ family: 'ipv4', protocol: 'udp', flows: 1, usage: 0.5 }]);
   metrics.decisions(async () => [
     { family: 'ipv4', counters: [{ name: 'exempt', packets: 1, bytes: 1 }] },
   ]);
@@ -55,7 +56,7 @@ t.test('the alerts fire and stay quiet as their unit tests say', async (t) => {
     join(packageRoot, 'test', 'fixtures', 'alerts', 'alerts.test.yaml'),
     join(dir, 'alerts.test.yaml'),
   );
-  t.match(promtool(dir, 'check', 'rules', 'rules.yaml'), /SUCCESS: 10 rules found/);
+  t.match(promtool(dir, 'check', 'rules', 'rules.yaml'), /SUCCESS: 11 rules found/);
   t.match(promtool(dir, 'test', 'rules', 'alerts.test.yaml'), /SUCCESS/);
   const tested = readFileSync(join(dir, 'alerts.test.yaml'), 'utf8');
   for (const alert of rule.spec.groups.flatMap((g) => g.rules).map((r) => r.alert)) {
