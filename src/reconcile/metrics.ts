@@ -235,22 +235,19 @@ export class AgentMetrics {
       if (!last || now - last.at >= 1_000) last = { at: now, value: read() };
       return last.value;
     };
-    new Gauge({
-      ...this.series('ipmasq_conntrack_entries'),
-      async collect() {
-        const health = await current();
-        this.reset();
-        if (health) this.set(health.entries);
-      },
-    });
-    new Gauge({
-      ...this.series('ipmasq_conntrack_max'),
-      async collect() {
-        const health = await current();
-        this.reset();
-        if (health) this.set(health.max);
-      },
-    });
+    for (const [name, field] of [
+      ['ipmasq_conntrack_entries', 'entries'],
+      ['ipmasq_conntrack_max', 'max'],
+    ] as const) {
+      new Gauge({
+        ...this.series(name),
+        async collect() {
+          const health = await current();
+          this.reset();
+          if (health) this.set(health[field]);
+        },
+      });
+    }
     new Counter({
       ...this.series('ipmasq_conntrack_events_total'),
       labelNames: ['kind'],
