@@ -21,6 +21,12 @@
       ],
       "cflags_cc": ["-std=c++17", "-Wall", "-Wextra", "-Werror", "-fexceptions"],
       "cflags_cc!": ["-fno-exceptions"]
+    },
+    {
+      "target_name": "ipmasq-launch",
+      "type": "executable",
+      "sources": ["native/launch.c"],
+      "cflags": ["-O2", "-Wall", "-Wextra", "-Werror"]
     }
   ]
 }

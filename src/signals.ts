@@ -2,6 +2,7 @@
 // (bin/ipmasq-agent.js imports this module first). Listeners are never removed: libuv delivers a
 // signal to JavaScript asynchronously, and one that arrives while modules load would be dropped if
 // its listener were replaced before the loop dispatched it. What a signal does is swapped instead.
+import { closeSync, writeSync } from 'node:fs';
 import inspector from 'node:inspector';
 
 export type SignalName = 'SIGTERM' | 'SIGINT' | 'SIGHUP';
@@ -22,6 +23,23 @@ export function installSignalHandlers(): void {
     process.on(signal, () => current(signal));
   }
   refuseDebugger();
+  tellLauncher();
+}
+
+/**
+ * Under the image's launcher (native/launch.c), which holds every signal until the agent's handlers
+ * are in place: says they are, with a byte on the pipe it names, and closes it.
+ */
+function tellLauncher(): void {
+  const fd = Number(process.env.IPMASQ_READY_FD);
+  delete process.env.IPMASQ_READY_FD;
+  if (!Number.isInteger(fd) || fd < 3) return;
+  try {
+    writeSync(fd, '1');
+    closeSync(fd);
+  } catch {
+    // not a pipe of a launcher's: nothing to tell
+  }
 }
 
 /**

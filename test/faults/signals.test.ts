@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
 import { httpGet, startAgent, waitFor } from '../../harness/agent.js';
-import { requireRoot, tempDir, type TapTest } from '../../harness/netns.js';
+import { packageRoot, requireRoot, tempDir, type TapTest } from '../../harness/netns.js';
 import {
   agentArgs,
   isRunning,
@@ -23,6 +23,7 @@ import {
   sleep,
   untilCaught,
   untilDelivered,
+  untilForked,
   writeConfig,
 } from '../helpers/node.js';
 
@@ -112,6 +113,46 @@ if (requireRoot(t)) {
         t.same(await agent.exited, { code: 0, signal: null });
       },
     );
+  }
+
+  // The image's launcher (native/launch.c, hardening round 4, item 10): Node resets every signal's
+  // disposition as it starts, so without it a SIGTERM in Node's first ~50 ms ends the process with
+  // 143. The launcher holds the signals from its first instruction (before it forks Node: the test
+  // waits for the fork) and hands them on once the agent says its handlers are in place: swept from
+  // that moment on, through Node's start, every one must do what it does later.
+  const launcher = join(packageRoot, 'build', 'Release', 'ipmasq-launch');
+  const startLaunched = async (t: TapTest, delay: number) => {
+    const agent = startAgent(t, node.ns, agentArgs(node), ['env', '-u', 'NODE_OPTIONS', launcher]);
+    const pid = agent.child.pid as number;
+    await untilForked(pid);
+    if (delay > 0) await sleep(delay);
+    return { agent, pid };
+  };
+  for (const delay of [0, 2, 5, 10, 20, 40, 80, 160]) {
+    t.test(`under the launcher, SIGTERM ${delay} ms after it holds signals: exit 0`, async (t) => {
+      const { agent, pid } = await startLaunched(t, delay);
+      process.kill(pid, 'SIGTERM');
+      t.same(await agent.exited, { code: 0, signal: null });
+    });
+  }
+  for (const delay of [0, 10, 40]) {
+    t.test(`under the launcher, SIGHUP ${delay} ms after it holds signals: lives on`, async (t) => {
+      const { agent, pid } = await startLaunched(t, delay);
+      process.kill(pid, 'SIGHUP');
+      await waitFor('a healthy /healthz', async () => {
+        const r = await httpGet(node.ns, node.port, '/healthz').catch(() => undefined);
+        return r?.status === 200 ? true : undefined;
+      });
+      t.ok(isRunning(pid), 'the launcher runs');
+      process.kill(pid, 'SIGUSR1');
+      await untilDelivered(pid, SIGUSR1);
+      t.notOk(
+        listeningPorts(pid).includes(INSPECTOR_PORT),
+        'SIGUSR1 never handed on: nothing on 9229',
+      );
+      process.kill(pid, 'SIGTERM');
+      t.same(await agent.exited, { code: 0, signal: null }, 'and SIGTERM still exits 0');
+    });
   }
 
   /** Starts the agent held where bin imports dist/cli.js; `release` lets it load on. */

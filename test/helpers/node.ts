@@ -192,6 +192,24 @@ export async function untilCaught(
 }
 
 /** Resolves once `signal` is no longer pending for pid (delivered, or the process is gone). */
+/**
+ * Until pid has a child: a launcher (native/launch.c) forks only once it holds its signals. (Its
+ * SigBlk cannot tell: while it waits for a signal the kernel shows the waited ones unblocked.)
+ */
+export async function untilForked(pid: number, timeoutMs = 30_000): Promise<void> {
+  await everyMs(
+    () => {
+      try {
+        return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim() !== '';
+      } catch {
+        throw new Error(`process ${pid} ended before it forked`);
+      }
+    },
+    timeoutMs,
+    `for ${pid} to fork`,
+  );
+}
+
 export async function untilDelivered(
   pid: number,
   signal: number,

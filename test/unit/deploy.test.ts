@@ -370,8 +370,8 @@ t.test(
     const entrypoint = (runtime ?? []).find((i) => i.keyword === 'ENTRYPOINT');
     t.same(
       JSON.parse(entrypoint?.args ?? 'null'),
-      ['node', '--disable-sigusr1', '/app/bin/ipmasq-agent.js'],
-      'exec-form ENTRYPOINT: Node never opens its inspector on SIGUSR1',
+      ['/app/bin/ipmasq-launch', 'node', '--disable-sigusr1', '/app/bin/ipmasq-agent.js'],
+      'exec-form ENTRYPOINT: the launcher holds signals until the agent handles them; Node never opens its inspector on SIGUSR1',
     );
     t.match(removed, /node --disable-sigusr1 -e/, 'the build fails on a Node without the flag');
     t.match(removed, /ln -s \/app\/bin\/ipmasq-agent\.js \/usr\/local\/bin\/ipmasq-agent/);
