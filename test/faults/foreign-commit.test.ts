@@ -38,6 +38,17 @@ if (requireRoot(t)) {
   const node = await makeNode(t, 'foreign');
   writeConfig(node, configText(A));
   const agent = startAgent(t, node.ns, agentArgs(node));
+  // An agent that ends during the trials fails them all: what it said then is shown with them.
+  let done = false;
+  void agent.exited.then((how) => {
+    if (done) return;
+    t.fail(`the agent ended during the trials: ${JSON.stringify(how)}`);
+    t.comment(`stderr: ${agent.stderr.join('').slice(-4000)}`);
+    t.comment(`last log lines: ${JSON.stringify(agent.logs.slice(-10))}`);
+  });
+  t.teardown(() => {
+    done = true;
+  });
   await untilUp(node, agent);
 
   /** What makes the kernel right for `cidrs`: the set's elements and the decision chain's rules. */
