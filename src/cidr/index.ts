@@ -15,8 +15,15 @@ export {
   parseCidr,
   prefixRange,
 } from './prefix.js';
-export { familyLines, familyLists, type FamilyLines } from './lines.js';
-export { mergePrefixes, mergeToLines, rangeToPrefixes } from './merge.js';
+export {
+  familyLines,
+  familyLists,
+  listWindow,
+  splicedList,
+  type FamilyLines,
+  type Splice,
+} from './lines.js';
+export { MergedSetV4, mergePrefixes, mergeToLines, rangeToPrefixes } from './merge.js';
 export {
   inRanges,
   normalise,

@@ -1,6 +1,7 @@
 // A list of printed prefixes and the same text one prefix per line, kept together while the list
 // lives: a 100 000-entry set crosses to another thread as one string (the config worker's reply, the
-// changed-ranges worker's job), so the text it was split from is kept rather than joined again.
+// changed-ranges worker's job), so the text it was split from is kept rather than joined again. A
+// list spliced from another (an edit of a large config) keeps where it differs from that one.
 
 const LINES = new WeakMap<readonly string[], string>();
 
@@ -35,4 +36,58 @@ export function familyLines(sets: FamilyLists): FamilyLines {
 /** familyLines undone, frozen. */
 export function familyLists(lines: FamilyLines): FamilyLists {
   return Object.freeze({ ipv4: linesList(lines.ipv4), ipv6: linesList(lines.ipv6) });
+}
+
+/** A change of one list: [at, at + deleteCount) became `inserted`. */
+export interface Splice {
+  readonly at: number;
+  readonly deleteCount: number;
+  readonly inserted: readonly string[];
+}
+
+/** Lists made by splicedList, with the list and the splice they were made from. */
+const SPLICED = new WeakMap<readonly string[], { base: readonly string[]; splice: Splice }>();
+
+/**
+ * The list with the splice made, frozen; the strings it keeps are the same strings, and where the
+ * two lists differ is known without comparing them (listWindow).
+ */
+export function splicedList(list: readonly string[], splice: Splice): readonly string[] {
+  const { at, deleteCount, inserted } = splice;
+  if (deleteCount === 0 && inserted.length === 0) return list;
+  // Copied by hand: slice and concat read a frozen array element by element on a slow path (4x).
+  const out = new Array<string>(list.length - deleteCount + inserted.length);
+  for (let i = 0; i < at; i++) out[i] = list[i] as string;
+  for (let i = 0; i < inserted.length; i++) out[at + i] = inserted[i] as string;
+  const shift = inserted.length - deleteCount;
+  for (let i = at + deleteCount; i < list.length; i++) out[i + shift] = list[i] as string;
+  const made = Object.freeze(out);
+  SPLICED.set(made, { base: list, splice });
+  return made;
+}
+
+/**
+ * Where two lists differ: the common head's length and, past it, the ends of what lies before their
+ * common tail. Indices only. For a list splicedList made from the other, found from the splice and
+ * a look at its edges, not by walking both lists: the same answer.
+ */
+export function listWindow(before: readonly string[], after: readonly string[]) {
+  if (before === after)
+    return { head: before.length, endBefore: before.length, endAfter: before.length };
+  const made = SPLICED.get(after);
+  let head = 0;
+  let endBefore = before.length;
+  let endAfter = after.length;
+  if (made?.base === before) {
+    // Equal up to the splice and past it, element for element.
+    head = made.splice.at;
+    endBefore = made.splice.at + made.splice.deleteCount;
+    endAfter = made.splice.at + made.splice.inserted.length;
+  }
+  while (head < endBefore && head < endAfter && before[head] === after[head]) head++;
+  while (endBefore > head && endAfter > head && before[endBefore - 1] === after[endAfter - 1]) {
+    endBefore--;
+    endAfter--;
+  }
+  return { head, endBefore, endAfter };
 }

@@ -85,22 +85,38 @@ function provenanceOf(
  * Every release since v2 hashed these bytes: two versions of the agent with one config agree on the
  * table (README, "Two agents in one namespace").
  */
-function hashOf(sets: Pick<Config, 'nonMasquerade' | 'masquerade' | 'egress' | 'keys'>): string {
+export function hashOf(
+  sets: Pick<Config, 'nonMasquerade' | 'masquerade' | 'egress' | 'keys'>,
+  /** The IPv4 lists' JSON where the caller has it already (config/incremental.ts). */
+  v4Json?: { readonly nonMasquerade: Uint8Array; readonly masquerade: Uint8Array },
+): string {
   // Keys beside the sets and the policy that change what compile writes (keys.ts, `hashed`).
   const hashed = (Object.keys(CONFIG_KEYS) as KeyName[]).flatMap((name) =>
     'hashed' in CONFIG_KEYS[name] && sets.keys[name] !== undefined ? [[name, sets.keys[name]]] : [],
   );
-  const canonical = JSON.stringify([
-    'ipmasq-config-v2',
-    sets.nonMasquerade.ipv4,
-    sets.nonMasquerade.ipv6,
-    sets.masquerade.ipv4,
-    sets.masquerade.ipv6,
-    // Only a config with egress policy keys hashes more: the hash of one without stays as it was.
-    ...(sets.egress ? [sets.egress] : []),
-    ...(hashed.length > 0 ? [hashed] : []),
-  ]);
-  return createHash('sha256').update(canonical).digest('hex');
+  // The bytes of JSON.stringify(['ipmasq-config-v2', the four lists, …]), given in parts.
+  const hash = createHash('sha256');
+  hash.update('["ipmasq-config-v2",');
+  hash.update(v4Json?.nonMasquerade ?? JSON.stringify(sets.nonMasquerade.ipv4));
+  hash.update(`,${JSON.stringify(sets.nonMasquerade.ipv6)},`);
+  hash.update(v4Json?.masquerade ?? JSON.stringify(sets.masquerade.ipv4));
+  hash.update(`,${JSON.stringify(sets.masquerade.ipv6)}`);
+  // Only a config with egress policy keys hashes more: the hash of one without stays as it was.
+  if (sets.egress) hash.update(`,${JSON.stringify(sets.egress)}`);
+  if (hashed.length > 0) hash.update(`,${JSON.stringify(hashed)}`);
+  hash.update(']');
+  return hash.digest('hex');
+}
+
+/** The link-local prefixes the non-masquerade set gets: unless masqLinkLocal (masqLinkLocalIPv6). */
+export function linkLocalPrefixes(
+  keys: Pick<Config, 'masqLinkLocal' | 'masqLinkLocalIPv6'>,
+  options: LoadOptions,
+): Prefix[] {
+  const linkLocal: Prefix[] = [];
+  if (!keys.masqLinkLocal) linkLocal.push(LINK_LOCAL_V4);
+  if (options.enableIPv6 && !keys.masqLinkLocalIPv6) linkLocal.push(LINK_LOCAL_V6);
+  return linkLocal;
 }
 
 type Scoped = { applies: ConfigFragment[]; skipped: SkippedFile[] } | { error: ConfigError };
@@ -255,9 +271,7 @@ export function buildConfig(
     return invalid(new ConfigError(origin, message));
   }
 
-  const linkLocal: Prefix[] = [];
-  if (!masqLinkLocal) linkLocal.push(LINK_LOCAL_V4);
-  if (options.enableIPv6 && !masqLinkLocalIPv6) linkLocal.push(LINK_LOCAL_V6);
+  const linkLocal = linkLocalPrefixes({ masqLinkLocal, masqLinkLocalIPv6 }, options);
   const effectiveNonMasq = nonMasq.concat(linkLocal);
   // Every merged key but those the sets carry, for whoever reads one (compile, say).
   const carried = Object.fromEntries(

@@ -12,6 +12,7 @@ import {
 } from './keys.js';
 import { ConfigError, type LoadOptions } from './types.js';
 import { parseConfigDocument, type ParseBudget } from './yaml.js';
+import type { ListRegion } from './yaml-fast.js';
 
 /** What one file says: each key it gives, parsed (a scalar given as null is as not given). */
 export type ConfigFragment = { readonly file: string } & {
@@ -78,9 +79,12 @@ export function parseFragment(
   file: string,
   options: LoadOptions,
   budget?: ParseBudget,
+  regions?: ListRegion[],
 ): FragmentResult {
   const warnings: string[] = [];
-  const parsed = parseConfigDocument(text.startsWith('\uFEFF') ? text.slice(1) : text, budget);
+  const bom = text.startsWith('\uFEFF');
+  // Regions are offsets in the text as given: none are said of a text whose mark was cut off.
+  const parsed = parseConfigDocument(bom ? text.slice(1) : text, budget, bom ? undefined : regions);
   if (!parsed.ok) return { ok: false, error: new ConfigError(file, parsed.message), warnings };
   const fragment: Mutable<ConfigFragment> = { file };
   const document = parsed.value;

@@ -4,8 +4,9 @@
 import { isMainThread, parentPort, Worker } from 'node:worker_threads';
 import { collectGarbage } from '../memory.js';
 import { startWorker } from '../worker.js';
-import { familyLines, familyLists, type FamilyLines } from '../cidr/index.js';
-import { loadSource } from './load.js';
+import { familyLines, familyLists, splicedList, type FamilyLines } from '../cidr/index.js';
+import { ConfigCache, type SetsSplices } from './incremental.js';
+import { loadSource, readSourceFiles } from './load.js';
 import type { ConfigSource } from './source.js';
 import {
   ConfigError,
@@ -18,6 +19,8 @@ import {
 interface Request {
   readonly source: ConfigSource;
   readonly options: LoadOptions;
+  /** The answer whose config the agent's thread holds, from which a splice may be sent. */
+  readonly have: number | undefined;
 }
 
 /** The four sets of a config as one newline-joined string each: cloned as a copy, not 100 000 strings. */
@@ -28,6 +31,14 @@ type Reply =
       ok: true;
       config: Omit<Config, 'nonMasquerade' | 'masquerade'>;
       sets: PackedSets;
+      warnings: string[];
+    }
+  | {
+      /** The sets as splices of the config of answer `base` (config/incremental.ts). */
+      ok: true;
+      config: Omit<Config, 'nonMasquerade' | 'masquerade'>;
+      base: number;
+      splices: SetsSplices;
       warnings: string[];
     }
   | {
@@ -47,6 +58,19 @@ function packed(config: Config): {
   };
 }
 
+/**
+ * The config but its sets, their lists not read: a spliced config's are made only when read
+ * (incremental.ts), and the agent's thread makes its own from the splices.
+ */
+function withoutSets(config: Config): Omit<Config, 'nonMasquerade' | 'masquerade'> {
+  const rest: Record<string, unknown> = {};
+  for (const key of Object.keys(config)) {
+    if (key !== 'nonMasquerade' && key !== 'masquerade')
+      rest[key] = (config as unknown as Record<string, unknown>)[key];
+  }
+  return rest as Omit<Config, 'nonMasquerade' | 'masquerade'>;
+}
+
 function deepFreeze<T>(value: T): T {
   if (value && typeof value === 'object') {
     for (const inner of Object.values(value)) deepFreeze(inner);
@@ -55,14 +79,28 @@ function deepFreeze<T>(value: T): T {
   return value;
 }
 
-/** A structured clone keeps data, not classes: give the error its class and the config its sets and freeze back. */
-function revive(reply: Reply): LoadResult {
+/**
+ * A structured clone keeps data, not classes: give the error its class and the config its sets and
+ * freeze back. A splice is made on the config of the answer it names, which `base` is.
+ */
+function revive(reply: Reply, base: Config | undefined): LoadResult {
   if (reply.ok) {
-    const config: Config = Object.freeze({
-      ...deepFreeze(reply.config),
-      nonMasquerade: familyLists(reply.sets.nonMasquerade),
-      masquerade: familyLists(reply.sets.masquerade),
-    });
+    let sets: Pick<Config, 'nonMasquerade' | 'masquerade'>;
+    if ('splices' in reply) {
+      if (!base) throw new Error(`config worker: a splice of answer ${reply.base}, not held`);
+      const of = (name: 'nonMasquerade' | 'masquerade') =>
+        Object.freeze({
+          ipv4: splicedList(base[name].ipv4, reply.splices[name].ipv4),
+          ipv6: splicedList(base[name].ipv6, reply.splices[name].ipv6),
+        });
+      sets = { nonMasquerade: of('nonMasquerade'), masquerade: of('masquerade') };
+    } else {
+      sets = {
+        nonMasquerade: familyLists(reply.sets.nonMasquerade),
+        masquerade: familyLists(reply.sets.masquerade),
+      };
+    }
+    const config: Config = Object.freeze({ ...deepFreeze(reply.config), ...sets });
     return { ok: true, config, warnings: reply.warnings };
   }
   const error = new ConfigError(reply.error.file, '', reply.error.kind);
@@ -82,9 +120,14 @@ interface Pending {
 interface LoaderThread {
   readonly thread: Worker;
   readonly pending: Map<number, Pending>;
+  /** The last answer with a config, and that config: what the next answer may splice. */
+  held?: { readonly id: number; readonly config: Config };
 }
 
 let current: LoaderThread | undefined;
+
+/** How the worker's answers with a config came: whole, or as splices of the last (tests, bench). */
+export const workerAnswers = { whole: 0, spliced: 0 };
 let nextId = 0;
 
 function startThread(): LoaderThread {
@@ -99,7 +142,22 @@ function startThread(): LoaderThread {
     const waiting = loader.pending.get(id);
     loader.pending.delete(id);
     if (loader.pending.size === 0) loader.thread.unref();
-    waiting?.resolve(revive(reply));
+    let result: LoadResult;
+    try {
+      const base =
+        'base' in reply && loader.held?.id === reply.base ? loader.held.config : undefined;
+      result = revive(reply, base);
+    } catch (err) {
+      loader.held = undefined;
+      waiting?.reject(err);
+      return;
+    }
+    // Answers come in the order asked: the one held is the last with a config.
+    if (result.ok) {
+      loader.held = { id, config: result.config };
+      workerAnswers['splices' in reply ? 'spliced' : 'whole']++;
+    }
+    waiting?.resolve(result);
   });
   loader.thread.once('error', fail);
   loader.thread.once('exit', (code) => fail(new Error(`config worker exited with code ${code}`)));
@@ -130,7 +188,7 @@ export function loadSourceOffThread(
   if (options.provenance) return loadSource(source, options);
   const loader = (current ??= startThread());
   const id = nextId++;
-  const request: Request = { source, options };
+  const request: Request = { source, options, have: loader.held?.id };
   const result = new Promise<LoadResult>((resolve, reject) => {
     const timer = setTimeout(() => {
       // Refuse the config and drop the busy thread; the next load starts a fresh one.
@@ -160,23 +218,43 @@ export function loadSourceOffThread(
   return result;
 }
 
-if (!isMainThread && parentPort) {
-  const port = parentPort;
+/** The worker's side: loads from the last where it can (incremental.ts), answering with splices. */
+function serve(port: NonNullable<typeof parentPort>): void {
+  const cache = new ConfigCache();
+  /** The answer whose config the cache holds (a splice is of that one). */
+  let cached: number | undefined;
   port.on('message', async ({ id, request }: { id: number; request: Request }) => {
-    const result = await loadSource(request.source, request.options);
-    const reply: Reply = result.ok
-      ? { ok: true, ...packed(result.config), warnings: [...result.warnings] }
-      : {
-          ok: false,
-          error: {
-            file: result.error.file,
-            message: result.error.message,
-            kind: result.error.kind,
-          },
-          warnings: [...result.warnings],
-        };
+    const { source, options } = request;
+    let result: LoadResult;
+    let splices: SetsSplices | undefined;
+    if (source.kind === 'file' || source.kind === 'directory') {
+      const loaded = cache.load(source, await readSourceFiles(source), options);
+      result = loaded.result;
+      splices = loaded.splices;
+    } else {
+      cache.forget();
+      result = await loadSource(source, options);
+    }
+    const base = cached;
+    cached = result.ok ? id : undefined;
+    const warnings = [...result.warnings];
+    let reply: Reply;
+    if (result.ok && splices && base !== undefined && request.have === base) {
+      reply = { ok: true, config: withoutSets(result.config), base, splices, warnings };
+    } else if (result.ok) {
+      reply = { ok: true, ...packed(result.config), warnings };
+    } else {
+      const { file, message, kind } = result.error;
+      reply = { ok: false, error: { file, message, kind }, warnings };
+    }
     port.postMessage({ id, reply });
-    // The reply is copied out: what the parse left behind goes before the worker waits for the next.
-    setImmediate(collectGarbage);
+    // After the answer: the sets' entries for the next edit, then what a whole load left behind
+    // goes before the worker waits for the next (an edit leaves little: no collection).
+    setImmediate(() => {
+      cache.prepare(options);
+      if (!splices) collectGarbage();
+    });
   });
 }
+
+if (!isMainThread && parentPort) serve(parentPort);

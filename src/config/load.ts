@@ -3,6 +3,7 @@ import { constants } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { buildConfig } from './build.js';
 import { type ConfigFragment, parseFragment } from './fragment.js';
+import type { ListRegion } from './yaml-fast.js';
 import { type ConfigSource, errnoText, findConfigSource, sourceFile } from './source.js';
 import type { ParseBudget } from './yaml.js';
 import { ConfigError, type LoadOptions, type LoadResult } from './types.js';
@@ -22,7 +23,7 @@ function tooLarge(bytes: number): ReadFailure {
  * non-blocking and checked on the descriptor, never stat-then-open: a FIFO swapped in for the file
  * would otherwise hold a pool thread in open() for good.
  */
-export async function readBounded(file: string): Promise<string> {
+export async function readBoundedBytes(file: string): Promise<Buffer> {
   const handle = await open(file, constants.O_RDONLY | constants.O_NONBLOCK);
   try {
     const info = await handle.stat();
@@ -41,33 +42,102 @@ export async function readBounded(file: string): Promise<string> {
       if (bytesRead === 0) break;
       length += bytesRead;
     }
-    try {
-      return new TextDecoder('utf-8', { fatal: true }).decode(buffer.subarray(0, length));
-    } catch {
-      throw new ReadFailure('is not valid UTF-8 text');
-    }
+    return buffer.subarray(0, length);
   } finally {
     await handle.close();
   }
 }
 
-async function readFragment(
-  file: string,
-  readFrom: string,
-  options: LoadOptions,
-  warnings: string[],
-  budget: ParseBudget | undefined,
-): Promise<ConfigFragment | ConfigError> {
-  let text: string;
+function decoded(bytes: Buffer): string {
   try {
-    text = await readBounded(readFrom);
-  } catch (err) {
-    if (err instanceof ReadFailure) return new ConfigError(file, err.message);
-    return new ConfigError(file, errnoText(err), 'unreadable');
+    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    throw new ReadFailure('is not valid UTF-8 text');
   }
-  const result = parseFragment(text, file, options, budget);
-  warnings.push(...result.warnings);
-  return result.ok ? result.fragment : result.error;
+}
+
+/** readBoundedBytes, as text: anything but UTF-8 is refused. */
+export async function readBounded(file: string): Promise<string> {
+  return decoded(await readBoundedBytes(file));
+}
+
+/** One file of a source as read: its bytes, or why they cannot be used. */
+export type FileBytes =
+  | { readonly file: string; readonly bytes: Buffer }
+  | { readonly file: string; readonly error: ConfigError };
+
+/**
+ * The bytes of each file `source` names, in order, up to the first that cannot be read (whose
+ * error ends the list: nothing after it is read).
+ */
+export async function readSourceFiles(
+  source: ConfigSource & { kind: 'file' | 'directory' },
+): Promise<FileBytes[]> {
+  const read: FileBytes[] = [];
+  for (const file of source.files) {
+    try {
+      read.push({ file, bytes: await readBoundedBytes(sourceFile(source, file)) });
+    } catch (err) {
+      const error =
+        err instanceof ReadFailure
+          ? new ConfigError(file, err.message)
+          : new ConfigError(file, errnoText(err), 'unreadable');
+      read.push({ file, error });
+      break;
+    }
+  }
+  return read;
+}
+
+/** What the files' text said beside the result: where the fast path found each file's lists. */
+export interface TextFacts {
+  /** Per file read: its lists' regions, or undefined when the fast path did not read it. */
+  regions: (ListRegion[] | undefined)[];
+  /** The fragments merged, each file's own warnings. */
+  fragments: ConfigFragment[];
+  fileWarnings: string[];
+}
+
+/**
+ * The config of files read (readSourceFiles): each decoded and parsed in order, the first error the
+ * result. `facts`, when given, gets what config/incremental.ts keeps of a load.
+ */
+export function loadFiles(
+  source: ConfigSource & { kind: 'file' | 'directory' },
+  files: readonly FileBytes[],
+  options: LoadOptions,
+  budget?: ParseBudget,
+  facts?: TextFacts,
+): LoadResult {
+  const warnings = [...source.warnings];
+  const fragments: ConfigFragment[] = [];
+  for (const read of files) {
+    if ('error' in read) {
+      return Object.freeze({ ok: false, error: read.error, warnings: Object.freeze(warnings) });
+    }
+    let text: string;
+    try {
+      text = decoded(read.bytes);
+    } catch (err) {
+      if (!(err instanceof ReadFailure)) throw err;
+      const error = new ConfigError(read.file, err.message);
+      return Object.freeze({ ok: false, error, warnings: Object.freeze(warnings) });
+    }
+    const regions: ListRegion[] = [];
+    const result = parseFragment(text, read.file, options, budget, regions);
+    warnings.push(...result.warnings);
+    facts?.fileWarnings.push(...result.warnings);
+    if (!result.ok) {
+      return Object.freeze({ ok: false, error: result.error, warnings: Object.freeze(warnings) });
+    }
+    // Offsets in the text are offsets in the bytes only where every character is one byte.
+    facts?.regions.push(
+      regions.length > 0 && text.length === read.bytes.length ? regions : undefined,
+    );
+    fragments.push(result.fragment);
+  }
+  facts?.fragments.push(...fragments);
+  return buildConfig(fragments, options, source.path, warnings);
 }
 
 /**
@@ -92,16 +162,7 @@ export async function loadSource(
       warnings: Object.freeze([]),
     });
   }
-  const warnings = [...source.warnings];
-  const fragments: ConfigFragment[] = [];
-  for (const file of source.files) {
-    const fragment = await readFragment(file, sourceFile(source, file), options, warnings, budget);
-    if (fragment instanceof ConfigError) {
-      return Object.freeze({ ok: false, error: fragment, warnings: Object.freeze(warnings) });
-    }
-    fragments.push(fragment);
-  }
-  return buildConfig(fragments, options, source.path, warnings);
+  return loadFiles(source, await readSourceFiles(source), options, budget);
 }
 
 /** Loads the config at `path` (file or directory) in this thread. */

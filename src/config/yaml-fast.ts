@@ -91,14 +91,53 @@ function itemValueStart(text: string, afterDash: number): number {
   return i;
 }
 
+/** How the fast path reads one line inside a list: an item, a blank or comment line, the end of the list, or a line it leaves to the full parser. */
+export type ListLine =
+  { readonly indent: number; readonly value: string } | 'blank' | 'end' | 'unsupported';
+
+/** The line [start, end) of `text` read as a line under a list key. */
+export function listLine(text: string, start: number, end: number): ListLine {
+  const plain = plainItemIndent(text, start, end);
+  if (plain >= 0) {
+    const value = text.slice(itemValueStart(text, start + plain + 1), end);
+    return value.endsWith(':') ? 'unsupported' : { indent: plain, value };
+  }
+  const line = text.slice(start, end);
+  const item = ITEM_LINE.exec(line);
+  if (item === null) return BLANK_OR_COMMENT.test(line) ? 'blank' : 'end';
+  const value = (item[2] ?? item[3] ?? item[4]) as string;
+  if (item[2] !== undefined && value.endsWith(':')) return 'unsupported';
+  return { indent: (item[1] as string).length, value };
+}
+
+/**
+ * Where a list the fast path read lies in the text: from the line after its key's to the line that
+ * ended it (or the text's end), every line in between an item or blank or a comment.
+ */
+export interface ListRegion {
+  /** The key as written. */
+  readonly key: string;
+  readonly start: number;
+  readonly end: number;
+  readonly indent: number;
+  /** How many items. */
+  readonly count: number;
+}
+
 /**
  * Returns undefined when the document is not in the simple shape the fast path handles exactly, or
- * when what is left for the full parser (the other keys) is longer than restMaxBytes.
+ * when what is left for the full parser (the other keys) is longer than restMaxBytes. Where it reads
+ * the text, `regions` gets where each list lies.
  */
-export function parseYamlFast(text: string, restMaxBytes = Infinity): ParsedText | undefined {
+export function parseYamlFast(
+  text: string,
+  restMaxBytes = Infinity,
+  regions?: ListRegion[],
+): ParsedText | undefined {
   if (text.includes('\r') || text.includes('\t')) return undefined;
   const kept: string[] = [];
   const lists = new Map<string, string[]>();
+  const found: ListRegion[] = [];
   // Lines as text.split('\n') gives them, walked by offset: a list item's line is never copied.
   let start = 0;
   let end = lineEnd(text, 0);
@@ -117,28 +156,21 @@ export function parseYamlFast(text: string, restMaxBytes = Infinity): ParsedText
     }
     advance();
     const items: string[] = [];
+    const listStart = start;
     let indent = -1;
     for (; end >= 0; advance()) {
-      let itemIndent = plainItemIndent(text, start, end);
-      let value: string;
-      if (itemIndent >= 0) {
-        value = text.slice(itemValueStart(text, start + itemIndent + 1), end);
-        if (value.endsWith(':')) return undefined;
-      } else {
-        const next = text.slice(start, end);
-        const item = ITEM_LINE.exec(next);
-        if (item === null) {
-          if (BLANK_OR_COMMENT.test(next)) continue;
-          break;
-        }
-        itemIndent = (item[1] as string).length;
-        value = (item[2] ?? item[3] ?? item[4]) as string;
-        if (item[2] !== undefined && value.endsWith(':')) return undefined;
-      }
+      const read = listLine(text, start, end);
+      if (read === 'unsupported') return undefined;
+      if (read === 'blank') continue;
+      if (read === 'end') break;
       if (key.value !== undefined) return undefined; // items under "key: value" would be a multi-line scalar
-      if (indent >= 0 && itemIndent !== indent) return undefined;
-      indent = itemIndent;
-      items.push(value);
+      if (indent >= 0 && read.indent !== indent) return undefined;
+      indent = read.indent;
+      items.push(read.value);
+    }
+    if (items.length > 0) {
+      const listEnd = end >= 0 ? start : text.length;
+      found.push({ key: key.key, start: listStart, end: listEnd, indent, count: items.length });
     }
     if (items.length === 0) {
       kept.push(line);
@@ -157,5 +189,6 @@ export function parseYamlFast(text: string, restMaxBytes = Infinity): ParsedText
   const rest = parseYamlFull(restText);
   if (!rest.ok || !(rest.value instanceof Map)) return undefined;
   for (const [key, items] of lists) rest.value.set(key, items);
+  regions?.push(...found);
   return rest;
 }

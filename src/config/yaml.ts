@@ -3,7 +3,7 @@
 // bounded first (bounds.ts) and within the caller's budget.
 import { quote } from '../cidr/index.js';
 import { nestingProblem } from './bounds.js';
-import { parseYamlFast } from './yaml-fast.js';
+import { parseYamlFast, type ListRegion } from './yaml-fast.js';
 import { parseYamlFull, reasonText, type ParsedText } from './yaml-full.js';
 
 export type { ParsedText } from './yaml-full.js';
@@ -64,10 +64,10 @@ export class ParseDeferred extends Error {
   override name = 'ParseDeferred';
 }
 
-export function parseYaml(text: string, budget?: ParseBudget): ParsedText {
+export function parseYaml(text: string, budget?: ParseBudget, regions?: ListRegion[]): ParsedText {
   // The fast path bounds the nesting of what it hands the full parser itself: its list items hold
   // no brackets, so a 100 000-line list is not scanned twice.
-  const fast = parseYamlFast(text, budget?.fullParserMaxBytes);
+  const fast = parseYamlFast(text, budget?.fullParserMaxBytes, regions);
   if (fast) return fast;
   const tooDeep = nestingProblem(text, true);
   if (tooDeep) return { ok: false, message: `invalid YAML: ${tooDeep}` };
@@ -75,8 +75,15 @@ export function parseYaml(text: string, budget?: ParseBudget): ParsedText {
   return parseYamlFull(text);
 }
 
-/** JSON when the first non-blank character is "{", as upstream; otherwise YAML 1.1. */
-export function parseConfigDocument(text: string, budget?: ParseBudget): ParsedText {
+/**
+ * JSON when the first non-blank character is "{", as upstream; otherwise YAML 1.1. `regions` gets
+ * where the lists the YAML fast path read lie (config/incremental.ts).
+ */
+export function parseConfigDocument(
+  text: string,
+  budget?: ParseBudget,
+  regions?: ListRegion[],
+): ParsedText {
   if (budget && text.length > budget.maxBytes) throw new ParseDeferred();
   if (/^\s*\{/.test(text)) {
     const tooDeep = nestingProblem(text, false);
@@ -94,5 +101,5 @@ export function parseConfigDocument(text: string, budget?: ParseBudget): ParsedT
     const map = value !== null && typeof value === 'object' && !Array.isArray(value);
     return { ok: true, value: map ? new Map(Object.entries(value as object)) : value };
   }
-  return parseYaml(text, budget);
+  return parseYaml(text, budget, regions);
 }

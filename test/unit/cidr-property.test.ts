@@ -1,3 +1,4 @@
+import { Buffer } from 'node:buffer';
 import { isIP } from 'node:net';
 import fc from 'fast-check';
 import t, { type Test } from 'tap';
@@ -6,6 +7,7 @@ import {
   type Prefix,
   formatAddress,
   formatPrefix,
+  MergedSetV4,
   mergePrefixes,
   mergeToLines,
   parseAddress,
@@ -308,4 +310,50 @@ t.test('IPv6 parser agrees with node:net on random group spellings', async (t) =
     ),
     { numRuns: 2000 },
   );
+});
+
+t.test('a merged set changed in place is the merge of its entries made anew', async (t) => {
+  // /16 to /26 near each other, so that changes join, split and adjoin runs.
+  const near = fc
+    .tuple(fc.integer({ min: 0, max: 4095 }), fc.integer({ min: 16, max: 26 }))
+    .map(([n, len]) => {
+      const addr = ((10 << 24) | (n << 6)) >>> 0;
+      const mask = len === 0 ? 0 : (0xffffffff << (32 - len)) >>> 0;
+      const a = (addr & mask) >>> 0;
+      return parseCidr(`${a >>> 24}.${(a >>> 16) & 255}.${(a >>> 8) & 255}.${a & 255}/${len}`);
+    });
+  const step = fc.record({
+    remove: fc.array(fc.nat(), { maxLength: 3 }),
+    add: fc.array(near, { maxLength: 4 }),
+  });
+  t.doesNotThrow(() =>
+    fc.assert(
+      fc.property(
+        fc.array(near, { maxLength: 40 }),
+        fc.array(step, { maxLength: 12 }),
+        (start, steps) => {
+          let entries = [...start];
+          const set = new MergedSetV4(entries);
+          const lines = mergeToLines(entries) === '' ? [] : mergeToLines(entries).split('\n');
+          for (const { remove, add } of steps) {
+            const removed = [];
+            for (const i of remove)
+              if (entries.length > 0) removed.push(...entries.splice(i % entries.length, 1));
+            entries = entries.concat(add);
+            const change = set.change(removed, add);
+            if (!change) return false;
+            lines.splice(change.at, change.deleteCount, ...change.inserted);
+            const cold = mergeToLines(entries);
+            if (lines.join('\n') !== cold || set.lines() !== cold || set.size !== lines.length)
+              return false;
+            if (Buffer.from(set.json()).toString() !== JSON.stringify(lines)) return false;
+          }
+          return true;
+        },
+      ),
+      { numRuns: 3000 },
+    ),
+  );
+  const set = new MergedSetV4([parseCidr('10.0.0.0/24')]);
+  t.equal(set.change([parseCidr('10.9.0.0/24')], []), undefined, 'an entry that is not there');
 });

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import t from 'tap';
 import { tempDir } from '../../harness/netns.js';
 import { loadConfig } from '../../src/config/index.js';
-import { loadSourceOffThread } from '../../src/config/load-worker.js';
+import { loadSourceOffThread, workerAnswers } from '../../src/config/load-worker.js';
 import { findConfigSource } from '../../src/config/source.js';
 import { ConfigError, type LoadOptions } from '../../src/config/types.js';
 
@@ -51,3 +51,36 @@ t.test('a config that takes too long is refused, and the next load works', async
   const next = await loadSourceOffThread(await findConfigSource(good), options);
   t.ok(next.ok && next.config.masqLinkLocal, 'a new worker answers');
 });
+
+t.test(
+  'an edit of a large list crosses as a splice, with the result of a whole load',
+  async (t) => {
+    const dir = tempDir(t, 'worker');
+    const path = join(dir, 'ip-masq-agent');
+    const lines = Array.from(
+      { length: 5000 },
+      (_, i) => `  - 10.${(i >> 8) & 255}.${i & 255}.0/24`,
+    );
+    const text = (list: readonly string[]) =>
+      `cidrLimit: 10000\nnonMasqueradeCIDRs:\n${list.join('\n')}\nmasqueradeCIDRs:\n  - 10.99.0.0/16\n`;
+    const steps: [readonly string[], boolean][] = [
+      [lines, false],
+      [[...lines, '  - 10.200.0.0/24'], true], // added last
+      [['  - 9.0.0.0/24', ...lines, '  - 10.200.0.0/24'], true], // added first
+      // 9.0.0.0/24 and 10.0.0.0/24 removed: 10.0.0.0/23 before, 10.0.1.0/24 now.
+      [[...lines.slice(1), '  - 10.200.0.0/24'], true],
+      [[...lines.slice(1), '  - 10.0.0.1/24'], false], // invalid
+      // The worker holds no valid config after an invalid one: whole again, then spliced.
+      [[...lines.slice(1), '  - 10.200.0.0/24'], false],
+      [lines.slice(1), true],
+    ];
+    for (const [i, [list, splice]] of steps.entries()) {
+      writeFileSync(path, text(list));
+      const source = await findConfigSource(path);
+      const before = workerAnswers.spliced;
+      const offThread = await loadSourceOffThread(source, options);
+      t.same(offThread, await loadConfig(path, options), `step ${i}: the result of a whole load`);
+      t.equal(workerAnswers.spliced - before, splice ? 1 : 0, `step ${i}: spliced or not`);
+    }
+  },
+);

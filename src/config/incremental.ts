@@ -1,0 +1,431 @@
+// The everyday edit of a large config (README, "The everyday edit"): a few lines of a CIDR list
+// added or removed. The last load's bytes, where its lists lie and its sets' merge are kept, so
+// that a load whose files differ from the last only in lines of one list each reads just those
+// lines, merges again just near the entries they change, and splices the sets' lists; anything
+// else is loaded whole (load.ts). Either way the result is what a whole load of the files gives
+// (test/unit/incremental.test.ts holds the two side by side over random edits).
+import { Buffer } from 'node:buffer';
+import {
+  MergedSetV4,
+  mergeToLines,
+  parseCidr,
+  splicedList,
+  type Prefix,
+  type Splice,
+} from '../cidr/index.js';
+import { defaultNonMasqueradeCIDRs, hashOf, linkLocalPrefixes } from './build.js';
+import type { ConfigFragment } from './fragment.js';
+import { KEY_BY_NAME } from './keys.js';
+import { loadFiles, type FileBytes, type TextFacts } from './load.js';
+import type { ConfigSource } from './source.js';
+import type { Config, CidrSets, LoadOptions, LoadResult } from './types.js';
+import { listLine, type ListRegion } from './yaml-fast.js';
+
+type ListKey = 'nonMasqueradeCIDRs' | 'masqueradeCIDRs';
+type SetName = 'nonMasquerade' | 'masquerade';
+const SET_OF: Record<ListKey, SetName> = {
+  nonMasqueradeCIDRs: 'nonMasquerade',
+  masqueradeCIDRs: 'masquerade',
+};
+
+/** A list region with the key it belongs to. */
+interface Region extends ListRegion {
+  readonly name: ListKey;
+}
+
+interface FileState {
+  readonly file: string;
+  readonly bytes: Buffer;
+  /** Undefined: the fast path did not read this file (or it is not ASCII): never spliced. */
+  readonly regions: readonly Region[] | undefined;
+}
+
+/** One set's entries: IPv4 sorted and merged, IPv6 as given (few, merged whole when they change). */
+interface SetEntries {
+  readonly v4: MergedSetV4;
+  readonly v6: readonly Prefix[];
+}
+
+interface State {
+  readonly options: string;
+  readonly source: string;
+  readonly files: readonly FileState[];
+  readonly result: LoadResult & { ok: true };
+  /** Entries of both lists over the files, for cidrLimit. */
+  readonly entries: number;
+  /** The sets' entries, worked out after the load (prepare) or at the first edit. */
+  sets?: Record<SetName, SetEntries>;
+  /** The fragments, until the sets are worked out from them. */
+  fragments?: TextFacts['fragments'];
+  /** Edits since the result's lists were last made (lazySets). */
+  readonly pending: number;
+}
+
+/** How each of the four lists of a Config changed from the last result. */
+export type SetsSplices = Record<SetName, { readonly ipv4: Splice; readonly ipv6: Splice }>;
+
+/**
+ * The sets' lists as splices of the last result's, each made when first read: the config worker,
+ * which sends only the splices (load-worker.ts), makes them every LAZY_MAX edits rather than at each.
+ */
+function lazySets(old: CidrSets, splices: { ipv4: Splice; ipv6: Splice }): CidrSets {
+  let ipv4: readonly string[] | undefined;
+  let ipv6: readonly string[] | undefined;
+  let base: CidrSets | undefined = old;
+  const made = () => {
+    if (ipv4 && ipv6) base = undefined; // the chain of splices behind ends here
+  };
+  return Object.freeze({
+    get ipv4(): readonly string[] {
+      ipv4 ??= splicedList((base as CidrSets).ipv4, splices.ipv4);
+      made();
+      return ipv4;
+    },
+    get ipv6(): readonly string[] {
+      ipv6 ??= splicedList((base as CidrSets).ipv6, splices.ipv6);
+      made();
+      return ipv6;
+    },
+  });
+}
+
+/** Edits after which the lists are made, so that the chain of splices behind them stays short. */
+const LAZY_MAX = 32;
+
+/** Each side's IPv6 lists beyond this many entries are not merged again on an edit: loaded whole. */
+const V6_ENTRIES_MAX = 10_000;
+/** Changed lines beyond this many in one file, or bytes beyond these: loaded whole. */
+const CHANGED_LINES_MAX = 4_096;
+const CHANGED_BYTES_MAX = 256 * 1024;
+
+/** The first index at which a and b differ (their common length when one is a prefix of the other). */
+function commonPrefix(a: Buffer, b: Buffer): number {
+  const length = Math.min(a.length, b.length);
+  let lo = 0;
+  let hi = length;
+  // The longest n with a[0, n) equal to b[0, n), found by halving with memcmp.
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >>> 1;
+    if (a.compare(b, lo, mid, lo, mid) === 0) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/** The length of the common tail of a and b past `head` in both. */
+function commonSuffix(a: Buffer, b: Buffer, head: number): number {
+  let lo = 0;
+  let hi = Math.min(a.length, b.length) - head;
+  // Tails of length lo are equal; the next stretch [length - mid, length - lo) is compared.
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >>> 1;
+    const same = a.compare(b, b.length - mid, b.length - lo, a.length - mid, a.length - lo) === 0;
+    if (same) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/** The complete lines in which two texts differ: [start, oldEnd) of the old, [start, newEnd) of the new. */
+function changedLines(before: Buffer, after: Buffer) {
+  const head = commonPrefix(before, after);
+  const tail = commonSuffix(before, after, head);
+  const start = head === 0 ? 0 : before.lastIndexOf(10, head - 1) + 1;
+  // The first line start at or after where the common tail begins (a newline at or after it - 1).
+  const tailStart = before.length - tail;
+  const newline = tailStart === 0 ? -1 : before.indexOf(10, tailStart - 1);
+  const oldEnd = newline < 0 ? before.length : newline + 1;
+  const newEnd = oldEnd - before.length + after.length;
+  return { start, oldEnd, newEnd };
+}
+
+/** Lines of [start, end), which ends at a line start or at the text's end. */
+function linesOf(text: string): { text: string; start: number; end: number }[] {
+  const lines: { text: string; start: number; end: number }[] = [];
+  let start = 0;
+  while (start < text.length) {
+    const newline = text.indexOf('\n', start);
+    const end = newline < 0 ? text.length : newline;
+    lines.push({ text, start, end });
+    start = end + 1;
+  }
+  // A text ending without a newline after an empty last line: "" is that line.
+  return lines;
+}
+
+/** Whether every byte is 7-bit and none is a carriage return or tab (the fast path's own rule). */
+function plainAscii(bytes: Buffer): boolean {
+  for (const byte of bytes) if (byte >= 0x80 || byte === 13 || byte === 9) return false;
+  return true;
+}
+
+/** The items of complete lines read under a list of this indent; undefined: not only items and blanks. */
+function itemsOf(text: string, indent: number | undefined): string[] | undefined {
+  const items: string[] = [];
+  for (const line of linesOf(text)) {
+    const read = listLine(line.text, line.start, line.end);
+    if (read === 'blank') continue;
+    if (read === 'end' || read === 'unsupported') return undefined;
+    if (indent !== undefined && read.indent !== indent) return undefined;
+    items.push(read.value);
+  }
+  return items;
+}
+
+type Edit = { region: number; removed: string[]; added: string[]; delta: number };
+
+/** A file's change as an edit of one of its lists, or undefined when it is not one. */
+function listEdit(state: FileState, after: Buffer): Edit | undefined {
+  if (state.regions === undefined) return undefined;
+  const { start, oldEnd, newEnd } = changedLines(state.bytes, after);
+  const region = state.regions.findIndex((r) => r.start <= start && oldEnd <= r.end);
+  if (region < 0) return undefined;
+  const was = state.bytes.subarray(start, oldEnd);
+  const is = after.subarray(start, newEnd);
+  if (!plainAscii(is)) return undefined;
+  const text = (bytes: Buffer) => bytes.toString('latin1');
+  // A trailing newline closes the last line; without one the range ends at the text's end.
+  const body = (bytes: Buffer) =>
+    bytes.length > 0 && bytes[bytes.length - 1] === 10 ? text(bytes.subarray(0, -1)) : text(bytes);
+  if (was.length + is.length > CHANGED_BYTES_MAX) return undefined;
+  const oldText = body(was);
+  const newText = body(is);
+  // "" from an empty range is no line at all; an empty line is "" too, and reads as blank alike.
+  const removed = was.length === 0 ? [] : itemsOf(oldText, undefined);
+  const added = is.length === 0 ? [] : itemsOf(newText, (state.regions[region] as Region).indent);
+  if (removed === undefined || added === undefined) return undefined;
+  if (removed.length + added.length > CHANGED_LINES_MAX) return undefined;
+  return { region, removed, added, delta: is.length - was.length };
+}
+
+/** An entry as the key's parse reads it, or undefined where that would be an error. */
+function entryOf(value: string, options: LoadOptions): Prefix | undefined {
+  try {
+    const prefix = parseCidr(value);
+    return prefix.family === 6 && !options.enableIPv6 ? undefined : prefix;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Removes one occurrence of each of `gone` (by address and length); undefined if one is missing. */
+function withoutV6(entries: readonly Prefix[], gone: readonly Prefix[]): Prefix[] | undefined {
+  const left = [...entries];
+  for (const prefix of gone) {
+    const at = left.findIndex((p) => p.addr === prefix.addr && p.len === prefix.len);
+    if (at < 0) return undefined;
+    left.splice(at, 1);
+  }
+  return left;
+}
+
+function linesList(text: string): readonly string[] {
+  return text === '' ? [] : text.split('\n');
+}
+
+/**
+ * Both lists' entries over the files, as buildConfig counts them against cidrLimit: without
+ * nonMasqueradeCIDRs in any file, the built-in list (which no edit of a list changes).
+ */
+function listsOf(fragments: readonly ConfigFragment[], options: LoadOptions) {
+  const given = fragments.some((f) => f.nonMasqueradeCIDRs !== undefined);
+  return {
+    nonMasq: given
+      ? fragments.flatMap((f) => f.nonMasqueradeCIDRs ?? [])
+      : defaultNonMasqueradeCIDRs(options),
+    masq: fragments.flatMap((f) => f.masqueradeCIDRs ?? []),
+  };
+}
+
+/** LoadOptions as a value, as the loader keys its cache (loader.ts). */
+function optionsKey(options: LoadOptions): string {
+  const labels = options.nodeLabels && [...options.nodeLabels].sort();
+  return JSON.stringify({ ...options, nodeLabels: labels });
+}
+
+/**
+ * Loads of one config source, each from the last where it can be: give it the files' bytes as read
+ * (readSourceFiles) and it answers what loadFiles would, with how the sets' lists changed from its
+ * last answer when it worked that out from the last load (undefined: a whole load).
+ */
+export class ConfigCache {
+  private state: State | undefined;
+
+  load(
+    source: ConfigSource & { kind: 'file' | 'directory' },
+    files: readonly FileBytes[],
+    options: LoadOptions,
+  ): { result: LoadResult; splices?: SetsSplices } {
+    const key = optionsKey(options);
+    const edit = this.state && this.edit(this.state, source, files, options, key);
+    if (edit) return edit;
+    this.state = undefined;
+    const facts: TextFacts = { regions: [], fragments: [], fileWarnings: [] };
+    const result = loadFiles(source, files, options, undefined, facts);
+    if (result.ok && !options.provenance && result.config.skipped === undefined) {
+      const states: FileState[] = [];
+      files.forEach((read, i) => {
+        if (!('bytes' in read)) return;
+        const regions = facts.regions[i]?.flatMap((region): Region[] => {
+          const name = KEY_BY_NAME.get(region.key.toLowerCase());
+          return name === 'nonMasqueradeCIDRs' || name === 'masqueradeCIDRs'
+            ? [{ ...region, name }]
+            : [];
+        });
+        states.push({ file: read.file, bytes: read.bytes, regions });
+      });
+      const { nonMasq, masq } = listsOf(facts.fragments, options);
+      const entries = nonMasq.length + masq.length;
+      this.state = {
+        options: key,
+        source: `${source.kind}|${source.path}|${source.warnings.join('\n')}`,
+        files: states,
+        result: result as State['result'],
+        entries,
+        fragments: facts.fragments,
+        pending: 0,
+      };
+    }
+    return { result };
+  }
+
+  /** Keeps nothing: the next load is whole. */
+  forget(): void {
+    this.state = undefined;
+  }
+
+  /** Works out the sets' entries from the last whole load, ahead of the next edit. */
+  prepare(options: LoadOptions): void {
+    const state = this.state;
+    if (!state || state.sets) return;
+    const { config } = state.result;
+    const { nonMasq, masq } = listsOf(state.fragments ?? [], options);
+    const effective = nonMasq.concat(linkLocalPrefixes(config, options));
+    const entries = (prefixes: readonly Prefix[]): SetEntries => ({
+      v4: new MergedSetV4(prefixes.filter((p) => p.family === 4)),
+      v6: prefixes.filter((p) => p.family === 6),
+    });
+    state.sets = { nonMasquerade: entries(effective), masquerade: entries(masq) };
+    delete state.fragments;
+  }
+
+  private edit(
+    state: State,
+    source: ConfigSource & { kind: 'file' | 'directory' },
+    files: readonly FileBytes[],
+    options: LoadOptions,
+    key: string,
+  ): { result: LoadResult; splices: SetsSplices } | undefined {
+    if (state.options !== key) return undefined;
+    if (state.source !== `${source.kind}|${source.path}|${source.warnings.join('\n')}`)
+      return undefined;
+    if (files.length !== state.files.length) return undefined;
+    const edits: (Edit | undefined)[] = [];
+    for (const [i, read] of files.entries()) {
+      const was = state.files[i] as FileState;
+      if (!('bytes' in read) || read.file !== was.file) return undefined;
+      if (read.bytes.equals(was.bytes)) {
+        edits.push(undefined);
+        continue;
+      }
+      const edit = listEdit(was, read.bytes);
+      if (!edit) return undefined;
+      edits.push(edit);
+    }
+    // Each list's entries removed and added, over the files, parsed as the key's parse does.
+    const changes: Record<SetName, { removed: Prefix[]; added: Prefix[] }> = {
+      nonMasquerade: { removed: [], added: [] },
+      masquerade: { removed: [], added: [] },
+    };
+    let entries = state.entries;
+    const counts = new Map<string, number>();
+    for (const [i, edit] of edits.entries()) {
+      if (!edit) continue;
+      const region = (state.files[i] as FileState).regions?.[edit.region] as Region;
+      const change = changes[SET_OF[region.name]];
+      for (const value of edit.removed) {
+        const prefix = entryOf(value, options);
+        if (!prefix) return undefined;
+        change.removed.push(prefix);
+      }
+      for (const value of edit.added) {
+        const prefix = entryOf(value, options);
+        if (!prefix) return undefined; // an invalid entry: the whole load words the error
+        change.added.push(prefix);
+      }
+      const count = region.count - edit.removed.length + edit.added.length;
+      // A list left empty reads as the key given as null: loaded whole.
+      if (count === 0) return undefined;
+      counts.set(`${i}/${edit.region}`, count);
+      entries += edit.added.length - edit.removed.length;
+    }
+    const { config } = state.result;
+    if (entries > config.cidrLimit) return undefined; // the whole load words the error
+    this.prepare(options);
+    const sets = state.sets as Record<SetName, SetEntries>;
+    const nextSets = { ...sets };
+    const splices = {} as Record<SetName, { ipv4: Splice; ipv6: Splice }>;
+    const lists = {} as Record<SetName, CidrSets>;
+    for (const name of ['nonMasquerade', 'masquerade'] as const) {
+      const { removed, added } = changes[name];
+      const before = sets[name];
+      const old = config[name];
+      // In place: from here on, a failure leaves the state unusable (load() drops it).
+      const v4 = before.v4.change(
+        removed.filter((p) => p.family === 4),
+        added.filter((p) => p.family === 4),
+      );
+      if (!v4) return undefined;
+      let ipv6: Splice = { at: 0, deleteCount: 0, inserted: [] };
+      let v6 = before.v6;
+      const gone6 = removed.filter((p) => p.family === 6);
+      const put6 = added.filter((p) => p.family === 6);
+      if (gone6.length + put6.length > 0) {
+        const left = withoutV6(v6, gone6);
+        if (!left || left.length + put6.length > V6_ENTRIES_MAX) return undefined;
+        v6 = left.concat(put6);
+        ipv6 = { at: 0, deleteCount: old.ipv6.length, inserted: linesList(mergeToLines(v6)) };
+      }
+      nextSets[name] = { v4: before.v4, v6 };
+      splices[name] = { ipv4: v4, ipv6 };
+      lists[name] = lazySets(old, splices[name]);
+    }
+    const pending = state.pending + 1;
+    if (pending >= LAZY_MAX)
+      for (const name of ['nonMasquerade', 'masquerade'] as const) void lists[name].ipv4;
+    const meaning = { ...config, nonMasquerade: lists.nonMasquerade, masquerade: lists.masquerade };
+    const v4Json = {
+      nonMasquerade: nextSets.nonMasquerade.v4.json(),
+      masquerade: nextSets.masquerade.v4.json(),
+    };
+    const next: Config = Object.freeze({ ...meaning, hash: hashOf(meaning, v4Json) });
+    const result = Object.freeze({
+      ok: true as const,
+      config: next,
+      warnings: state.result.warnings,
+    });
+    // The state moves on: the new bytes, the regions past each edit shifted by its length.
+    const nextFiles = state.files.map((was, i): FileState => {
+      const edit = edits[i];
+      const read = files[i] as FileBytes & { bytes: Buffer };
+      if (!edit) return was;
+      const regions = (was.regions as Region[]).map((region, r) => {
+        if (r < edit.region) return region;
+        const count = counts.get(`${i}/${r}`) ?? region.count;
+        return r === edit.region
+          ? { ...region, end: region.end + edit.delta, count }
+          : { ...region, start: region.start + edit.delta, end: region.end + edit.delta };
+      });
+      return { file: was.file, bytes: read.bytes, regions };
+    });
+    this.state = {
+      ...state,
+      files: nextFiles,
+      result,
+      entries,
+      sets: nextSets,
+      pending: pending >= LAZY_MAX ? 0 : pending,
+    };
+    return { result, splices };
+  }
+}
