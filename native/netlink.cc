@@ -200,6 +200,41 @@ void FinishMessage(std::vector<char>* batch, size_t at) {
 // An nlattr's length is 16 bits: the elements go in messages well under that.
 constexpr size_t kElementsPerMessage = 512;
 
+// Sends one batch and reads the `acked` ACKs it asks for; any error means the kernel took none of
+// it. `what` names the change in an error.
+Status SendBatch(const std::vector<char>& batch, size_t acked, const std::string& what) {
+  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
+  if (fd < 0) return {false, std::string("netlink socket: ") + strerror(errno)};
+  // Closed on a thread of its own: after a deletion the close waits for the kernel (later.h).
+  std::unique_ptr<int, std::function<void(int*)>> guard(&fd, [](int* f) { later::Close(*f); });
+  timeval limit{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  int room = static_cast<int>(batch.size()) * 2;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &room, sizeof(room));
+  sockaddr_nl kernel{};
+  kernel.nl_family = AF_NETLINK;
+  if (sendto(fd, batch.data(), batch.size(), 0, reinterpret_cast<sockaddr*>(&kernel),
+             sizeof(kernel)) < 0)
+    return {false, std::string("netlink send: ") + strerror(errno)};
+  alignas(nlmsghdr) static thread_local char buf[65536];
+  size_t answered = 0;
+  while (answered < acked) {
+    ssize_t len = recv(fd, buf, sizeof(buf), 0);
+    if (len < 0 && errno == EINTR) continue;
+    if (len < 0) return {false, std::string("netlink recv: ") + strerror(errno)};
+    for (auto* nlh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nlh, len);
+         nlh = NLMSG_NEXT(nlh, len)) {
+      if (nlh->nlmsg_type != NLMSG_ERROR) continue;
+      auto* e = static_cast<nlmsgerr*>(NLMSG_DATA(nlh));
+      if (e->error == -ERESTART)
+        return {false, what + ": another commit came since the generation it was worked out at"};
+      if (e->error != 0) return {false, what + ": " + strerror(-e->error)};
+      answered++;
+    }
+  }
+  return {true, ""};
+}
+
 }  // namespace
 
 Status ReplaceSetElements(uint8_t family, const std::string& table, const std::string& set,
@@ -240,36 +275,7 @@ Status ReplaceSetElements(uint8_t family, const std::string& table, const std::s
   FinishMessage(
       &batch, StartMessage(&batch, NFNL_MSG_BATCH_END, 0, AF_UNSPEC, seq++, NFNL_SUBSYS_NFTABLES));
 
-  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
-  if (fd < 0) return {false, std::string("netlink socket: ") + strerror(errno)};
-  // Closed on a thread of its own: after a deletion the close waits for the kernel (later.h).
-  std::unique_ptr<int, std::function<void(int*)>> guard(&fd, [](int* f) { later::Close(*f); });
-  timeval limit{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  int room = static_cast<int>(batch.size()) * 2;
-  setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &room, sizeof(room));
-  sockaddr_nl kernel{};
-  kernel.nl_family = AF_NETLINK;
-  if (sendto(fd, batch.data(), batch.size(), 0, reinterpret_cast<sockaddr*>(&kernel),
-             sizeof(kernel)) < 0)
-    return {false, std::string("netlink send: ") + strerror(errno)};
-  // One ACK per message asked for; any error means the kernel took none of the batch.
-  alignas(nlmsghdr) static thread_local char buf[65536];
-  size_t answered = 0;
-  while (answered < acked.size()) {
-    ssize_t len = recv(fd, buf, sizeof(buf), 0);
-    if (len < 0 && errno == EINTR) continue;
-    if (len < 0) return {false, std::string("netlink recv: ") + strerror(errno)};
-    for (auto* nlh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nlh, len);
-         nlh = NLMSG_NEXT(nlh, len)) {
-      if (nlh->nlmsg_type != NLMSG_ERROR) continue;
-      auto* e = static_cast<nlmsgerr*>(NLMSG_DATA(nlh));
-      if (e->error != 0)
-        return {false, "set " + set + " of table " + table + ": " + strerror(-e->error)};
-      answered++;
-    }
-  }
-  return {true, ""};
+  return SendBatch(batch, acked.size(), "set " + set + " of table " + table);
 }
 
 namespace {
@@ -472,6 +478,160 @@ Counters ListCounters(const std::string& family, const std::string& table) {
       },
       number, attrs);
   return result;
+}
+
+namespace {
+
+// A rule of a chain as the kernel dumps it: what EditElements copies of the marked one.
+struct RawRule {
+  uint64_t handle = 0;
+  std::string expressions;  // NFTA_RULE_EXPRESSIONS' payload
+  std::string userdata;     // NFTA_RULE_USERDATA's payload
+};
+
+// The comment in a rule's userdata (TLVs of a type byte and a length byte: libnftnl's udata).
+std::string CommentOf(const std::string& userdata) {
+  size_t at = 0;
+  while (at + 2 <= userdata.size()) {
+    const auto type = static_cast<uint8_t>(userdata[at]);
+    const auto len = static_cast<uint8_t>(userdata[at + 1]);
+    if (at + 2 + len > userdata.size()) break;
+    if (type == 0 /* NFTNL_UDATA_RULE_COMMENT */) return Text(userdata.data() + at + 2, len);
+    at += 2 + len;
+  }
+  return "";
+}
+
+// The userdata with its comment replaced by `comment` (NUL-terminated, as nft writes it); the
+// other TLVs kept in order.
+std::string WithComment(const std::string& userdata, const std::string& comment) {
+  std::string out;
+  size_t at = 0;
+  bool put = false;
+  const auto tlv = [&out](uint8_t type, const std::string& value) {
+    out.push_back(static_cast<char>(type));
+    out.push_back(static_cast<char>(value.size()));
+    out += value;
+  };
+  while (at + 2 <= userdata.size()) {
+    const auto type = static_cast<uint8_t>(userdata[at]);
+    const auto len = static_cast<uint8_t>(userdata[at + 1]);
+    if (at + 2 + len > userdata.size()) break;
+    if (type == 0) {
+      tlv(0, comment + std::string(1, '\0'));
+      put = true;
+    } else {
+      tlv(type, userdata.substr(at + 2, len));
+    }
+    at += 2 + len;
+  }
+  if (!put) tlv(0, comment + std::string(1, '\0'));
+  return out;
+}
+
+// Appends a DELSETELEM or NEWSETELEM message per kElementsPerMessage elements of `bytes`.
+void PutElements(std::vector<char>* batch, uint16_t type, uint16_t flags, uint8_t family,
+                 const std::string& table, const SetEdit& set, const std::vector<uint8_t>& bytes,
+                 uint32_t* seq, size_t* acked) {
+  const size_t width = 2 * set.key_len;
+  const size_t count = width == 0 ? 0 : bytes.size() / width;
+  for (size_t first = 0; first < count; first += kElementsPerMessage) {
+    size_t message = StartMessage(batch, static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | type),
+                                  static_cast<uint16_t>(flags | NLM_F_ACK), family, (*seq)++, 0);
+    (*acked)++;
+    Writer attrs(batch);
+    attrs.PutString(NFTA_SET_ELEM_LIST_TABLE, table);
+    attrs.PutString(NFTA_SET_ELEM_LIST_SET, set.set);
+    size_t list = attrs.Begin(NLA_F_NESTED | NFTA_SET_ELEM_LIST_ELEMENTS);
+    for (size_t i = first; i < count && i < first + kElementsPerMessage; i++) {
+      const uint8_t* element = bytes.data() + i * width;
+      size_t item = attrs.Begin(NLA_F_NESTED | NFTA_LIST_ELEM);
+      size_t key = attrs.Begin(NLA_F_NESTED | NFTA_SET_ELEM_KEY);
+      attrs.Put(NFTA_DATA_VALUE, element, set.key_len);
+      attrs.End(key);
+      size_t end = attrs.Begin(NLA_F_NESTED | NFTA_SET_ELEM_KEY_END);
+      attrs.Put(NFTA_DATA_VALUE, element + set.key_len, set.key_len);
+      attrs.End(end);
+      attrs.End(item);
+    }
+    attrs.End(list);
+    FinishMessage(batch, message);
+  }
+}
+
+}  // namespace
+
+// The rule of `table`'s `chain` whose comment is `mark`, as the kernel holds it.
+Status FindMarked(const TableEdit& table, RawRule* found) {
+  std::vector<char> filter;
+  Writer writer(&filter);
+  writer.PutString(NFTA_RULE_TABLE, table.table);
+  writer.PutString(NFTA_RULE_CHAIN, table.chain);
+  std::vector<RawRule> rules;
+  Status listed = NetlinkRequest(
+      NFT_MSG_GETRULE, NLM_F_DUMP, "NFT_MSG_GETRULE", [&](uint8_t) { rules.push_back({}); },
+      [&](uint16_t type, const char* data, size_t len) {
+        if (type == NFTA_RULE_HANDLE) rules.back().handle = Be64(data, len);
+        if (type == NFTA_RULE_EXPRESSIONS) rules.back().expressions.assign(data, len);
+        if (type == NFTA_RULE_USERDATA) rules.back().userdata.assign(data, len);
+        return true;
+      },
+      table.family, filter);
+  if (!listed.ok) return listed;
+  for (const RawRule& rule : rules) {
+    if (rule.userdata.empty() || CommentOf(rule.userdata) != table.was_mark) continue;
+    *found = rule;
+    return {true, ""};
+  }
+  return {false, "chain " + table.chain + " of table " + table.table +
+                     ": no rule carries the mark of the last write"};
+}
+
+Status EditElements(const ElementEdit& edit) {
+  // The marked rules, as the kernel holds them: found by their comment, the last write's mark.
+  std::vector<RawRule> marked(edit.tables.size());
+  for (size_t t = 0; t < edit.tables.size(); t++) {
+    Status found = FindMarked(edit.tables[t], &marked[t]);
+    if (!found.ok) return found;
+    if (edit.tables[t].mark.size() > 250) return {false, "the mark is too long for a comment"};
+  }
+  std::vector<char> batch;
+  uint32_t seq = 1;
+  size_t begin =
+      StartMessage(&batch, NFNL_MSG_BATCH_BEGIN, 0, AF_UNSPEC, seq++, NFNL_SUBSYS_NFTABLES);
+  if (edit.pinned) {
+    Writer attrs(&batch);
+    const uint32_t generation = htonl(edit.generation);
+    attrs.Put(NFNL_BATCH_GENID, &generation, sizeof(generation));
+  }
+  FinishMessage(&batch, begin);
+  size_t acked = 0;
+  for (size_t t = 0; t < edit.tables.size(); t++) {
+    const TableEdit& table = edit.tables[t];
+    for (const SetEdit& set : table.sets)
+      PutElements(&batch, NFT_MSG_DELSETELEM, 0, table.family, table.table, set, set.removed, &seq,
+                  &acked);
+    for (const SetEdit& set : table.sets)
+      PutElements(&batch, NFT_MSG_NEWSETELEM, NLM_F_CREATE, table.family, table.table, set,
+                  set.added, &seq, &acked);
+    size_t rule =
+        StartMessage(&batch, static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWRULE),
+                     NLM_F_REPLACE | NLM_F_ACK, table.family, seq++, 0);
+    acked++;
+    Writer attrs(&batch);
+    attrs.PutString(NFTA_RULE_TABLE, table.table);
+    attrs.PutString(NFTA_RULE_CHAIN, table.chain);
+    const uint64_t handle = htobe64(marked[t].handle);
+    attrs.Put(NFTA_RULE_HANDLE, &handle, sizeof(handle));
+    attrs.Put(NLA_F_NESTED | NFTA_RULE_EXPRESSIONS, marked[t].expressions.data(),
+              marked[t].expressions.size());
+    const std::string userdata = WithComment(marked[t].userdata, table.mark);
+    attrs.Put(NFTA_RULE_USERDATA, userdata.data(), userdata.size());
+    FinishMessage(&batch, rule);
+  }
+  FinishMessage(
+      &batch, StartMessage(&batch, NFNL_MSG_BATCH_END, 0, AF_UNSPEC, seq++, NFNL_SUBSYS_NFTABLES));
+  return SendBatch(batch, acked, "our tables");
 }
 
 }  // namespace netlink

@@ -81,4 +81,31 @@ Counters ListCounters(const std::string& family, const std::string& table);
 Status ReplaceSetElements(uint8_t family, const std::string& table, const std::string& set,
                           const std::vector<std::vector<uint8_t>>& keys);
 
+// An element-only change of tables of ours, as one transaction (README, "The everyday edit"):
+// each set's elements deleted, then added, then the rule carrying the write's mark replaced by the
+// same rule with the new mark: its expressions as the kernel holds them, its comment changed. An
+// element is its key then its end key (interval sets of a concatenation: the kernel's pipapo), each
+// `key_len` bytes in the kernel's layout. With `pinned`, the kernel takes the batch only while the
+// namespace is at `generation` (NFNL_BATCH_GENID): a commit by anyone since makes it refuse whole.
+struct SetEdit {
+  std::string set;
+  size_t key_len = 0;
+  std::vector<uint8_t> removed;  // 2 * key_len bytes per element
+  std::vector<uint8_t> added;
+};
+struct TableEdit {
+  uint8_t family = 0;  // NFPROTO_IPV4 or NFPROTO_IPV6
+  std::string table;
+  std::vector<SetEdit> sets;
+  std::string chain;     // the chain of the marked rule
+  std::string was_mark;  // its comment now
+  std::string mark;      // its comment after
+};
+struct ElementEdit {
+  std::vector<TableEdit> tables;  // one transaction for all
+  bool pinned = false;
+  uint32_t generation = 0;
+};
+Status EditElements(const ElementEdit& edit);
+
 }  // namespace netlink

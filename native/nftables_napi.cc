@@ -4,6 +4,7 @@
 // back). Each call copies its arguments on the JS thread, runs its job on a pool thread through the
 // one Worker, and resolves with JS values built back on the JS thread.
 #include <arpa/inet.h>
+#include <linux/netfilter.h>
 #include <napi.h>
 #include <netinet/in.h>
 
@@ -440,6 +441,73 @@ Napi::Value ConntrackDelete(const Napi::CallbackInfo& info) {
   });
 }
 
+// editElements({ generation?, tables: [{ family: 4 | 6, table, chain, wasMark, mark, sets: [{
+// name, keyLength, removed: Buffer, added: Buffer }] }] }) → Promise<undefined>:
+// netlink::EditElements, one transaction (README, "The everyday edit").
+Napi::Value EditElements(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const char* usage =
+      "editElements({ generation?, tables: [{ family, table, chain, wasMark, mark, sets: [{ name, "
+      "keyLength, removed, added }] }] })";
+  if (info.Length() != 1 || !info[0].IsObject()) throw Napi::TypeError::New(env, usage);
+  Napi::Object request = info[0].As<Napi::Object>();
+  const auto object = [&](Napi::Value value) {
+    if (!value.IsObject()) throw Napi::TypeError::New(env, usage);
+    return value.As<Napi::Object>();
+  };
+  const auto array = [&](Napi::Value value) {
+    if (!value.IsArray()) throw Napi::TypeError::New(env, usage);
+    return value.As<Napi::Array>();
+  };
+  const auto text = [&](Napi::Object from, const char* key) {
+    Napi::Value value = from.Get(key);
+    if (!value.IsString()) throw Napi::TypeError::New(env, usage);
+    return value.As<Napi::String>().Utf8Value();
+  };
+  const auto bytes = [&](Napi::Value value) {  // copied before queueing
+    if (!value.IsBuffer()) throw Napi::TypeError::New(env, usage);
+    auto buffer = value.As<Napi::Buffer<uint8_t>>();
+    return std::vector<uint8_t>(buffer.Data(), buffer.Data() + buffer.Length());
+  };
+  netlink::ElementEdit edit;
+  Napi::Value generation = request.Get("generation");
+  if (generation.IsNumber()) {
+    edit.pinned = true;
+    edit.generation = generation.As<Napi::Number>().Uint32Value();
+  }
+  Napi::Array tables = array(request.Get("tables"));
+  for (uint32_t t = 0; t < tables.Length(); t++) {
+    Napi::Object from = object(tables.Get(t));
+    netlink::TableEdit table;
+    const int family = from.Get("family").ToNumber().Int32Value();
+    if (family != 4 && family != 6) throw Napi::RangeError::New(env, "family must be 4 or 6");
+    table.family = static_cast<uint8_t>(family == 4 ? NFPROTO_IPV4 : NFPROTO_IPV6);
+    table.table = text(from, "table");
+    table.chain = text(from, "chain");
+    table.was_mark = text(from, "wasMark");
+    table.mark = text(from, "mark");
+    Napi::Array sets = array(from.Get("sets"));
+    for (uint32_t i = 0; i < sets.Length(); i++) {
+      Napi::Object set = object(sets.Get(i));
+      netlink::SetEdit one;
+      one.set = text(set, "name");
+      one.key_len = set.Get("keyLength").ToNumber().Uint32Value();
+      one.removed = bytes(set.Get("removed"));
+      one.added = bytes(set.Get("added"));
+      if (one.key_len == 0 || one.key_len > 64 || one.removed.size() % (2 * one.key_len) != 0 ||
+          one.added.size() % (2 * one.key_len) != 0)
+        throw Napi::RangeError::New(env, "each element is its key and end key, keyLength each");
+      table.sets.push_back(std::move(one));
+    }
+    edit.tables.push_back(std::move(table));
+  }
+  return Queue(env, [edit = std::move(edit)]() {
+    netlink::Status status = netlink::EditElements(edit);
+    if (!status.ok) return Failed(status.error);
+    return Value([](Napi::Env env) { return env.Undefined(); });
+  });
+}
+
 // releaseMemory(): boolean, memory::ReleaseFreePages (quick: on the JS thread)
 Napi::Value ReleaseMemory(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), memory::ReleaseFreePages());
@@ -472,6 +540,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("natSample", Napi::Function::New(env, NatSample));
   exports.Set("conntrackHold", Napi::Function::New(env, ConntrackHold));
   exports.Set("conntrackDelete", Napi::Function::New(env, ConntrackDelete));
+  exports.Set("editElements", Napi::Function::New(env, EditElements));
   exports.Set("releaseMemory", Napi::Function::New(env, ReleaseMemory));
   exports.Set("mapLargeAllocations", Napi::Function::New(env, MapLargeAllocations));
   exports.Set("pageOutFileMappings", Napi::Function::New(env, PageOutFileMappings));

@@ -5,13 +5,15 @@
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { packRanges, PackedRanges, type RangeList } from '../cidr/index.js';
+import { packRanges, PackedRanges, parseCidr, prefixRange, type RangeList } from '../cidr/index.js';
 import {
   nftFailureKinds,
   type ChainInfo,
   type CommitStep,
   type CounterValue,
   type DeletedFlows,
+  type ElementEdit,
+  type Elements,
   type FlowJudgement,
   type FlowPlan,
   type FlowPolicy,
@@ -71,6 +73,17 @@ interface NativeAddon {
     holdMax: number;
   }): Promise<NativePlan>;
   conntrackHold(plan: unknown, family: 4 | 6, table: string, set: string): Promise<number>;
+  editElements(request: {
+    generation?: number;
+    tables: Array<{
+      family: 4 | 6;
+      table: string;
+      chain: string;
+      wasMark: string;
+      mark: string;
+      sets: Array<{ name: string; keyLength: number; removed: Buffer; added: Buffer }>;
+    }>;
+  }): Promise<undefined>;
   conntrackDelete(
     plan: unknown,
     which: 'now' | 'later',
@@ -314,6 +327,73 @@ export async function holdReplies(plan: FlowPlan, table: string, set: string): P
   return serialised(async () => {
     const before = await generation();
     await native.conntrackHold(plan.handle, plan.family, table, set);
+    return { before, after: await generation() };
+  });
+}
+
+/**
+ * Each element of a set keyed `ADDR daddr . meta l4proto` with ` . 0-255` as its key and end key,
+ * in the kernel's layout: the address's first and last in network order, then the protocol
+ * padded to 4 bytes (0, then 255). Elements are the agent's own formatted prefixes, parsed again.
+ */
+function concatElementBytes(family: 4 | 6, elements: Elements): Buffer {
+  const width = family === 4 ? 4 : 16;
+  const key = width + 4;
+  const out = Buffer.alloc(elements.length * 2 * key);
+  elements.forEach((element, i) => {
+    const prefix = parseCidr(element);
+    if (prefix.family !== family) throw new Error(`${element}: not an IPv${family} prefix`);
+    const [first, last] = prefixRange(prefix);
+    const at = i * 2 * key;
+    for (let b = 0; b < width; b++) {
+      const shift = BigInt(8 * (width - 1 - b));
+      out[at + b] = Number((first >> shift) & 0xffn);
+      out[at + key + b] = Number((last >> shift) & 0xffn);
+    }
+    out[at + key + width] = 255; // meta l4proto's range 0-255: 0 first, 255 last
+  });
+  return out;
+}
+
+/**
+ * Writes an element-only change of our tables as one netlink transaction, without libnftables
+ * (README, "The everyday edit"), with the generation ids read around it in the same turn of the
+ * queue as every commit of ours. Refused whole (an NftError) when the kernel's tables are not as
+ * the change was worked out from: the marked rule missing, an element missing or there already, or
+ * (with `generation`) another commit since.
+ */
+export async function editElements(edit: ElementEdit): Promise<CommitStep> {
+  const native = addon();
+  const tables = edit.tables.map((table) => {
+    const family = table.family === 'ip' ? (4 as const) : (6 as const);
+    return {
+      family,
+      table: table.table,
+      chain: table.chain,
+      wasMark: table.wasMark,
+      mark: table.mark,
+      sets: table.sets.map(({ set, removed, added }) => {
+        if (set.key.elementSuffix !== ' . 0-255')
+          throw new Error(`set ${set.name}: only concatenated sets are edited over netlink`);
+        return {
+          name: set.name,
+          keyLength: (family === 4 ? 4 : 16) + 4,
+          removed: concatElementBytes(family, removed),
+          added: concatElementBytes(family, added),
+        };
+      }),
+    };
+  });
+  const request = {
+    tables,
+    ...(edit.generation !== undefined ? { generation: edit.generation } : {}),
+  };
+  const generation = () => native.generationId().catch(() => undefined);
+  return serialised(async () => {
+    const before = await generation();
+    await native.editElements(request).catch((err: unknown) => {
+      throw new NftError(errorText(err), 'error');
+    });
     return { before, after: await generation() };
   });
 }

@@ -1,5 +1,6 @@
 // Changes of a table of ours in place (README, "When it writes"; docs/design.md, "Writes on the
 // wire"): which shape each set's change takes, as measured, and the transactions for each shape.
+import { listWindow } from '../cidr/index.js';
 import type { TransientObjects } from './listing.js';
 import { STAND_IN_COMMENT, standInName } from './ownership.js';
 import {
@@ -16,6 +17,7 @@ import {
   type Elements,
   type NamedSet,
   type Table,
+  type TableElementEdit,
 } from './types.js';
 
 /** The names of a table's sets that a change keeps or makes: all but the transient ones. */
@@ -137,7 +139,7 @@ export function setChange(
   const size = set.elements.length;
   if (!before) return concat && size > REFILL_CONCAT_MAX ? 'rebuild' : 'refill';
   // Only what lies between the common head and tail can differ; its length bounds the deletions.
-  const { head, endBefore } = middle(before.elements, set.elements);
+  const { head, endBefore } = listWindow(before.elements, set.elements);
   const window = endBefore - head;
   if (window === 0) return 'delta';
   if (concat) {
@@ -154,24 +156,6 @@ export function setChange(
   return removed <= DELETE_INTERVAL_MAX ? 'delta' : 'refill';
 }
 
-/**
- * Where two lists differ: the common head's length and, past it, the ends of what lies before
- * their common tail. Indices only: a large change is judged by its size without copying it.
- */
-function middle(before: readonly string[], after: readonly string[]) {
-  if (before === after)
-    return { head: before.length, endBefore: before.length, endAfter: before.length };
-  let head = 0;
-  while (head < before.length && head < after.length && before[head] === after[head]) head++;
-  let endBefore = before.length;
-  let endAfter = after.length;
-  while (endBefore > head && endAfter > head && before[endBefore - 1] === after[endAfter - 1]) {
-    endBefore--;
-    endAfter--;
-  }
-  return { head, endBefore, endAfter };
-}
-
 type ElementDiff = { readonly removed: Elements; readonly added: Elements };
 
 /** Diffs worked out, by the list they start from: a write asks again while rendering (converge.ts). */
@@ -186,7 +170,7 @@ const diffs = new WeakMap<Elements, { after: Elements; diff: ElementDiff }>();
 export function elementDiff(before: Elements, after: Elements): ElementDiff {
   const known = diffs.get(before);
   if (known?.after === after) return known.diff;
-  const { head, endBefore, endAfter } = middle(before, after);
+  const { head, endBefore, endAfter } = listWindow(before, after);
   const was = before.slice(head, endBefore);
   const is = after.slice(head, endAfter);
   let diff: { removed: string[]; added: string[] };
@@ -336,4 +320,90 @@ export function renderUpgrade(
     unhooked(table, counts),
     hooks(table) + remove(standIn),
   ];
+}
+
+/** The comment a rule ends with, and the rule without it. */
+function splitComment(rule: string): { body: string; comment: string } | undefined {
+  const match = / comment "([^"]*)"$/.exec(rule);
+  return match ? { body: rule.slice(0, match.index), comment: match[1] as string } : undefined;
+}
+
+const sameList = <T>(a: readonly T[] | undefined, b: readonly T[] | undefined) =>
+  (a ?? []).length === (b ?? []).length && (a ?? []).every((x, i) => x === (b ?? [])[i]);
+
+/**
+ * The change from `old` (what the kernel holds, exactly) to `next` as element additions and
+ * deletions of concatenated interval sets and the mark's move, when that is all it is: same sets
+ * (keys, flags, size, timeout), chains and counters, every set changed by a delta (setChange), and
+ * one rule differing only in its comment, in a base chain. Undefined for any other change, which
+ * renderInPlace writes through libnftables. Plain interval sets are left to libnftables: it keeps
+ * their end elements and open intervals (docs/design.md, "The everyday edit").
+ */
+export function elementEdit(next: Table, old: Table): TableElementEdit | undefined {
+  validateTable(next);
+  if (next.family !== old.family || next.name !== old.name || next.comment !== old.comment)
+    return undefined;
+  if (!sameList(next.counters, old.counters)) return undefined;
+  if (next.sets.length !== old.sets.length || next.chains.length !== old.chains.length)
+    return undefined;
+  const sets: { set: NamedSet; removed: Elements; added: Elements }[] = [];
+  for (const [i, set] of next.sets.entries()) {
+    const before = old.sets[i] as NamedSet;
+    const sameShape =
+      set.name === before.name &&
+      set.key.expression === before.key.expression &&
+      set.key.elementSuffix === before.key.elementSuffix &&
+      set.key.elements === before.key.elements &&
+      sameList(set.flags, before.flags) &&
+      set.size === before.size &&
+      set.timeoutS === before.timeoutS &&
+      set.transient === before.transient;
+    if (!sameShape) return undefined;
+    if (set.transient) continue; // its elements are the flush's, never the config's
+    const { head, endBefore, endAfter } = listWindow(before.elements, set.elements);
+    if (head === endBefore && head === endAfter) continue;
+    if (set.key.elementSuffix !== ' . 0-255' || set.key.elements === 'names') return undefined;
+    if (setChange(set, before) !== 'delta') return undefined;
+    const { removed, added } = elementDiff(before.elements, set.elements);
+    if (removed.length + added.length > 0) sets.push({ set, removed, added });
+  }
+  let marked: Omit<TableElementEdit, 'family' | 'table' | 'sets'> | undefined;
+  for (const [i, chain] of next.chains.entries()) {
+    const before = old.chains[i] as (typeof old.chains)[number];
+    if (chain.name !== before.name || chain.transient !== before.transient) return undefined;
+    if (JSON.stringify(chain.base) !== JSON.stringify(before.base)) return undefined;
+    if (chain.rules.length !== before.rules.length) return undefined;
+    for (const [r, rule] of chain.rules.entries()) {
+      const was = before.rules[r] as string;
+      if (rule === was) continue;
+      const now = splitComment(rule);
+      const then = splitComment(was);
+      if (!chain.base || marked || !now || !then || now.body !== then.body) return undefined;
+      marked = { chain: chain.name, wasRule: was, rule, wasMark: then.comment, mark: now.comment };
+    }
+  }
+  // Every write moves the mark: a change without a new one is not this kind of change.
+  if (!marked) return undefined;
+  return { family: next.family, table: next.name, sets, ...marked };
+}
+
+/** The same change as an nft script (what libnftables would be given): for tests and the fake kernel. */
+export function renderElementEdit(edits: readonly TableElementEdit[]): string {
+  const lines: string[] = [];
+  for (const edit of edits) {
+    const { family, table } = edit;
+    for (const { set, removed } of edit.sets) {
+      if (removed.length > 0)
+        lines.push(
+          `delete element ${family} ${table} ${set.name} { ${elementList(set, removed, family)} }`,
+        );
+    }
+    const additions = edit.sets.flatMap(({ set, added }) =>
+      added.length > 0 ? setBlock(set, family, added) : [],
+    );
+    if (additions.length > 0) lines.push(`table ${family} ${table} {`, ...additions, '}');
+    lines.push(`flush chain ${family} ${table} ${edit.chain}`);
+    lines.push(`add rule ${family} ${table} ${edit.chain} ${edit.rule}`);
+  }
+  return lines.join('\n') + '\n';
 }

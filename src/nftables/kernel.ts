@@ -12,6 +12,7 @@ import {
   nftRuleShapes,
   nftTableNames,
   commitNft,
+  editElements,
   runNft,
 } from './addon.js';
 import type {
@@ -19,6 +20,7 @@ import type {
   CommitStep,
   CounterValue,
   DeletedFlows,
+  ElementEdit,
   FlowJudgement,
   FlowPlan,
   NatSample,
@@ -38,6 +40,8 @@ export interface Kernel {
   listTable(ref: TableRef): Promise<string | null>;
   /** Runs one script as one transaction; the generation ids around it tell whether others committed. */
   apply(script: string): Promise<CommitStep>;
+  /** An element-only change as one transaction over netlink, without libnftables (nftables/change.ts). */
+  edit(edit: ElementEdit): Promise<CommitStep>;
   /** The namespace's nftables generation id (moves on every commit by anyone). */
   generationId(): Promise<number>;
   /** Every table in the namespace, from plain netlink: works where libnftables cannot parse them. */
@@ -117,6 +121,7 @@ export const nftKernel: Kernel = {
     }
   },
   apply: commitNft,
+  edit: editElements,
   generationId: nftGenerationId,
   tableNames: nftTableNames,
   chains: nftChains,

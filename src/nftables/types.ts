@@ -85,6 +85,33 @@ export interface Table {
   readonly chains: readonly Chain[];
 }
 
+/**
+ * A change of our tables that only adds and deletes elements of concatenated interval sets and
+ * moves the mark (README, "The everyday edit"): written as one netlink transaction, without
+ * libnftables (nftables/change.ts, elementEdit; the addon's editElements).
+ */
+export interface ElementEdit {
+  readonly tables: readonly TableElementEdit[];
+  /** The namespace's generation id the change was worked out at: the kernel takes it only there. */
+  readonly generation?: number;
+}
+
+export interface TableElementEdit {
+  readonly family: TableFamily;
+  readonly table: string;
+  readonly sets: ReadonlyArray<{
+    readonly set: NamedSet;
+    readonly removed: Elements;
+    readonly added: Elements;
+  }>;
+  /** The base chain whose one rule carries the mark, that rule before and after, and the marks. */
+  readonly chain: string;
+  readonly wasRule: string;
+  readonly rule: string;
+  readonly wasMark: string;
+  readonly mark: string;
+}
+
 export interface TableRef {
   readonly family: TableFamily;
   readonly name: string;

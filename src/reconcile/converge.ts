@@ -8,6 +8,7 @@ import { compile, remark, type CompileOptions } from '../compile.js';
 import type { Config } from '../config/types.js';
 import {
   elementDiff,
+  elementEdit,
   needsNewSets,
   renderInPlace,
   renderKeyChange,
@@ -15,7 +16,13 @@ import {
   setChange,
 } from '../nftables/change.js';
 import { prerenderElements, renderDelete, renderReplace, renderTable } from '../nftables/render.js';
-import type { CommitStep, CounterValue, Table, TableFamily } from '../nftables/types.js';
+import type {
+  CommitStep,
+  CounterValue,
+  ElementEdit,
+  Table,
+  TableFamily,
+} from '../nftables/types.js';
 import { NftError } from '../nftables/kernel.js';
 import { errorText } from '../errors.js';
 import type { Kernel } from '../nftables/kernel.js';
@@ -253,14 +260,20 @@ export class Converger {
         : compile(config, compileOptions, generation, writer);
       if (drift)
         logger.warn({ generation }, 'our tables in the kernel drifted from the config; repairing');
-      const scripts = await this.scripts(tables, found, held);
+      // From what the kernel is known to hold, an element-only change goes over netlink, pinned to
+      // the generation it was worked out at; anything else through libnftables.
+      const edit = found === undefined ? this.elementEdit(tables, base) : undefined;
+      const scripts = edit ? [] : await this.scripts(tables, found, held);
       // Our commits must follow on from `base` one step each (our held replies aside): any other
       // step is another tool's commit, which may have changed what we wrote.
       let chain = base;
       try {
         await timed('applyMs', async () => {
-          for (const script of scripts) {
-            const { before, after } = await kernel.apply(script);
+          const steps: Array<() => Promise<CommitStep>> = edit
+            ? [() => kernel.edit(edit)]
+            : scripts.map((script) => () => kernel.apply(script));
+          for (const step of steps) {
+            const { before, after } = await step();
             const follows =
               chain !== undefined &&
               before !== undefined &&
@@ -313,6 +326,26 @@ export class Converger {
       if (this.ownSteps.size <= OWN_STEPS_KEPT) break;
       this.ownSteps.delete(oldest);
     }
+  }
+
+  /**
+   * The change from the tables last written, when it only adds and deletes elements of
+   * concatenated sets and moves the mark (nftables/change.ts, elementEdit); else undefined.
+   */
+  private elementEdit(tables: readonly Table[], generation: number | undefined) {
+    if (tables.length !== this.lastTables.size) return undefined;
+    const edits = [];
+    for (const table of tables) {
+      const old = this.lastTables.get(table.family);
+      const edit = old && elementEdit(table, old);
+      if (!edit) return undefined;
+      edits.push(edit);
+    }
+    const edit: ElementEdit = {
+      tables: edits,
+      ...(generation !== undefined ? { generation } : {}),
+    };
+    return edit;
   }
 
   /** The kernel holds these tables (written, or found in place). */

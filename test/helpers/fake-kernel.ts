@@ -2,9 +2,11 @@
 // the renderer writes (add/delete table, nested table blocks), keeps listings as nft would print
 // them, and moves a generation id on every commit. Real behaviour is proven by the kernel tests.
 import type { AnyTableRef, Kernel } from '../../src/nftables/kernel.js';
+import { renderElementEdit } from '../../src/nftables/change.js';
 import type {
   ChainInfo,
   CommitStep,
+  ElementEdit,
   CounterValue,
   DeletedFlows,
   FlowJudgement,
@@ -121,6 +123,28 @@ export class FakeKernel implements Kernel {
     const count = which === 'now' ? plan.now : plan.later;
     this.deletions.push({ family: plan.family, which, count });
     return { deleted: new Map(count > 0 ? [[17, count]] : []), error: undefined };
+  }
+
+  /** Element-only changes written, in order (their scripts also go through apply). */
+  edits: ElementEdit[] = [];
+
+  /** The same change as the script libnftables would be given: the real path is proven on the kernel. */
+  async edit(edit: ElementEdit): Promise<CommitStep> {
+    this.beforeCommit?.();
+    // What runs at the next commit (a hook may have taken itself away).
+    const hook = this.beforeCommit;
+    // Pinned to the generation it was worked out at, as the kernel takes a batch (NFNL_BATCH_GENID).
+    if (edit.generation !== undefined && edit.generation !== this.genId)
+      throw new NftError(
+        'our tables: another commit came since the generation it was worked out at',
+      );
+    this.edits.push(edit);
+    this.beforeCommit = undefined;
+    try {
+      return await this.apply(renderElementEdit(edit.tables));
+    } finally {
+      this.beforeCommit = hook;
+    }
   }
 
   async apply(script: string): Promise<CommitStep> {
