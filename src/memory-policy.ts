@@ -4,9 +4,9 @@ import { HeapTidier } from './memory.js';
 import { mapLargeAllocations, pageOutFileMappings, releaseMemory } from './nftables/addon.js';
 
 /**
- * Up to this many CIDRs in force, the agent's config is small for memory's sake: a full collection of
- * its heap marks little, and is worth running once the work is done (HeapTidier). Its own figure,
- * not the set layout's crossover, though both are 2 000 today.
+ * Up to this many CIDRs in force, the agent's config is small for memory's sake: the program's pages
+ * a large config's work ran are paged out once it is done (HeapTidier). Its own figure, not the set
+ * layout's crossover, though both are 2 000 today.
  */
 export const SMALL_CONFIG_CIDRS = 2_000;
 
@@ -27,9 +27,9 @@ export class MemoryPolicy {
     this.#tidier =
       deps.tidier ??
       new HeapTidier({
-        release: () => {
+        release: (small) => {
           this.#release();
-          pageOut();
+          if (small) pageOut();
         },
       });
   }
@@ -46,7 +46,8 @@ export class MemoryPolicy {
 
   /**
    * A sync ended with `cidrs` in force: what it parsed and rendered is garbage now. The C heap's
-   * free pages go back at once; V8's garbage and the program's pages too once the config is small.
+   * free pages go back at once; V8's garbage once the work is quiet, and the program's pages too
+   * once the config is small.
    */
   afterSync(cidrs: number): void {
     this.#release();

@@ -52,23 +52,23 @@ export interface TidyDeps {
   heapUsed: () => number;
   collect: () => void;
   /**
-   * Gives memory back to the system: the C heap's free pages (the addon's malloc_trim) and the
-   * program's pages the large config's work ran (the addon's pageOutFileMappings).
+   * Gives memory back to the system: the C heap's free pages (the addon's malloc_trim) and, with a
+   * small config in force (`small`), the program's pages the large config's work ran (the addon's
+   * pageOutFileMappings): a large config's next edit would read them back at once.
    */
-  release: () => void;
+  release: (small: boolean) => void;
   setTimeout: (callback: () => void, ms: number) => Timer;
   clearTimeout: (timer: Timer) => void;
 }
 
 /**
- * Collects the agent's thread's garbage once it is back on a small config after a large one: V8
- * collects when it allocates, and an agent idle on a small config allocates little, so a large
- * config's garbage would stay (docs/design.md, "Memory", has the figures). `beforeWork()` is called
- * as each sync starts and `afterWork(small)` after it; when the config in force is small and the heap
- * grew by more than `growthBytes` since the last collection, one runs once `quietMs` passed without
- * another sync, then `release` gives back the C heap's free pages and the program's pages the large
- * config's work ran. Not while the config is large: a collection holds the event loop while it marks
- * what is live, and large writes allocate enough for V8 to collect on its own.
+ * Collects the agent's thread's garbage once a sync's work is done: V8 collects when it allocates,
+ * and an agent idle after a large write allocates little, so that write's garbage would stay
+ * (docs/design.md, "Memory", has the figures). `beforeWork()` is called as each sync starts and
+ * `afterWork(small)` after it; when the heap grew by more than `growthBytes` since the last
+ * collection, one runs once `quietMs` passed without another sync (never during one: at 100 000
+ * CIDRs it holds the event loop ~17 ms), then `release` gives back the C heap's free pages, and with
+ * a small config in force the program's pages the large config's work ran.
  */
 export class HeapTidier {
   readonly #deps: TidyDeps;
@@ -103,15 +103,15 @@ export class HeapTidier {
     const deps = this.#deps;
     if (this.#timer) deps.clearTimeout(this.#timer);
     this.#timer = undefined;
-    if (!small || deps.heapUsed() <= this.#settled + this.growthBytes) return;
-    this.#timer = deps.setTimeout(() => this.#tidy(), this.quietMs);
+    if (deps.heapUsed() <= this.#settled + this.growthBytes) return;
+    this.#timer = deps.setTimeout(() => this.#tidy(small), this.quietMs);
     this.#timer.unref();
   }
 
-  #tidy(): void {
+  #tidy(small: boolean): void {
     this.#timer = undefined;
     this.#deps.collect();
-    this.#deps.release();
+    this.#deps.release(small);
     this.#settled = this.#deps.heapUsed();
   }
 }
