@@ -95,6 +95,8 @@ export class Converger {
   private readonly deps: ConvergeDeps;
   /** Generation of our last write, or of the table adopted at start; 0 before either. */
   generation = 0;
+  /** How the last write went: an element-only batch over netlink, or libnftables scripts. */
+  lastWrite: 'netlink' | 'libnftables' | undefined;
   /** Content key of what we last wrote or found right in the kernel. */
   private kernelKey: string | undefined;
   /**
@@ -264,6 +266,7 @@ export class Converger {
       // the generation it was worked out at; anything else through libnftables.
       const edit = found === undefined ? this.elementEdit(tables, base) : undefined;
       const scripts = edit ? [] : await this.scripts(tables, found, held);
+      this.lastWrite = edit ? 'netlink' : 'libnftables';
       // Our commits must follow on from `base` one step each (our held replies aside): any other
       // step is another tool's commit, which may have changed what we wrote.
       let chain = base;

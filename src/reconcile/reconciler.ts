@@ -237,6 +237,7 @@ export class Reconciler {
           nonMasqueradeCIDRs: counts,
           durationMs: Math.round(seconds() * 1000),
           ...phases,
+          via: this.converger.lastWrite,
         },
         'ruleset written to the kernel',
       );

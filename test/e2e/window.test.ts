@@ -122,6 +122,32 @@ if (requireRoot(t)) {
     await flipping(t, topo, (i) => change(configText(i % 2 ? cidrs(2_000, 1) : cidrs(2_000))));
   });
 
+  // The everyday edit at 100 000 (README, "The everyday edit"): loaded from the last load and
+  // written as element edits over netlink, one batch each, with the mark's rule replaced in it.
+  t.test('100 000 elements, default layout: one CIDR added and removed over netlink', async (t) => {
+    const block = (extra: string[]) =>
+      `cidrLimit: 100016\nresyncInterval: 1h\nnonMasqueradeCIDRs:\n${[...cidrs(100_000), ...extra]
+        .map((cidr) => `  - ${cidr}`)
+        .join('\n')}\n`;
+    write(block([]));
+    const agent = startAgent(t, topo.node, args([]));
+    t.teardown(async () => {
+      agent.child.kill('SIGKILL');
+      await agent.exited;
+    });
+    await untilUp(node, agent);
+    await waitFor('the first write', () => (writes(agent) >= 1 ? true : undefined), 60_000);
+    await flipping(t, topo, async (i) => {
+      const before = writes(agent);
+      write(block(i % 2 ? ['198.51.100.0/24'] : []));
+      await waitFor('the write', () => (writes(agent) > before ? true : undefined), 20_000, 5);
+    });
+    const edits = agent.logs.filter(
+      (l) => l.msg === 'ruleset written to the kernel' && l.via === 'netlink',
+    ).length;
+    t.equal(edits, FLIPS, `each of the ${FLIPS} edits written over netlink`);
+  });
+
   t.test('across the auto layout switch: 1 990 and 2 010 elements', async (t) => {
     const change = await runningAgent(t, [], configText(cidrs(1_990)));
     await flipping(t, topo, (i) => change(configText(cidrs(i % 2 ? 2_010 : 1_990))));

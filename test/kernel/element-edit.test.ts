@@ -1,0 +1,168 @@
+// Element-only edits over netlink (src/nftables/change.ts elementEdit, the addon's editElements)
+// write the very objects libnftables writes for the same change: random edits of concatenated sets
+// (both families), each applied in one namespace by nft's script and in another by the netlink
+// batch, the two tables listed by every nft version here (1.0.6 and 1.1.x) and compared. A batch
+// pinned to a generation id another commit moved past, one whose marked rule is not there, and one
+// deleting an element that is not there are refused whole: the table stays as it was.
+import fc from 'fast-check';
+import t from 'tap';
+import { compile, type CompileOptions } from '../../src/compile.js';
+import { parseConfigText } from '../../src/config/index.js';
+import { elementEdit, renderElementEdit } from '../../src/nftables/change.js';
+import { listingIs } from '../../src/nftables/listing.js';
+import { renderTable } from '../../src/nftables/render.js';
+import type { ElementEdit, Table, TableElementEdit } from '../../src/nftables/types.js';
+import { requireRoot } from '../../harness/netns.js';
+import { nftTools, requireMatrix, runNftTool } from '../helpers/nft-versions.js';
+import { startAddon } from './fixtures/addon-client.js';
+
+const OPTIONS: CompileOptions = {
+  table: 'ipmasq',
+  masqChain: 'IP-MASQ-AGENT',
+  randomFully: true,
+  toPorts: [],
+  enableIPv6: true,
+  setLayout: 'concat',
+};
+
+/** /16 to /28 prefixes near each other (they nest, adjoin and merge), and a few IPv6 ones. */
+const v4 = fc
+  .tuple(fc.integer({ min: 0, max: 1023 }), fc.integer({ min: 16, max: 28 }))
+  .map(([n, len]) => {
+    const addr = ((10 << 24) | (n << 8) | ((n * 16) & 255)) >>> 0;
+    const a = (addr & ((0xffffffff << (32 - len)) >>> 0)) >>> 0;
+    return `${a >>> 24}.${(a >>> 16) & 255}.${(a >>> 8) & 255}.${a & 255}/${len}`;
+  });
+const v6 = fc.integer({ min: 0, max: 255 }).map((n) => `fd00:${n.toString(16)}::/48`);
+const cidr = fc.oneof({ weight: 5, arbitrary: v4 }, { weight: 1, arbitrary: v6 });
+
+function tables(nonMasq: readonly string[], masq: readonly string[], generation: number): Table[] {
+  const text = `nonMasqueradeCIDRs: [${nonMasq.join(', ')}]\nmasqueradeCIDRs: [${masq.join(', ')}]\ncidrLimit: 5000\n`;
+  const result = parseConfigText(text, 'case', {
+    enableIPv6: true,
+    nomasqAllReservedRanges: false,
+  });
+  if (!result.ok) throw result.error;
+  return compile(result.config, OPTIONS, generation, 'minx3e9s.001');
+}
+
+function editOf(before: Table[], after: Table[]): TableElementEdit[] | undefined {
+  const edits: TableElementEdit[] = [];
+  for (const [i, table] of after.entries()) {
+    const edit = elementEdit(table, before[i]!);
+    if (!edit) return undefined;
+    edits.push(edit);
+  }
+  return edits;
+}
+
+if (requireRoot(t)) {
+  const tools = requireMatrix(t);
+  const viaNft = await startAddon(t);
+  const viaNetlink = await startAddon(t);
+  const clear =
+    'add table ip ipmasq\ndelete table ip ipmasq\nadd table ip6 ipmasq\ndelete table ip6 ipmasq\n';
+  const listings = async (ns: string) => {
+    const out: string[] = [];
+    for (const tool of tools ?? nftTools())
+      for (const family of ['ip', 'ip6'])
+        out.push((await runNftTool(ns, tool, ['list', 'table', family, 'ipmasq'])).stdout);
+    return out;
+  };
+
+  t.test('the netlink batch writes what nft writes, listed by every nft here', async (t) => {
+    let compared = 0;
+    await fc.assert(
+      fc.asyncProperty(
+        fc.uniqueArray(cidr, { minLength: 1, maxLength: 40 }),
+        fc.uniqueArray(cidr, { maxLength: 3 }),
+        fc.uniqueArray(cidr, { maxLength: 4 }),
+        fc.nat(),
+        async (base, masq, added, drop) => {
+          const kept = base.filter((_, i) => drop % (base.length + 1) !== i);
+          const next = [...new Set([...kept, ...added])];
+          const before = tables(base, masq, 1);
+          const after = tables(next, masq, 2);
+          const edits = editOf(before, after);
+          if (!edits) throw new Error('a change of the lists only is an element edit');
+          const whole = before.map((table) => renderTable(table)).join('');
+          for (const addon of [viaNft, viaNetlink])
+            await addon.value({ op: 'run', script: clear + whole });
+          await viaNft.value({ op: 'run', script: renderElementEdit(edits) });
+          const generation = await viaNetlink.value<number>({ op: 'generation' });
+          const edit: ElementEdit = { tables: edits, generation };
+          await viaNetlink.value({ op: 'edit', edit });
+          const [a, b] = [await listings(viaNft.ns), await listings(viaNetlink.ns)];
+          if (a.join('\n') !== b.join('\n'))
+            throw new Error(`nft wrote\n${a.join('\n')}\nnetlink wrote\n${b.join('\n')}`);
+          for (const [i, table] of after.entries()) {
+            if (!listingIs(b[i]!, table)) throw new Error(`not the new table:\n${b[i]}`);
+          }
+          compared++;
+        },
+      ),
+      { numRuns: 40 },
+    );
+    t.equal(
+      compared,
+      40,
+      `40 random edits, listed by nft ${(tools ?? nftTools()).map((x) => x.version).join(' and ')}`,
+    );
+  });
+
+  t.test('refused whole: a moved generation, a missing mark, a missing element', async (t) => {
+    const base = ['10.0.0.0/24', '10.0.2.0/24', 'fd00:1::/48'];
+    const before = tables(base, [], 1);
+    const after = tables(['10.0.0.0/24', '10.0.4.0/24', 'fd00:2::/48'], [], 2);
+    const edits = editOf(before, after)!;
+    t.ok(
+      edits.every((edit) => edit.sets.length > 0),
+      'elements added and deleted in each family',
+    );
+    const fresh = async () => {
+      await viaNetlink.value({
+        op: 'run',
+        script: clear + before.map((table) => renderTable(table)).join(''),
+      });
+      return listings(viaNetlink.ns);
+    };
+    const refused = async (edit: ElementEdit, why: RegExp, what: string) => {
+      const held = await fresh();
+      const outcome = await viaNetlink.request({ op: 'edit', edit });
+      t.notOk(outcome.ok, `${what}: refused`);
+      if (!outcome.ok) t.match(outcome.error.message, why, `${what}: says why`);
+      t.same(await listings(viaNetlink.ns), held, `${what}: the tables as they were`);
+    };
+    await fresh();
+    const generation = await viaNetlink.value<number>({ op: 'generation' });
+    // Another commit (any: here a table of another tool) after the generation read.
+    await viaNetlink.value({ op: 'run', script: 'add table ip other\ndelete table ip other\n' });
+    const outcome = await viaNetlink.request({ op: 'edit', edit: { tables: edits, generation } });
+    t.notOk(outcome.ok, 'a generation moved past: refused');
+    if (!outcome.ok) t.match(outcome.error.message, /another commit came since/);
+    await refused(
+      {
+        tables: edits.map((edit) => ({
+          ...edit,
+          wasMark: 'ipmasq-agent generation 9 config sha256:00',
+        })),
+      },
+      /no rule carries the mark of the last write/,
+      'a mark that is not there',
+    );
+    const missing = edits.map((edit) => ({
+      ...edit,
+      sets: edit.sets.map((set) => ({ ...set, removed: Object.freeze(['10.0.8.0/24']) as never })),
+    }));
+    await refused(
+      { tables: missing.slice(0, 1) },
+      /No such file or directory/,
+      'an element that is not there',
+    );
+    // And the same edit, unpinned, goes through.
+    await fresh();
+    await viaNetlink.value({ op: 'edit', edit: { tables: edits } });
+    const now = await listings(viaNetlink.ns);
+    t.ok(listingIs(now[0]!, after[0]!) && listingIs(now[1]!, after[1]!), 'then the edit applies');
+  });
+}
