@@ -10,6 +10,7 @@ import { benchBreakdown } from './breakdown.js';
 import { benchChurn } from './churn.js';
 import { benchConntrack } from './conntrack.js';
 import { benchDecisions } from './decisions.js';
+import { benchEdit } from './edit.js';
 import { benchNatSample } from './nat-sample.js';
 import { benchDataPath } from './dataplane.js';
 import { describeMachine } from './harness.js';
@@ -63,7 +64,7 @@ async function section<T>(name: string, fn: () => Promise<T>): Promise<T> {
 }
 
 /**
- * `--only kubernetes`, `other-nat`, `decisions` or `nat-sample`: measures that section alone and puts it into
+ * `--only kubernetes`, `other-nat`, `decisions`, `nat-sample` or `edit`: measures that section alone and puts it into
  * docs/bench.json beside the other sections' figures from their own run (each such section says
  * when it was measured).
  */
@@ -75,7 +76,11 @@ async function onlySection(name: string): Promise<void> {
   else if (name === 'other-nat') results.otherNat = { rows: await benchOtherNat(), date };
   else if (name === 'decisions') results.decisions = { ...(await benchDecisions()), date };
   else if (name === 'nat-sample') results.natSample = { rows: await benchNatSample(), date };
-  else throw new Error(`--only: no section ${name} (kubernetes, other-nat, decisions, nat-sample)`);
+  else if (name === 'edit') results.edit = { ...(await benchEdit()), date };
+  else
+    throw new Error(
+      `--only: no section ${name} (kubernetes, other-nat, decisions, nat-sample, edit)`,
+    );
   const style = { ...(await resolveConfig(json)), parser: 'json' as const };
   await writeFile(json, await format(JSON.stringify(results), style));
   await writeReport(results);
@@ -134,6 +139,14 @@ async function main(argv: readonly string[]): Promise<void> {
     ...(await benchDecisions(quick ? [64, 10_000] : [64, 100_000], plan.flowBatches, plan.batchMs)),
     date: new Date().toISOString(),
   }));
+  const edit = await section('the everyday edit', async () => ({
+    ...(await benchEdit(
+      quick ? [1_000, 10_000] : [1_000, 10_000, 100_000],
+      plan.runs,
+      quick ? 20_000 : 200_000,
+    )),
+    date: new Date().toISOString(),
+  }));
   const natSample = await section('SNAT port sample', async () => ({
     rows: await benchNatSample(quick ? [100_000] : [100_000, 1_000_000]),
     date: new Date().toISOString(),
@@ -160,6 +173,7 @@ async function main(argv: readonly string[]): Promise<void> {
     otherNat,
     decisions,
     natSample,
+    edit,
   };
   if (quick && !argv.includes('--write')) {
     process.stdout.write(renderMarkdown(results));
