@@ -197,23 +197,28 @@ function writeDecimal(out: Uint8Array, at: number, n: number): number {
   return at;
 }
 
+/** Block i of `data` (start, len pairs) as `a.b.c.d/len` at `at`; returns the offset after it. */
+function writeBlock(out: Buffer, at: number, data: Float64Array, i: number): number {
+  const addr = data[2 * i] as number;
+  at = writeDecimal(out, at, addr >>> 24);
+  out[at++] = 46; // .
+  at = writeDecimal(out, at, (addr >>> 16) & 255);
+  out[at++] = 46;
+  at = writeDecimal(out, at, (addr >>> 8) & 255);
+  out[at++] = 46;
+  at = writeDecimal(out, at, addr & 255);
+  out[at++] = 47; // /
+  return writeDecimal(out, at, data[2 * i + 1] as number);
+}
+
 /** The blocks printed as `a.b.c.d/len`, one per line (no newline after the last). */
 function printBlocksV4({ data, size }: Blocks): string {
   const longest = '255.255.255.255/32\n'.length;
   const out = Buffer.allocUnsafe((size / 2) * longest);
   let at = 0;
-  for (let i = 0; i < size; i += 2) {
+  for (let i = 0; i < size / 2; i++) {
     if (i > 0) out[at++] = 10; // \n
-    const addr = data[i] as number;
-    at = writeDecimal(out, at, addr >>> 24);
-    out[at++] = 46; // .
-    at = writeDecimal(out, at, (addr >>> 16) & 255);
-    out[at++] = 46;
-    at = writeDecimal(out, at, (addr >>> 8) & 255);
-    out[at++] = 46;
-    at = writeDecimal(out, at, addr & 255);
-    out[at++] = 47; // /
-    at = writeDecimal(out, at, data[i + 1] as number);
+    at = writeBlock(out, at, data, i);
   }
   return out.toString('latin1', 0, at);
 }
@@ -448,20 +453,10 @@ const LONGEST_ITEM = '"255.255.255.255/32"'.length;
 
 /** Block i of `data` as a JSON string (`"a.b.c.d/n"`) at the start of `out`; returns its length. */
 function writeItem(out: Buffer, data: Float64Array, i: number): number {
-  const addr = data[2 * i] as number;
-  let at = 0;
-  out[at++] = 34; // "
-  at = writeDecimal(out, at, addr >>> 24);
-  out[at++] = 46; // .
-  at = writeDecimal(out, at, (addr >>> 16) & 255);
-  out[at++] = 46;
-  at = writeDecimal(out, at, (addr >>> 8) & 255);
-  out[at++] = 46;
-  at = writeDecimal(out, at, addr & 255);
-  out[at++] = 47; // /
-  at = writeDecimal(out, at, data[2 * i + 1] as number);
-  out[at++] = 34;
-  return at;
+  out[0] = 34; // "
+  const at = writeBlock(out, 1, data, i);
+  out[at] = 34;
+  return at + 1;
 }
 
 /** Block i's last address. */
