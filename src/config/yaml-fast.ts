@@ -42,6 +42,49 @@ export function keyLine(line: string): KeyLine | null {
   return { key, value: line.slice(i, end) };
 }
 
+/**
+ * A line `key: VALUE` (and an optional ` # comment`) whose value is a flow collection or a quoted
+ * scalar closed on the same line: `sourceCIDRs: [10.244.0.0/16]`, `egressInterfaces: [eth0, "ens*"]`.
+ * The fast path leaves such a line to the full parser as it is (with the other keys), which reads it
+ * alone since nothing of it continues on the next line. One pass over the line.
+ */
+export function closedFlowLine(line: string): boolean {
+  if (!isKeyStart(line.charCodeAt(0))) return false;
+  let i = 1;
+  while (i < line.length && isKeyChar(line.charCodeAt(i))) i++;
+  if (line.charCodeAt(i) !== 58 /* : */ || line.charCodeAt(i + 1) !== 32) return false;
+  i += 2;
+  while (line.charCodeAt(i) === 32) i++;
+  const first = line.charAt(i);
+  if (!'[{"\''.includes(first) || first === '') return false;
+  let depth = 0;
+  for (; i < line.length; i++) {
+    const c = line.charAt(i);
+    if (c === '"') {
+      for (i++; i < line.length && line.charAt(i) !== '"'; i++) if (line.charAt(i) === '\\') i++;
+      if (i >= line.length) return false;
+    } else if (c === "'") {
+      for (i++; i < line.length; i++) {
+        if (line.charAt(i) !== "'") continue;
+        if (line.charAt(i + 1) !== "'") break;
+        i++; // '' is a quote inside
+      }
+      if (i >= line.length) return false;
+    } else if (c === '[' || c === '{') {
+      depth++;
+    } else if (c === ']' || c === '}') {
+      depth--;
+      if (depth < 0) return false;
+    } else if (c === '#' && line.charAt(i - 1) === ' ') {
+      return false; // a comment inside a collection, or before it is closed
+    }
+    if (depth === 0) break;
+  }
+  // Closed: only spaces and a comment may follow.
+  const rest = line.slice(i + 1);
+  return /^ *(?: #.*)?$/.test(rest);
+}
+
 // A list item that YAML 1.1 can only read as this exact string: CIDR characters including a "/".
 const ITEM_LINE =
   /^( *)- +(?:([0-9A-Fa-f.:]*\/[0-9A-Fa-f.:/]*)|"([0-9A-Fa-f.:/]*)"|'([0-9A-Fa-f.:/]*)')[ ]*(?:[ ]#.*)?$/;
@@ -149,7 +192,7 @@ export function parseYamlFast(
     const line = text.slice(start, end);
     const key = keyLine(line);
     if (key === null) {
-      if (!BLANK_OR_COMMENT.test(line)) return undefined;
+      if (!BLANK_OR_COMMENT.test(line) && !closedFlowLine(line)) return undefined;
       kept.push(line);
       advance();
       continue;

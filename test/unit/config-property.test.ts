@@ -135,7 +135,15 @@ t.test('YAML fast path reads the same as the full parser', async (t) => {
     );
   const scalarLine = fc
     .tuple(
-      fc.constantFrom('cidrLimit', 'masqLinkLocal', 'resyncInterval', 'on', 'x'),
+      fc.constantFrom(
+        'cidrLimit',
+        'masqLinkLocal',
+        'resyncInterval',
+        'on',
+        'x',
+        'sourceCIDRs',
+        'egressInterfaces',
+      ),
       fc.constantFrom(
         '',
         ' 5s',
@@ -143,6 +151,16 @@ t.test('YAML fast path reads the same as the full parser', async (t) => {
         ' 1:30',
         ' "q"',
         ' [1]',
+        ' [eth0, "ens*"]',
+        ' [10.244.0.0/16] # pods',
+        " [\"a]\", 'b''c']",
+        ' [a,',
+        ' {x: [1, {y: 2}]}',
+        ' [a] b',
+        ' "a\\"b"',
+        " 'it''s'",
+        ' [a # c]',
+        ' ]',
         ' a: b',
         ' # c',
         ' |',

@@ -119,7 +119,14 @@ function run(
   const step = () => {
     const files: FileBytes[] = lines.map((l, i) => ({
       file: names[i] as string,
-      bytes: Buffer.from(configText(l, i === 0 ? '' : 'masqLinkLocal: true\n')),
+      bytes: Buffer.from(
+        configText(
+          l,
+          i === 0
+            ? 'egressInterfaces: [eth0, "ens*"]\n'
+            : 'masqLinkLocal: true\nsourceCIDRs: [10.0.0.0/8] # pods\n',
+        ),
+      ),
     }));
     const cold = loadFiles(src, files, options);
     const warm = cache.load(src, files, options);
