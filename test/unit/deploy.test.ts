@@ -323,11 +323,22 @@ t.test(
       /^#\s*syntax=/m,
       'no syntax directive (it makes BuildKit fetch a frontend: offline builds break)',
     );
-    const [build, runtimeRoot, runtime, ...extra] = stages();
-    t.same(extra, [], 'three stages');
-    t.match(build?.[0]?.args, /^node:22-trixie\s+AS\s+build$/i);
+    const [deps, unit, buildOnly, runtimeRoot, runtime, ...extra] = stages();
+    t.same(extra, [], 'five stages');
+    t.match(deps?.[0]?.args, /^node:22-trixie\s+AS\s+deps$/i);
+    t.match(unit?.[0]?.args, /^deps\s+AS\s+unit$/i, 'the unit suite on the build, apart');
+    t.match(buildOnly?.[0]?.args, /^deps\s+AS\s+build$/i);
     t.match(runtimeRoot?.[0]?.args, /^node:22-trixie-slim\s+AS\s+runtime-root$/i);
-    for (const stage of [build, runtimeRoot]) {
+    t.match(
+      (unit ?? [])
+        .filter((i) => i.keyword === 'RUN')
+        .map((i) => i.args)
+        .join('\n'),
+      /node --import=tsx "\$f"/,
+      'the unit stage runs each unit test file',
+    );
+    const build = [...(deps ?? []), ...(buildOnly ?? [])];
+    for (const stage of [deps, runtimeRoot]) {
       const major = Number(/^node:(\d+)/.exec(stage?.[0]?.args ?? '')?.[1]);
       // Even majors become LTS; 20 reached end of life in April 2026.
       t.ok(major >= 22 && major % 2 === 0, `node ${major} is a maintained LTS line`);
@@ -346,6 +357,7 @@ t.test(
     t.match(buildText, /node-gyp rebuild/);
     t.match(buildText, /tsc -p tsconfig\.build\.json/);
     t.match(buildText, /npm prune --omit=dev/);
+    t.match(buildText, /npm sbom --sbom-format cyclonedx --omit dev > sbom\/npm\.cdx\.json/);
 
     const runtimeRuns = (runtimeRoot ?? []).filter((i) => i.keyword === 'RUN').map((i) => i.args);
     const installed = runtimeRuns
@@ -367,6 +379,18 @@ t.test(
       t.ok(removed.includes(path), `the runtime root removes ${path}`);
     }
 
+    t.match(
+      removed,
+      /dpkg-query -W[^\n]*> \/app\/sbom\/debian-packages\.tsv/,
+      'the Debian packages listed',
+    );
+    const labels = (runtime ?? [])
+      .filter((i) => i.keyword === 'LABEL')
+      .map((i) => i.args)
+      .join(' ');
+    for (const label of ['source', 'version', 'revision', 'licenses', 'created'])
+      t.match(labels, new RegExp(`org\\.opencontainers\\.image\\.${label}=`), `OCI label ${label}`);
+    t.match(labels, /org\.opencontainers\.image\.licenses="GPL-2\.0-or-later"/);
     const entrypoint = (runtime ?? []).find((i) => i.keyword === 'ENTRYPOINT');
     t.same(
       JSON.parse(entrypoint?.args ?? 'null'),
@@ -395,7 +419,7 @@ t.test('everything the Dockerfile copies exists and is not in .dockerignore', as
     .split('\n')
     .map((l) => l.trim())
     .filter((l) => l !== '' && !l.startsWith('#'));
-  for (const name of ['node_modules', 'build', 'dist', '.git', '.tap']) {
+  for (const name of ['node_modules', 'build', 'dist', '.git', '.tap', 'bench', 'docs']) {
     t.ok(ignored.includes(name), `.dockerignore excludes ${name}`);
   }
   const sources = dockerfile
