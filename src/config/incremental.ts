@@ -172,7 +172,8 @@ function itemsOf(text: string, indent: number | undefined): string[] | undefined
   return items;
 }
 
-type Edit = { region: number; removed: string[]; added: string[]; delta: number };
+/** One file's edit of one list: its items removed and added, its count after, the bytes' shift. */
+type Edit = { region: number; removed: string[]; added: string[]; count: number; delta: number };
 
 /** A file's change as an edit of one of its lists, or undefined when it is not one. */
 function listEdit(state: FileState, after: Buffer): Edit | undefined {
@@ -195,7 +196,8 @@ function listEdit(state: FileState, after: Buffer): Edit | undefined {
   const added = is.length === 0 ? [] : itemsOf(newText, (state.regions[region] as Region).indent);
   if (removed === undefined || added === undefined) return undefined;
   if (removed.length + added.length > CHANGED_LINES_MAX) return undefined;
-  return { region, removed, added, delta: is.length - was.length };
+  const count = (state.regions[region] as Region).count - removed.length + added.length;
+  return { region, removed, added, count, delta: is.length - was.length };
 }
 
 /** An entry as the key's parse reads it, or undefined where that would be an error. */
@@ -260,7 +262,7 @@ export class ConfigCache {
     const edit = this.state && this.edit(this.state, source, files, options, key);
     if (edit) return edit;
     this.state = undefined;
-    const facts: TextFacts = { regions: [], fragments: [], fileWarnings: [] };
+    const facts: TextFacts = { regions: [], fragments: [] };
     const result = loadFiles(source, files, options, undefined, facts);
     if (result.ok && !options.provenance && result.config.skipped === undefined) {
       const states: FileState[] = [];
@@ -338,7 +340,6 @@ export class ConfigCache {
       masquerade: { removed: [], added: [] },
     };
     let entries = state.entries;
-    const counts = new Map<string, number>();
     for (const [i, edit] of edits.entries()) {
       if (!edit) continue;
       const region = (state.files[i] as FileState).regions?.[edit.region] as Region;
@@ -353,10 +354,8 @@ export class ConfigCache {
         if (!prefix) return undefined; // an invalid entry: the whole load words the error
         change.added.push(prefix);
       }
-      const count = region.count - edit.removed.length + edit.added.length;
       // A list left empty reads as the key given as null: loaded whole.
-      if (count === 0) return undefined;
-      counts.set(`${i}/${edit.region}`, count);
+      if (edit.count === 0) return undefined;
       entries += edit.added.length - edit.removed.length;
     }
     const { config } = state.result;
@@ -411,9 +410,8 @@ export class ConfigCache {
       if (!edit) return was;
       const regions = (was.regions as Region[]).map((region, r) => {
         if (r < edit.region) return region;
-        const count = counts.get(`${i}/${r}`) ?? region.count;
         return r === edit.region
-          ? { ...region, end: region.end + edit.delta, count }
+          ? { ...region, end: region.end + edit.delta, count: edit.count }
           : { ...region, start: region.start + edit.delta, end: region.end + edit.delta };
       });
       return { file: was.file, bytes: read.bytes, regions };

@@ -93,9 +93,8 @@ export async function readSourceFiles(
 export interface TextFacts {
   /** Per file read: its lists' regions, or undefined when the fast path did not read it. */
   regions: (ListRegion[] | undefined)[];
-  /** The fragments merged, each file's own warnings. */
+  /** The fragments merged. */
   fragments: ConfigFragment[];
-  fileWarnings: string[];
 }
 
 /**
@@ -126,7 +125,6 @@ export function loadFiles(
     const regions: ListRegion[] = [];
     const result = parseFragment(text, read.file, options, budget, regions);
     warnings.push(...result.warnings);
-    facts?.fileWarnings.push(...result.warnings);
     if (!result.ok) {
       return Object.freeze({ ok: false, error: result.error, warnings: Object.freeze(warnings) });
     }
