@@ -1,5 +1,6 @@
 // Shared by the e2e, fault, churn and soak tests: one namespace with the agent in it, its config file,
 // and what can be read from outside: the kernel table, HTTP, and the process's fds and memory.
+import { spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -268,4 +269,52 @@ export async function agentInTopology(
     return at;
   };
   return { agent, node, write };
+}
+
+/** A generation mark as the kernel announced it, and when this process heard of it. */
+export interface MarkSeen {
+  generation: number;
+  at: number;
+}
+
+/**
+ * `nft monitor rules` in ns: every jump rule with our mark that a commit adds, with the moment its
+ * event arrived. It tells when a commit happened without listing the table (a listing waits on
+ * the CPU and on the size of every set in it). Ready once a rule of a throwaway table was seen;
+ * call it before the agent starts, as that commit would otherwise count as another writer's.
+ */
+export async function watchMarks(t: TapTest, ns: string): Promise<{ seen: MarkSeen[] }> {
+  const monitor = spawn('ip', ['netns', 'exec', ns, 'nft', 'monitor', 'rules'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  t.teardown(() => {
+    monitor.kill('SIGKILL');
+  });
+  const seen: MarkSeen[] = [];
+  let ready = false;
+  let pending = '';
+  monitor.stdout.setEncoding('utf8');
+  monitor.stdout.on('data', (chunk: string) => {
+    const at = Date.now();
+    const lines = (pending + chunk).split('\n');
+    pending = lines.pop() ?? '';
+    for (const line of lines) {
+      if (line.includes('ipmasq-monitor-ready')) ready = true;
+      const mark = /ipmasq-agent generation (\d+) /.exec(line);
+      if (mark) seen.push({ generation: Number(mark[1]), at });
+    }
+  });
+  const probe = 'table ip ipmasq-monitor-ready';
+  await waitFor(
+    'nft monitor listening',
+    async () => {
+      await inNetns(ns, 'nft', ['-f', '-'], {
+        input: `add ${probe}\nadd chain ip ipmasq-monitor-ready c\nadd rule ip ipmasq-monitor-ready c counter comment "ipmasq-monitor-ready"\ndelete ${probe}\n`,
+      });
+      return ready ? true : undefined;
+    },
+    10_000,
+    100,
+  );
+  return { seen };
 }
