@@ -52,6 +52,13 @@ export function nftTools(): NftTool[] {
   return tools;
 }
 
+function fewerThanTwo(tools: readonly NftTool[]): string {
+  return (
+    `only nft ${tools.map((tool) => tool.version).join(', ') || '(none)'} here; ` +
+    'run scripts/userland.sh --root trixie (or set IPMASQ_NFT_ROOTS) for a second version'
+  );
+}
+
 /**
  * The matrix, or undefined (after a skip, or a failure under CI=true) when it has fewer than two
  * versions to compare.
@@ -59,12 +66,21 @@ export function nftTools(): NftTool[] {
 export function requireMatrix(t: TapTest): NftTool[] | undefined {
   const tools = nftTools();
   if (tools.length >= 2) return tools;
-  const why =
-    `only nft ${tools.map((tool) => tool.version).join(', ') || '(none)'} here; ` +
-    'run scripts/userland.sh --root trixie (or set IPMASQ_NFT_ROOTS) for a second version';
-  if (process.env.CI === 'true') t.fail(`${why}; CI=true forbids skipping`);
-  else t.plan(0, why);
+  if (process.env.CI === 'true') t.fail(`${fewerThanTwo(tools)}; CI=true forbids skipping`);
+  else t.plan(0, fewerThanTwo(tools));
   return undefined;
+}
+
+/**
+ * Every nft version here, for a test that also means something with one: fewer than two fails under
+ * CI=true, and is said in a comment otherwise.
+ */
+export function versionsHere(t: TapTest & { comment(message: string): void }): NftTool[] {
+  const tools = nftTools();
+  if (tools.length >= 2) return tools;
+  if (process.env.CI === 'true') t.fail(`${fewerThanTwo(tools)}; CI=true forbids skipping`);
+  else t.comment(fewerThanTwo(tools));
+  return tools;
 }
 
 /** Runs this tool's nft in ns; rejects with its stderr when it fails (a crash included). */

@@ -13,7 +13,7 @@ import { listingIs } from '../../src/nftables/listing.js';
 import { renderTable } from '../../src/nftables/render.js';
 import type { ElementEdit, Table, TableElementEdit } from '../../src/nftables/types.js';
 import { requireRoot } from '../../harness/netns.js';
-import { nftTools, requireMatrix, runNftTool } from '../helpers/nft-versions.js';
+import { runNftTool, versionsHere } from '../helpers/nft-versions.js';
 import { startAddon } from './fixtures/addon-client.js';
 
 const OPTIONS: CompileOptions = {
@@ -57,14 +57,14 @@ function editOf(before: Table[], after: Table[]): TableElementEdit[] | undefined
 }
 
 if (requireRoot(t)) {
-  const tools = requireMatrix(t);
+  const tools = versionsHere(t);
   const viaNft = await startAddon(t);
   const viaNetlink = await startAddon(t);
   const clear =
     'add table ip ipmasq\ndelete table ip ipmasq\nadd table ip6 ipmasq\ndelete table ip6 ipmasq\n';
   const listings = async (ns: string) => {
     const out: string[] = [];
-    for (const tool of tools ?? nftTools())
+    for (const tool of tools)
       for (const family of ['ip', 'ip6'])
         out.push((await runNftTool(ns, tool, ['list', 'table', family, 'ipmasq'])).stdout);
     return out;
@@ -106,7 +106,7 @@ if (requireRoot(t)) {
     t.equal(
       compared,
       40,
-      `40 random edits, listed by nft ${(tools ?? nftTools()).map((x) => x.version).join(' and ')}`,
+      `40 random edits, listed by nft ${tools.map((x) => x.version).join(' and ')}`,
     );
   });
 
