@@ -321,9 +321,8 @@ t.test(
     // The kernel's id is a hash of the entry's memory and tuple: an entry made in the freed slot has
     // the old id and is, to the kernel, the same entry. Other entries take freed slots first (a few
     // tries: the slots are per CPU), so that the new one is another entry, as a flow made anew is.
-    let fillers = 0;
-    for (; fillers < 8; fillers++) {
-      await insert('10.244.1.9', `10.9.9.${fillers}`, { replied: true });
+    for (let filler = 0; filler < 8; filler++) {
+      await insert('10.244.1.9', `10.9.9.${filler}`, { replied: true });
       await insert('10.244.1.2', '10.0.0.1', { replied: true });
       if ((await idOf('10.0.0.1')) !== staleId) break;
       await inNetns(addon.ns, 'conntrack', ['-D', '-d', '10.0.0.1']);
