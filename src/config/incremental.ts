@@ -126,15 +126,27 @@ function commonSuffix(a: Buffer, b: Buffer, head: number): number {
   return lo;
 }
 
-/** The complete lines in which two texts differ: [start, oldEnd) of the old, [start, newEnd) of the new. */
-function changedLines(before: Buffer, after: Buffer) {
+/**
+ * The complete lines in which two texts differ: [start, oldEnd) of the old, [start, newEnd) of the
+ * new. Both ends lie at a line start of their own text (or its end): the common tail may begin at
+ * a line start of one text but mid-line in the other (a `#` put before a line, two lines joined),
+ * and then the line it begins in is part of the change.
+ */
+export function changedLines(before: Buffer, after: Buffer) {
   const head = commonPrefix(before, after);
   const tail = commonSuffix(before, after, head);
   const start = head === 0 ? 0 : before.lastIndexOf(10, head - 1) + 1;
-  // The first line start at or after where the common tail begins (a newline at or after it - 1).
-  const tailStart = before.length - tail;
-  const newline = tailStart === 0 ? -1 : before.indexOf(10, tailStart - 1);
-  const oldEnd = newline < 0 ? before.length : newline + 1;
+  const oldTail = before.length - tail;
+  const newTail = after.length - tail;
+  const lineStart = (text: Buffer, at: number) => at === 0 || text[at - 1] === 10;
+  let oldEnd: number;
+  if (oldTail >= before.length || (lineStart(before, oldTail) && lineStart(after, newTail))) {
+    oldEnd = oldTail;
+  } else {
+    // Past the tail's start the two texts are the same bytes: the next newline ends a line in both.
+    const newline = before.indexOf(10, oldTail);
+    oldEnd = newline < 0 ? before.length : newline + 1;
+  }
   const newEnd = oldEnd - before.length + after.length;
   return { start, oldEnd, newEnd };
 }
