@@ -3,6 +3,8 @@
 import type { Logger } from 'pino';
 import { AUTO_LAYOUT_CROSSOVER } from './compile.js';
 import { configLoader } from './config/loader.js';
+import { onFastPathMismatch } from './config/load-worker.js';
+import { FAST_PATH_MISMATCH, reportMismatch } from './reconcile/fast-path.js';
 import { MemoryPolicy } from './memory-policy.js';
 import { libnftablesVersion } from './nftables/kernel.js';
 import { plan, usesApi, type AgentOptions } from './options.js';
@@ -136,9 +138,9 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   const memory = new MemoryPolicy();
   memory.start();
   const syncs = new SyncRunner({
-    sync: async () => {
+    sync: async (reason) => {
       memory.beforeSync();
-      const outcome = await reconciler.sync();
+      const outcome = await reconciler.sync(reason);
       const { ipv4, ipv6 } = reconciler.status(syncs.alive).nonMasqueradeCIDRs;
       memory.afterSync(ipv4 + ipv6);
       return outcome;
@@ -178,5 +180,10 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
     return Promise.allSettled([syncs.stop(), server.close(), api?.stop()]);
   };
   trigger = (why) => syncs.trigger(why);
+  // A config answer of the worker's fast path that its audit found wrong: the whole answer applied.
+  onFastPathMismatch((mismatch) => {
+    reportMismatch(logger, metrics, 'config', { config: options.config, ...mismatch });
+    trigger(FAST_PATH_MISMATCH);
+  });
   syncs.start();
 }

@@ -5,8 +5,8 @@ import { isMainThread, parentPort, Worker } from 'node:worker_threads';
 import { collectGarbage } from '../memory.js';
 import { startWorker } from '../worker.js';
 import { familyLines, familyLists, splicedList, type FamilyLines } from '../cidr/index.js';
-import { ConfigCache, type SetsSplices } from './incremental.js';
-import { loadSource, readSourceFiles } from './load.js';
+import { ConfigCache, linesText, type EditedRange, type SetsSplices } from './incremental.js';
+import { loadFiles, loadSource, readSourceFiles, type FileBytes } from './load.js';
 import type { ConfigSource } from './source.js';
 import {
   ConfigError,
@@ -21,6 +21,24 @@ interface Request {
   readonly options: LoadOptions;
   /** The answer whose config the agent's thread holds, from which a splice may be sent. */
   readonly have: number | undefined;
+  /** Read whole, not from the last load (a resync: README, "The everyday edit"). */
+  readonly whole?: boolean;
+}
+
+/**
+ * A fast answer the whole path disagreed with (README, "The everyday edit"): where the files were
+ * edited since the last audit, and the first difference found.
+ */
+export interface FastPathMismatch {
+  /** "FILE lines A-B", one per edit since the last audit (at most AUDIT_EDITS_KEPT). */
+  readonly edits: readonly string[];
+  readonly difference: string;
+}
+
+/** What the worker says of an audit: `of` is the answer audited. */
+interface AuditReport {
+  readonly of: number;
+  readonly mismatch?: FastPathMismatch;
 }
 
 /** The four sets of a config as one newline-joined string each: cloned as a copy, not 100 000 strings. */
@@ -126,8 +144,23 @@ interface LoaderThread {
 
 let current: LoaderThread | undefined;
 
-/** How the worker's answers with a config came: whole, or as splices of the last (tests, bench). */
-export const workerAnswers = { whole: 0, spliced: 0 };
+/**
+ * How the worker's answers with a config came: whole, or as splices of the last; how many of the
+ * fast ones were audited and found wrong (tests, bench).
+ */
+export const workerAnswers = { whole: 0, spliced: 0, audited: 0, mismatched: 0 };
+
+const mismatchListeners = new Set<(mismatch: FastPathMismatch) => void>();
+
+/**
+ * Calls `listener` whenever the audit of a fast answer disagreed with a whole load of the same
+ * bytes; the worker then loads whole until its state is made again from a whole load. Returns
+ * the function that removes it.
+ */
+export function onFastPathMismatch(listener: (mismatch: FastPathMismatch) => void): () => void {
+  mismatchListeners.add(listener);
+  return () => mismatchListeners.delete(listener);
+}
 let nextId = 0;
 
 function startThread(): LoaderThread {
@@ -138,7 +171,18 @@ function startThread(): LoaderThread {
     for (const waiting of loader.pending.values()) waiting.reject(err);
     loader.pending.clear();
   };
-  loader.thread.on('message', ({ id, reply }: { id: number; reply: Reply }) => {
+  loader.thread.on('message', (message: { id: number; reply: Reply } | { audit: AuditReport }) => {
+    if ('audit' in message) {
+      workerAnswers.audited++;
+      if (message.audit.mismatch) {
+        // The held config is the fast answer: never a base for a splice again.
+        loader.held = undefined;
+        workerAnswers.mismatched++;
+        for (const listener of mismatchListeners) listener(message.audit.mismatch);
+      }
+      return;
+    }
+    const { id, reply } = message;
     const waiting = loader.pending.get(id);
     loader.pending.delete(id);
     if (loader.pending.size === 0) loader.thread.unref();
@@ -183,12 +227,13 @@ export function loadSourceOffThread(
   source: ConfigSource,
   options: LoadOptions,
   timeLimitMs = LOAD_TIME_LIMIT_MS,
+  whole = false,
 ): Promise<LoadResult> {
   // Provenance's prefixes would lose their class on the way back: the operator's commands load here.
   if (options.provenance) return loadSource(source, options);
   const loader = (current ??= startThread());
   const id = nextId++;
-  const request: Request = { source, options, have: loader.held?.id };
+  const request: Request = { source, options, have: loader.held?.id, ...(whole ? { whole } : {}) };
   const result = new Promise<LoadResult>((resolve, reject) => {
     const timer = setTimeout(() => {
       // Refuse the config and drop the busy thread; the next load starts a fresh one.
@@ -218,21 +263,107 @@ export function loadSourceOffThread(
   return result;
 }
 
+/**
+ * How long after a fast answer its audit runs: edits in between are audited together, by the last
+ * one's answer (each answer builds on the one before). Well within the second the contract gives.
+ */
+export const AUDIT_DELAY_MS = 200;
+/** Edits named in one mismatch's log line at most. */
+const AUDIT_EDITS_KEPT = 8;
+
+/** The first difference between a fast answer and a whole load's, or undefined when they agree. */
+export function differenceOf(fast: LoadResult, whole: LoadResult): string | undefined {
+  if (fast.ok !== whole.ok) {
+    return fast.ok
+      ? `the whole load finds the config invalid (${(whole as { error: Error }).error.message})`
+      : 'the whole load finds the config valid';
+  }
+  if (!fast.ok || !whole.ok) {
+    const [a, b] = [fast, whole].map((r) => (r as { error: Error }).error.message);
+    return a === b ? undefined : `errors differ: ${a} / ${b}`;
+  }
+  for (const set of ['nonMasquerade', 'masquerade'] as const) {
+    for (const family of ['ipv4', 'ipv6'] as const) {
+      const a = fast.config[set][family];
+      const b = whole.config[set][family];
+      const length = Math.max(a.length, b.length);
+      for (let i = 0; i < length; i++) {
+        if (a[i] === b[i]) continue;
+        return (
+          `${set} ${family}: entry ${i + 1} is ${a[i] ?? 'missing'} in the fast answer, ` +
+          `${b[i] ?? 'missing'} in the whole load (${a.length} and ${b.length} entries)`
+        );
+      }
+    }
+  }
+  const rest = (config: Config) => JSON.stringify(withoutSets(config));
+  if (rest(fast.config) !== rest(whole.config))
+    return `the config's other keys differ: ${rest(fast.config).slice(0, 300)} / ${rest(whole.config).slice(0, 300)}`;
+  if (fast.warnings.join('\n') !== whole.warnings.join('\n')) return 'the warnings differ';
+  return undefined;
+}
+
 /** The worker's side: loads from the last where it can (incremental.ts), answering with splices. */
 function serve(port: NonNullable<typeof parentPort>): void {
   const cache = new ConfigCache();
   /** The answer whose config the cache holds (a splice is of that one). */
   let cached: number | undefined;
+  /** The last fast answer, to be audited; the edits since the last audit. */
+  let unaudited:
+    | {
+        id: number;
+        source: ConfigSource & { kind: 'file' | 'directory' };
+        files: readonly FileBytes[];
+        options: LoadOptions;
+        result: LoadResult;
+      }
+    | undefined;
+  let edits: EditedRange[] = [];
+  let auditTimer: ReturnType<typeof setTimeout> | undefined;
+  const audit = () => {
+    auditTimer = undefined;
+    const target = unaudited;
+    unaudited = undefined;
+    if (!target) return;
+    const whole = loadFiles(target.source, target.files, target.options);
+    const difference = differenceOf(target.result, whole);
+    const report: AuditReport = { of: target.id };
+    if (difference !== undefined) {
+      // Loaded whole from now on, until a whole load makes the state again.
+      cache.forget();
+      cached = undefined;
+      const named = edits.slice(-AUDIT_EDITS_KEPT).map((e) => `${e.file} ${linesText(e)}`);
+      port.postMessage({ audit: { ...report, mismatch: { edits: named, difference } } });
+    } else {
+      port.postMessage({ audit: report });
+    }
+    edits = [];
+    setImmediate(collectGarbage);
+  };
   port.on('message', async ({ id, request }: { id: number; request: Request }) => {
     const { source, options } = request;
     let result: LoadResult;
     let splices: SetsSplices | undefined;
     if (source.kind === 'file' || source.kind === 'directory') {
-      const loaded = cache.load(source, await readSourceFiles(source), options);
+      if (request.whole) cache.forget();
+      const files = await readSourceFiles(source);
+      const loaded = cache.load(source, files, options);
       result = loaded.result;
       splices = loaded.splices;
+      if (splices) {
+        unaudited = { id, source, files, options, result };
+        edits.push(...cache.lastEdits);
+        if (edits.length > AUDIT_EDITS_KEPT) edits = edits.slice(-AUDIT_EDITS_KEPT);
+        auditTimer ??= setTimeout(audit, AUDIT_DELAY_MS);
+      } else {
+        // A whole load is its own audit: what came before it is no longer what the agent holds.
+        unaudited = undefined;
+        edits = [];
+      }
     } else {
       cache.forget();
+      unaudited = undefined;
+      edits = [];
       result = await loadSource(source, options);
     }
     const base = cached;

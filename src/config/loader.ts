@@ -8,8 +8,16 @@ import { type ConfigSource, findConfigSource } from './source.js';
 import type { LoadOptions, LoadResult } from './types.js';
 import { ParseDeferred, type ParseBudget } from './yaml.js';
 
-export type SourceLoader = (source: ConfigSource, options: LoadOptions) => Promise<LoadResult>;
-export type Loader = (path: string, options: LoadOptions) => Promise<LoadResult>;
+/** How a read is made: `whole`, not from the last load nor from the stamp's cache (a resync). */
+export interface ReadMode {
+  readonly whole?: boolean;
+}
+export type SourceLoader = (
+  source: ConfigSource,
+  options: LoadOptions,
+  mode?: ReadMode,
+) => Promise<LoadResult>;
+export type Loader = (path: string, options: LoadOptions, mode?: ReadMode) => Promise<LoadResult>;
 
 /**
  * What the agent's own thread parses (the rest goes to the worker): any file up to 4 KiB (the usual
@@ -27,7 +35,9 @@ export const IN_THREAD_BUDGET: ParseBudget = { maxBytes: 64 * 1024, fullParserMa
 export async function loadAdaptive(
   source: ConfigSource,
   options: LoadOptions,
-  offThread: SourceLoader = loadSourceOffThread,
+  offThread: SourceLoader = (s, o, mode) =>
+    loadSourceOffThread(s, o, undefined, mode?.whole === true),
+  mode: ReadMode = {},
 ): Promise<LoadResult> {
   const bytes = source.kind === 'file' || source.kind === 'directory' ? source.bytes : 0;
   if (bytes <= IN_THREAD_BUDGET.maxBytes) {
@@ -39,7 +49,7 @@ export async function loadAdaptive(
       if (!(err instanceof ParseDeferred)) throw err;
     }
   }
-  return offThread(source, options);
+  return offThread(source, options, mode);
 }
 
 /**
@@ -58,21 +68,32 @@ function optionsKey(options: LoadOptions): string {
 
 /**
  * The loader: the last result again while the stamp is unchanged, an invalid one too (a
- * pathological file is not parsed again at every resync). `load` is replaceable for tests.
+ * pathological file is not parsed again at every resync), but for a read asked `whole`, which
+ * reads a valid config again from its bytes. `load` is replaceable for tests.
  */
-export function configLoader(load: SourceLoader = loadAdaptive): Loader {
+export function configLoader(
+  load: SourceLoader = (source, options, mode) => loadAdaptive(source, options, undefined, mode),
+): Loader {
   let last: { path: string; options: string; stamp: string; result: LoadResult } | undefined;
-  return async (path, loadOptions) => {
+  return async (path, loadOptions, mode = {}) => {
     // Compared by value: a caller may build the options anew for every read (the Node's labels).
     const options = optionsKey(loadOptions);
     let source = await findConfigSource(path);
-    if (last && last.path === path && last.options === options && last.stamp === source.stamp)
+    // A resync reads a valid config whole again (README, "The everyday edit"); an invalid result
+    // came from a whole load already, and a pathological file is not parsed again.
+    if (
+      last &&
+      last.path === path &&
+      last.options === options &&
+      last.stamp === source.stamp &&
+      !(mode.whole && last.result.ok)
+    )
       return last.result;
-    let result = await load(source, loadOptions);
+    let result = await load(source, loadOptions, mode);
     // A ConfigMap version removed while its files were read: kubelet swapped in the next one.
     if (!result.ok && result.error.kind === 'unreadable' && 'snapshot' in source) {
       source = await findConfigSource(path);
-      result = await load(source, loadOptions);
+      result = await load(source, loadOptions, mode);
     }
     const { stamp } = source;
     last = worthCaching(result) ? { path, options, stamp, result } : undefined;

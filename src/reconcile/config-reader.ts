@@ -2,7 +2,7 @@
 // applied (README, "Configuration"). Each distinct error and set of warnings is logged once.
 import type { Logger } from 'pino';
 import { withNodePodCIDRs, type NodePrefixes } from '../config/build.js';
-import type { Loader } from '../config/loader.js';
+import type { Loader, ReadMode } from '../config/loader.js';
 import type { Config, LoadOptions } from '../config/types.js';
 import type { NodeEvents } from '../kubernetes/events.js';
 import type { AgentMetrics } from './metrics.js';
@@ -81,10 +81,13 @@ export class ConfigReader {
     return this.joined.config;
   }
 
-  /** Whether the config just read is valid. Rejects only when the loader itself failed. */
-  async read(): Promise<boolean> {
+  /**
+   * Whether the config just read is valid. Rejects only when the loader itself failed. `whole`: read
+   * from the bytes, not from the last load (a resync).
+   */
+  async read(mode: ReadMode = {}): Promise<boolean> {
     const { configPath, logger, metrics } = this.deps;
-    const result = await this.deps.load(configPath, this.loadOptions());
+    const result = await this.deps.load(configPath, this.loadOptions(), mode);
     this.logWarnings(result.warnings);
     const pending = !result.ok && result.error.kind === 'pending';
     metrics.setConfigValid(result.ok || pending);

@@ -30,6 +30,10 @@ const syncDurationBuckets = [
   0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 ];
 
+/** The fast paths the agent audits (README, "The everyday edit"): the `path` label's values. */
+export const FAST_PATHS = ['config', 'element-write'] as const;
+export type FastPath = (typeof FAST_PATHS)[number];
+
 /** Each of the agent's own series, by name, with its help text. */
 const helpTexts = {
   ipmasq_generation: 'Number of successful writes of the ruleset to the kernel.',
@@ -38,6 +42,8 @@ const helpTexts = {
     'Time taken by one sync: read config, compare with the kernel, write if needed.',
   ipmasq_config_valid: '1 if the last config read was valid, else 0.',
   ipmasq_config_errors_total: 'Config reads that found an invalid config.',
+  ipmasq_fast_path_mismatches_total:
+    'Times a fast path (config read from the last one, element-only write) disagreed with the whole path, whose answer was then applied, by path.',
   ipmasq_drift_repairs_total:
     'Times the kernel ruleset was found changed by someone else and rewritten.',
   ipmasq_nonmasquerade_cidrs: 'Entries in the non-masquerade set in the kernel, by address family.',
@@ -88,6 +94,7 @@ export class AgentMetrics {
   private readonly configValid: Gauge;
   private readonly configErrors: Counter;
   private readonly driftRepairs: Counter;
+  private readonly fastPathMismatches: Counter<'path'>;
   private readonly nonMasqueradeCIDRs: Gauge<'family'>;
   private readonly lastSuccess: Gauge;
   private readonly resyncInterval: Gauge;
@@ -121,6 +128,11 @@ export class AgentMetrics {
     this.configValid = new Gauge(this.series('ipmasq_config_valid'));
     this.configErrors = new Counter(this.series('ipmasq_config_errors_total'));
     this.driftRepairs = new Counter(this.series('ipmasq_drift_repairs_total'));
+    this.fastPathMismatches = new Counter({
+      ...this.series('ipmasq_fast_path_mismatches_total'),
+      labelNames: ['path'],
+    });
+    for (const path of FAST_PATHS) this.fastPathMismatches.inc({ path }, 0);
     this.nonMasqueradeCIDRs = new Gauge({
       ...this.series('ipmasq_nonmasquerade_cidrs'),
       labelNames: ['family'],
@@ -315,6 +327,10 @@ export class AgentMetrics {
 
   incDriftRepairs(): void {
     this.driftRepairs.inc();
+  }
+
+  incFastPathMismatch(path: FastPath): void {
+    this.fastPathMismatches.inc({ path });
   }
 
   setNonMasqueradeCount(family: AddressFamily, n: number): void {

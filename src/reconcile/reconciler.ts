@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import type { CompileOptions } from '../compile.js';
 import { DEFAULT_RESYNC_INTERVAL_MS } from '../config/build.js';
 import type { Loader } from '../config/loader.js';
+import { FAST_PATH_MISMATCH } from './fast-path.js';
 import type { Config, LoadOptions } from '../config/types.js';
 import { newWriterId } from '../nftables/ownership.js';
 import { ConfigReader, type ClusterData } from './config-reader.js';
@@ -21,6 +22,14 @@ import { SetSizes } from './set-sizes.js';
 import type { SyncOutcome } from './runner.js';
 import { agentStatus, initialFacts, type AgentStatus, type SyncFacts } from './status.js';
 import { errorText } from '../errors.js';
+
+/** The syncs that read the config whole rather than from the last load. */
+export const WHOLE_READS: ReadonlySet<string> = new Set([
+  'start',
+  'periodic',
+  'SIGHUP',
+  FAST_PATH_MISMATCH,
+]);
 
 export interface ReconcilerDeps {
   readonly configPath: string;
@@ -163,7 +172,11 @@ export class Reconciler {
     return this.otherNat.findings;
   }
 
-  async sync(): Promise<SyncOutcome> {
+  /**
+   * One sync. `reason` is the runner's: at start, at a periodic resync, on SIGHUP and after a fast
+   * path's mismatch the config is read whole (README, "The everyday edit").
+   */
+  async sync(reason = 'start'): Promise<SyncOutcome> {
     // At start and at each resync, before any write: who else translates.
     await this.otherNat.lookIfDue();
     const started = performance.now();
@@ -178,7 +191,7 @@ export class Reconciler {
       }
     };
     try {
-      await timed('loadMs', () => this.config.read());
+      await timed('loadMs', () => this.config.read({ whole: WHOLE_READS.has(reason) }));
     } catch (err) {
       // The loader itself failed (its worker died): not a verdict on the config; retried with backoff.
       const lastError = `loading the config failed: ${errorText(err)}`;

@@ -51,6 +51,7 @@ const required: [string, string][] = [
   ['ipmasq_config_valid', 'gauge'],
   ['ipmasq_config_errors_total', 'counter'],
   ['ipmasq_drift_repairs_total', 'counter'],
+  ['ipmasq_fast_path_mismatches_total', 'counter'],
   ['ipmasq_nonmasquerade_cidrs', 'gauge'],
   ['ipmasq_last_success_timestamp_seconds', 'gauge'],
   ['ipmasq_legacy_chain_present', 'gauge'],
@@ -68,6 +69,10 @@ t.test('a fresh agent exposes every series, labelled series at zero', async (t) 
     t.equal(valueOf(families, 'ipmasq_syncs_total', { result }), 0, `syncs ${result} = 0`);
   }
   t.equal(families.get('ipmasq_syncs_total')?.samples.length, 3, 'no other result label');
+  for (const path of ['config', 'element-write']) {
+    const value = valueOf(families, 'ipmasq_fast_path_mismatches_total', { path });
+    t.equal(value, 0, `fast path mismatches ${path} = 0`);
+  }
   for (const family of ['ipv4', 'ipv6']) {
     t.equal(valueOf(families, 'ipmasq_nonmasquerade_cidrs', { family }), 0, `${family} = 0`);
   }

@@ -1,0 +1,23 @@
+// The audits of the agent's fast paths (README, "The everyday edit"): a config read from the last
+// load and an element-only write are each checked by the whole path within a second; a
+// disagreement is an error, logged and counted here, and the whole path's answer is then applied
+// by a sync that reads the config whole and the kernel back.
+import type { Logger } from 'pino';
+import type { AgentMetrics, FastPath } from './metrics.js';
+
+/** The reason of the sync that applies the whole path's answer after a mismatch. */
+export const FAST_PATH_MISMATCH = 'fast path mismatch';
+
+/** Logs and counts one mismatch of `path`; `details` are the log line's fields. */
+export function reportMismatch(
+  logger: Logger,
+  metrics: AgentMetrics,
+  path: FastPath,
+  details: Record<string, unknown>,
+): void {
+  metrics.incFastPathMismatch(path);
+  logger.error(
+    { path, ...details },
+    `the ${path === 'config' ? 'config read from the last load' : 'element-only write'} disagreed with the whole path; applying the whole path's answer`,
+  );
+}
