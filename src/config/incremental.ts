@@ -276,16 +276,12 @@ export interface EditedRange {
 
 /** "lines 12-14" of a range of a file's bytes, counted by the newlines before it (1 first). */
 export function linesText(range: EditedRange): string {
+  const { bytes, start, end } = range;
   let line = 1;
-  for (
-    let i = range.bytes.indexOf(10);
-    i >= 0 && i < range.start;
-    i = range.bytes.indexOf(10, i + 1)
-  )
-    line++;
+  for (let i = bytes.indexOf(10); i >= 0 && i < start; i = bytes.indexOf(10, i + 1)) line++;
   let last = line;
-  for (let i = range.bytes.indexOf(10, range.start); i >= 0 && i < range.end - 1;)
-    (last++, (i = range.bytes.indexOf(10, i + 1)));
+  for (let i = bytes.indexOf(10, start); i >= 0 && i < end - 1; i = bytes.indexOf(10, i + 1))
+    last++;
   return last > line ? `lines ${line}-${last}` : `line ${line}`;
 }
 

@@ -1,0 +1,113 @@
+// The fast config path on the wire (README, "The everyday edit"): a config over 64 KiB (read on the
+// worker, edits answered from the last load) edited as editors do — an item commented out with `#`
+// at column 0, put back, two item lines joined — with a fresh flow probed after each step; then an
+// agent whose fast path is made wrong on purpose (IPMASQ_TEST_CORRUPT_FAST_PATH=config, test-only)
+// must find it by its audit, count it, and apply the whole answer.
+import t from 'tap';
+import { waitFor } from '../../harness/agent.js';
+import { inNetns, requireRoot } from '../../harness/netns.js';
+import {
+  makeTopology,
+  POD_IPV4,
+  probeSources,
+  REMOTE_TARGETS_IPV4 as V4,
+} from '../../harness/topology.js';
+import { agentInTopology, generation, metric, writeConfig } from '../helpers/node.js';
+import { httpGet } from '../../harness/agent.js';
+
+/** 4 001 non-adjacent /24s from 20.0.0.0 (nothing merges): about 80 KiB, then the lines given. */
+function configText(extra: readonly string[]): string {
+  const lines = ['resyncInterval: 1h', 'cidrLimit: 10000', 'nonMasqueradeCIDRs:'];
+  for (let i = 0; i < 4001; i++) {
+    const n = i * 2;
+    lines.push(`  - ${20 + (n >> 16)}.${(n >> 8) & 255}.${n & 255}.0/24`);
+  }
+  return [...lines, ...extra, ''].join('\n');
+}
+
+const TEST_NET_3 = '  - 203.0.113.0/24'; // V4.testNet3 is 203.0.113.9
+const TEST_NET_2 = '  - 198.51.100.0/24'; // V4.testNet2 is 198.51.100.7
+
+if (requireRoot(t)) {
+  const topo = await makeTopology(t, { ipv6: false });
+  /** Who a new flow to `address` arrives as: the pod (exempt) or the node (masqueraded). */
+  const seenAs = async (address: string) => {
+    await inNetns(topo.node, 'conntrack', ['-F']).catch(() => undefined);
+    const [seen] = await probeSources(topo, [address]);
+    return seen?.address === POD_IPV4 ? 'pod' : 'node';
+  };
+
+  t.test('commented out, put back, joined: what a fresh process would decide', async (t) => {
+    const { agent, node, write } = await agentInTopology(
+      t,
+      topo,
+      configText([TEST_NET_3, TEST_NET_2]),
+      ['--conntrack-flush=none'],
+    );
+    t.equal(await seenAs(V4.testNet3), 'pod', '203.0.113.0/24 exempt at start');
+
+    await write(configText([`#${TEST_NET_3}`, TEST_NET_2]));
+    t.equal(await seenAs(V4.testNet3), 'node', 'commented out at column 0: masqueraded');
+    t.equal(await seenAs(V4.testNet2), 'pod', 'the next line still exempt');
+
+    await write(configText([TEST_NET_3, TEST_NET_2]));
+    t.equal(await seenAs(V4.testNet3), 'pod', 'put back: exempt again');
+
+    await write(configText([`#- ${TEST_NET_3.trim().slice(2)}`, TEST_NET_2]));
+    t.equal(await seenAs(V4.testNet3), 'node', 'commented out unindented (#- …): masqueraded');
+    await write(configText([TEST_NET_3, TEST_NET_2]));
+    t.equal(await seenAs(V4.testNet3), 'pod', 'put back again');
+
+    const before = await generation(node);
+    writeConfig(node, configText([`${TEST_NET_3}${TEST_NET_2}`]));
+    await waitFor('the config refused', async () =>
+      (await metric(node, 'ipmasq_config_valid')) === 0 ? true : undefined,
+    );
+    t.equal((await httpGet(node.ns, node.port, '/readyz')).status, 503, '/readyz 503');
+    t.ok(
+      agent.logs.some((l) => /invalid config, not applied/.test(String(l.msg))),
+      'the error logged',
+    );
+    t.equal(await generation(node), before, 'nothing written');
+    t.equal(await seenAs(V4.testNet3), 'pod', 'the last good ruleset stays');
+    t.equal(
+      await metric(node, 'ipmasq_fast_path_mismatches_total{path="config"}'),
+      0,
+      'no mismatch',
+    );
+  });
+
+  t.test('a wrong fast answer is found by the audit and the whole answer applied', async (t) => {
+    process.env.IPMASQ_TEST_CORRUPT_FAST_PATH = 'config';
+    let running: Awaited<ReturnType<typeof agentInTopology>>;
+    try {
+      running = await agentInTopology(t, topo, configText([TEST_NET_2]), [
+        '--conntrack-flush=none',
+      ]);
+    } finally {
+      delete process.env.IPMASQ_TEST_CORRUPT_FAST_PATH;
+    }
+    const { agent, node } = running;
+    t.equal(await seenAs(V4.testNet3), 'node', '203.0.113.0/24 masqueraded at start');
+    // The fault leaves the added entry out of the fast answer; the audit within a second puts it in.
+    writeConfig(node, configText([TEST_NET_2, TEST_NET_3]));
+    const line = await waitFor(
+      'the mismatch logged',
+      () => agent.logs.find((l) => l.path === 'config' && l.level === 50),
+      10_000,
+    );
+    t.match(String(line.msg), /disagreed with the whole path/, 'logged as an error');
+    t.match(line.difference, /203\.0\.113\.0\/24/, 'the difference names the entry');
+    t.match(line.edits, [new RegExp(`${node.configFile} line 4006`)], 'and the file and line');
+    await waitFor('the count', async () =>
+      (await metric(node, 'ipmasq_fast_path_mismatches_total{path="config"}')) === 1
+        ? true
+        : undefined,
+    );
+    await waitFor('the whole answer written', async () =>
+      (await seenAs(V4.testNet3)) === 'pod' ? true : undefined,
+    );
+    t.pass('the whole answer is in the kernel: 203.0.113.9 exempt');
+    t.equal((await httpGet(node.ns, node.port, '/readyz')).status, 200, 'ready');
+  });
+}
