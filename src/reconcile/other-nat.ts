@@ -156,13 +156,15 @@ export class OtherNatWatch {
   }
 
   /**
-   * Looks when it never did, or about a resync interval after the last look (nine tenths of one: the
-   * periodic resync comes an interval after the previous sync, not exactly after its look).
+   * Looks when it never did, when `now` (a resync: periodic or SIGHUP), or about a resync interval
+   * after the last look (nine tenths of one: the periodic resync comes an interval after the
+   * previous sync, not exactly after its look).
    */
-  async lookIfDue(): Promise<void> {
-    const now = (this.deps.now ?? Date.now)();
-    if (this.lastLook !== undefined && now - this.lastLook < 0.9 * this.deps.intervalMs()) return;
-    this.lastLook = now;
+  async lookIfDue(now = false): Promise<void> {
+    const at = (this.deps.now ?? Date.now)();
+    const due = this.lastLook === undefined || at - this.lastLook >= 0.9 * this.deps.intervalMs();
+    if (!due && !now) return;
+    this.lastLook = at;
     await this.look();
   }
 

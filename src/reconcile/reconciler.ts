@@ -177,8 +177,8 @@ export class Reconciler {
    * path's mismatch the config is read whole (README, "The everyday edit").
    */
   async sync(reason = 'start'): Promise<SyncOutcome> {
-    // At start and at each resync, before any write: who else translates.
-    await this.otherNat.lookIfDue();
+    // At start and at each resync (periodic or SIGHUP), before any write: who else translates.
+    await this.otherNat.lookIfDue(WHOLE_READS.has(reason) && reason !== FAST_PATH_MISMATCH);
     const started = performance.now();
     const seconds = () => (performance.now() - started) / 1000;
     const phases: Record<string, number> = {};
