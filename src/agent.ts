@@ -41,9 +41,11 @@ export function makeReconciler(
   metrics: AgentMetrics,
   kernel: Kernel = nftKernel,
   api?: KubernetesSession,
+  requestSync?: (reason: string) => void,
 ): Reconciler {
   const stages = plan(options);
   return new Reconciler({
+    ...(requestSync ? { requestSync } : {}),
     ...(api ? { cluster: api.cluster, events: api.events } : {}),
     configPath: stages.configPath,
     loadOptions: stages.load,
@@ -114,7 +116,9 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   }
   stop = async () => api?.stop();
   if (stopping) return;
-  const reconciler = makeReconciler(options, logger, metrics, nftKernel, api);
+  const reconciler = makeReconciler(options, logger, metrics, nftKernel, api, (why) =>
+    trigger(why),
+  );
   const { table, enableIPv6, toPorts } = plan(options).compile;
   if (options.natStatsIntervalMs > 0) {
     const sampler = new NatSampler({

@@ -8,6 +8,12 @@ import type { AgentMetrics, FastPath } from './metrics.js';
 /** The reason of the sync that applies the whole path's answer after a mismatch. */
 export const FAST_PATH_MISMATCH = 'fast path mismatch';
 
+/** The reason of the sync that audits an element-only write by reading our tables back. */
+export const ELEMENT_WRITE_AUDIT = 'element-write audit';
+
+/** How long after an element-only write its audit comes: well within the contract's second. */
+export const ELEMENT_AUDIT_DELAY_MS = 250;
+
 /** Logs and counts one mismatch of `path`; `details` are the log line's fields. */
 export function reportMismatch(
   logger: Logger,

@@ -4,7 +4,12 @@ import type { Logger } from 'pino';
 import type { CompileOptions } from '../compile.js';
 import { DEFAULT_RESYNC_INTERVAL_MS } from '../config/build.js';
 import type { Loader } from '../config/loader.js';
-import { FAST_PATH_MISMATCH } from './fast-path.js';
+import {
+  ELEMENT_AUDIT_DELAY_MS,
+  ELEMENT_WRITE_AUDIT,
+  FAST_PATH_MISMATCH,
+  reportMismatch,
+} from './fast-path.js';
 import type { Config, LoadOptions } from '../config/types.js';
 import { newWriterId } from '../nftables/ownership.js';
 import { ConfigReader, type ClusterData } from './config-reader.js';
@@ -57,6 +62,8 @@ export interface ReconcilerDeps {
   readonly events?: NodeEvents;
   /** Which x_tables nat tables are loaded (tests pass their own; default: /proc/net). */
   readonly readLegacyNat?: LegacyNatReader;
+  /** Asks the sync loop for a sync (the element-write audit's); without it none is asked. */
+  readonly requestSync?: (reason: string) => void;
 }
 
 export class Reconciler {
@@ -181,6 +188,20 @@ export class Reconciler {
     await this.otherNat.lookIfDue(WHOLE_READS.has(reason) && reason !== FAST_PATH_MISMATCH);
     const started = performance.now();
     const seconds = () => (performance.now() - started) / 1000;
+    // The last element-only write read back and compared, before anything else is written.
+    if (this.converger.auditDue) {
+      try {
+        if ((await this.converger.auditElementWrite()) === 'differs') {
+          reportMismatch(this.deps.logger, this.deps.metrics, 'element-write', {
+            generation: this.converger.generation,
+            difference: 'our tables read back differ from what the write meant',
+          });
+        }
+      } catch (err) {
+        // Not read: the converge below reads back anyway when it cannot trust the kernel.
+        this.deps.logger.debug({ err: errorText(err) }, 'the element-write audit could not read');
+      }
+    }
     const phases: Record<string, number> = {};
     const timed: Timed = async (phase, work) => {
       const begun = performance.now();
@@ -243,6 +264,10 @@ export class Reconciler {
     // this config already: existing flows follow.
     if (converged !== 'held-back' && before !== undefined && before.hash !== config.hash)
       this.conntrack.afterWrite(before, config, this.facts.generation);
+    if (converged === 'wrote' && this.converger.auditDue && this.deps.requestSync) {
+      const ask = this.deps.requestSync;
+      setTimeout(() => ask(ELEMENT_WRITE_AUDIT), ELEMENT_AUDIT_DELAY_MS).unref();
+    }
     if (converged === 'wrote') {
       logger.info(
         {

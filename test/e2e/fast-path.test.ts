@@ -45,6 +45,7 @@ if (requireRoot(t)) {
       ['--conntrack-flush=none'],
     );
     t.equal(await seenAs(V4.testNet3), 'pod', '203.0.113.0/24 exempt at start');
+    const reads = (await metric(node, 'ipmasq_kernel_reads_total')) ?? 0;
 
     await write(configText([`#${TEST_NET_3}`, TEST_NET_2]));
     t.equal(await seenAs(V4.testNet3), 'node', 'commented out at column 0: masqueraded');
@@ -74,6 +75,21 @@ if (requireRoot(t)) {
       await metric(node, 'ipmasq_fast_path_mismatches_total{path="config"}'),
       0,
       'no mismatch',
+    );
+    const netlink = agent.logs.filter(
+      (l) => l.msg === 'ruleset written to the kernel' && l.via === 'netlink',
+    ).length;
+    t.ok(netlink >= 4, `the edits written as element edits over netlink (${netlink})`);
+    // Each element-only write is read back by its audit (one read of our tables each).
+    await waitFor('every write audited', async () =>
+      ((await metric(node, 'ipmasq_kernel_reads_total')) ?? 0) - reads >= netlink
+        ? true
+        : undefined,
+    );
+    t.equal(
+      await metric(node, 'ipmasq_fast_path_mismatches_total{path="element-write"}'),
+      0,
+      'each audited, none found wrong',
     );
   });
 
@@ -108,6 +124,39 @@ if (requireRoot(t)) {
       (await seenAs(V4.testNet3)) === 'pod' ? true : undefined,
     );
     t.pass('the whole answer is in the kernel: 203.0.113.9 exempt');
+    t.equal((await httpGet(node.ns, node.port, '/readyz')).status, 200, 'ready');
+  });
+
+  t.test('a wrong element-only write is found by its audit and the tables repaired', async (t) => {
+    process.env.IPMASQ_TEST_CORRUPT_FAST_PATH = 'element-write';
+    let running: Awaited<ReturnType<typeof agentInTopology>>;
+    try {
+      running = await agentInTopology(t, topo, configText([TEST_NET_2]), [
+        '--conntrack-flush=none',
+      ]);
+    } finally {
+      delete process.env.IPMASQ_TEST_CORRUPT_FAST_PATH;
+    }
+    const { agent, node } = running;
+    t.equal(await seenAs(V4.testNet3), 'node', '203.0.113.0/24 masqueraded at start');
+    // The fault leaves the added element out of the netlink batch; the audit reads the table back.
+    writeConfig(node, configText([TEST_NET_2, TEST_NET_3]));
+    const line = await waitFor(
+      'the mismatch logged',
+      () => agent.logs.find((l) => l.path === 'element-write' && l.level === 50),
+      10_000,
+    );
+    t.match(String(line.msg), /element-only write disagreed with the whole path/);
+    await waitFor('the count', async () =>
+      (await metric(node, 'ipmasq_fast_path_mismatches_total{path="element-write"}')) === 1
+        ? true
+        : undefined,
+    );
+    await waitFor('the tables repaired', async () =>
+      (await seenAs(V4.testNet3)) === 'pod' ? true : undefined,
+    );
+    t.pass('the whole write is in the kernel: 203.0.113.9 exempt');
+    t.equal(await metric(node, 'ipmasq_drift_repairs_total'), 0, 'not counted as drift');
     t.equal((await httpGet(node.ns, node.port, '/readyz')).status, 200, 'ready');
   });
 }
