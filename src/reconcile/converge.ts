@@ -379,7 +379,11 @@ export class Converger {
     );
     const readAt = await kernel.generationId().catch(() => undefined);
     if (readAt !== at) return 'moved';
-    if (holds(found, [...this.lastTables.values()])) return 'agrees';
+    // The compare renders what the write meant: large sets a slice at a time, between events.
+    const meant = [...this.lastTables.values()];
+    for (const table of meant)
+      for (const set of table.sets) await prerenderElements(set, table.family, breathe);
+    if (holds(found, meant)) return 'agrees';
     this.verifiedGenId = undefined;
     this.ownFault = true;
     return 'differs';
