@@ -15,7 +15,9 @@
 #include <cerrno>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "later.h"
@@ -632,6 +634,93 @@ Status EditElements(const ElementEdit& edit) {
   FinishMessage(
       &batch, StartMessage(&batch, NFNL_MSG_BATCH_END, 0, AF_UNSPEC, seq++, NFNL_SUBSYS_NFTABLES));
   return SendBatch(batch, acked, "our tables");
+}
+
+}  // namespace netlink
+
+namespace netlink {
+namespace {
+
+// Tables named by the messages of a commit not yet ended by its NEWGEN, per monitor socket.
+std::map<int, std::set<std::string>>& OpenCommits() {
+  static std::map<int, std::set<std::string>> open;
+  return open;
+}
+
+// Each message's first attribute type, 1, is its table's name for every object kind: tables
+// (NFTA_TABLE_NAME), chains, rules, sets, elements, objects and flowtables (NFTA_*_TABLE).
+constexpr uint16_t kTableAttr = 1;
+
+}  // namespace
+
+Monitor OpenMonitor() {
+  int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_NETFILTER);
+  if (fd < 0) return {{false, std::string("netlink socket: ") + strerror(errno)}, -1};
+  // Room for a large commit's notifications (an element each); past it the kernel drops them and
+  // says so (ENOBUFS), which the reader treats as "anything may have changed".
+  int size = 8 << 20;
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &size, sizeof(size)) < 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+  sockaddr_nl local{};
+  local.nl_family = AF_NETLINK;
+  local.nl_groups = 1u << (NFNLGRP_NFTABLES - 1);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) < 0) {
+    std::string error = std::string("netlink bind: ") + strerror(errno);
+    later::Close(fd);
+    return {{false, error}, -1};
+  }
+  OpenCommits()[fd];
+  return {{true, ""}, fd};
+}
+
+Heard DrainMonitor(int fd) {
+  Heard heard{{true, ""}, {}, false};
+  auto found = OpenCommits().find(fd);
+  if (found == OpenCommits().end()) return {{false, "not a monitor socket"}, {}, false};
+  std::set<std::string>& open = found->second;
+  alignas(nlmsghdr) static thread_local char buf[65536];
+  for (;;) {
+    ssize_t len = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (len < 0 && errno == EINTR) continue;
+    if (len < 0 && errno == ENOBUFS) {
+      heard.overflow = true;
+      open.clear();  // a commit partly dropped: its tables are not known
+      continue;
+    }
+    if (len < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+    if (len < 0) return {{false, std::string("netlink recv: ") + strerror(errno)}, {}, false};
+    if (len == 0) break;
+    for (auto* nlh = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(nlh, len);
+         nlh = NLMSG_NEXT(nlh, len)) {
+      if ((nlh->nlmsg_type >> 8) != NFNL_SUBSYS_NFTABLES) continue;
+      if (nlh->nlmsg_len < NLMSG_SPACE(sizeof(nfgenmsg))) continue;
+      const uint16_t type = nlh->nlmsg_type & 0xff;
+      const uint8_t family = static_cast<nfgenmsg*>(NLMSG_DATA(nlh))->nfgen_family;
+      const char* attrs = static_cast<char*>(NLMSG_DATA(nlh)) + NLMSG_ALIGN(sizeof(nfgenmsg));
+      const size_t attrs_len = nlh->nlmsg_len - NLMSG_SPACE(sizeof(nfgenmsg));
+      if (type == NFT_MSG_NEWGEN) {
+        Commit commit;
+        ForEachAttr(attrs, attrs_len, [&](uint16_t attr, const char* data, size_t size) {
+          if (attr == NFTA_GEN_ID) commit.gen_id = Be32(data, size);
+        });
+        commit.tables.assign(open.begin(), open.end());
+        open.clear();
+        heard.commits.push_back(std::move(commit));
+        continue;
+      }
+      std::string table;
+      ForEachAttr(attrs, attrs_len, [&](uint16_t attr, const char* data, size_t size) {
+        if (attr == kTableAttr && table.empty()) table = Text(data, size);
+      });
+      if (!table.empty() && open.size() < 256)
+        open.insert(std::string(FamilyName(family)) + " " + table);
+    }
+  }
+  return heard;
+}
+
+void CloseMonitor(int fd) {
+  if (OpenCommits().erase(fd) > 0) later::Close(fd);
 }
 
 }  // namespace netlink

@@ -109,3 +109,29 @@ struct ElementEdit {
 Status EditElements(const ElementEdit& edit);
 
 }  // namespace netlink
+
+namespace netlink {
+
+// nf_tables' own notifications, as `nft monitor` hears them: a socket subscribed to
+// NFNLGRP_NFTABLES, read without blocking. Each commit ends with its generation id; the tables
+// its messages named ("ip ipmasq") come with it, each once.
+struct Commit {
+  uint32_t gen_id = 0;
+  std::vector<std::string> tables;
+};
+struct Monitor {
+  Status status;
+  int fd = -1;
+};
+Monitor OpenMonitor();
+struct Heard {
+  Status status;
+  std::vector<Commit> commits;
+  // The kernel dropped notifications (the socket's buffer was full): what they named is unknown.
+  bool overflow = false;
+};
+// Reads what is queued on the monitor's socket now; never waits.
+Heard DrainMonitor(int fd);
+void CloseMonitor(int fd);
+
+}  // namespace netlink

@@ -508,6 +508,54 @@ Napi::Value EditElements(const Napi::CallbackInfo& info) {
   });
 }
 
+// monitorOpen(): number, a socket hearing nf_tables' notifications (netlink::OpenMonitor); throws
+// when it cannot be made. Quick: on the JS thread, as are the two below.
+Napi::Value MonitorOpen(const Napi::CallbackInfo& info) {
+  netlink::Monitor monitor = netlink::OpenMonitor();
+  if (!monitor.status.ok) {
+    Napi::Error::New(info.Env(), monitor.status.error).ThrowAsJavaScriptException();
+    return info.Env().Undefined();
+  }
+  return Napi::Number::New(info.Env(), monitor.fd);
+}
+
+// monitorDrain(fd): { commits: Array<{ genId, tables: string[] }>, overflow: boolean }, what the
+// socket holds now, never waiting (netlink::DrainMonitor).
+Napi::Value MonitorDrain(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 1 || !info[0].IsNumber()) {
+    Napi::TypeError::New(env, "monitorDrain(fd)").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  netlink::Heard heard = netlink::DrainMonitor(info[0].As<Napi::Number>().Int32Value());
+  if (!heard.status.ok) {
+    Napi::Error::New(env, heard.status.error).ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  Napi::Array commits = Napi::Array::New(env, heard.commits.size());
+  for (size_t i = 0; i < heard.commits.size(); i++) {
+    const netlink::Commit& commit = heard.commits[i];
+    Napi::Object entry = Napi::Object::New(env);
+    entry.Set("genId", Napi::Number::New(env, commit.gen_id));
+    Napi::Array tables = Napi::Array::New(env, commit.tables.size());
+    for (size_t j = 0; j < commit.tables.size(); j++)
+      tables.Set(static_cast<uint32_t>(j), commit.tables[j]);
+    entry.Set("tables", tables);
+    commits.Set(static_cast<uint32_t>(i), entry);
+  }
+  Napi::Object result = Napi::Object::New(env);
+  result.Set("commits", commits);
+  result.Set("overflow", Napi::Boolean::New(env, heard.overflow));
+  return result;
+}
+
+// monitorClose(fd): undefined
+Napi::Value MonitorClose(const Napi::CallbackInfo& info) {
+  if (info.Length() >= 1 && info[0].IsNumber())
+    netlink::CloseMonitor(info[0].As<Napi::Number>().Int32Value());
+  return info.Env().Undefined();
+}
+
 // releaseMemory(): boolean, memory::ReleaseFreePages (quick: on the JS thread)
 Napi::Value ReleaseMemory(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), memory::ReleaseFreePages());
@@ -541,6 +589,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("conntrackHold", Napi::Function::New(env, ConntrackHold));
   exports.Set("conntrackDelete", Napi::Function::New(env, ConntrackDelete));
   exports.Set("editElements", Napi::Function::New(env, EditElements));
+  exports.Set("monitorOpen", Napi::Function::New(env, MonitorOpen));
+  exports.Set("monitorDrain", Napi::Function::New(env, MonitorDrain));
+  exports.Set("monitorClose", Napi::Function::New(env, MonitorClose));
   exports.Set("releaseMemory", Napi::Function::New(env, ReleaseMemory));
   exports.Set("mapLargeAllocations", Napi::Function::New(env, MapLargeAllocations));
   exports.Set("pageOutFileMappings", Napi::Function::New(env, PageOutFileMappings));

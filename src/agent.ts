@@ -5,6 +5,9 @@ import { AUTO_LAYOUT_CROSSOVER } from './compile.js';
 import { configLoader } from './config/loader.js';
 import { onFastPathMismatch } from './config/load-worker.js';
 import { FAST_PATH_MISMATCH, reportMismatch } from './reconcile/fast-path.js';
+import { CommitWatch } from './reconcile/commit-watch.js';
+import { openCommitMonitor } from './nftables/addon.js';
+import { standInName } from './nftables/ownership.js';
 import { MemoryPolicy } from './memory-policy.js';
 import { libnftablesVersion } from './nftables/kernel.js';
 import { plan, usesApi, type AgentOptions } from './options.js';
@@ -181,6 +184,7 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   });
   stop = () => {
     watcher.close();
+    commits.stop();
     return Promise.allSettled([syncs.stop(), server.close(), api?.stop()]);
   };
   trigger = (why) => syncs.trigger(why);
@@ -189,5 +193,24 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
     reportMismatch(logger, metrics, 'config', { config: options.config, ...mismatch });
     trigger(FAST_PATH_MISMATCH);
   });
+  // Another tool's commit to our tables: read back and repaired within the second it came in.
+  const ours = new Set(
+    (enableIPv6 ? ['ip', 'ip6'] : ['ip']).flatMap((family) => [
+      `${family} ${table}`,
+      `${family} ${standInName(table)}`,
+    ]),
+  );
+  const commits = new CommitWatch({
+    open: openCommitMonitor,
+    ours: (name) => ours.has(name),
+    unchanged: () => reconciler.kernelUnchanged(),
+    requestSync: (why) => trigger(why),
+    unavailable: (err) =>
+      logger.warn(
+        { err: errorText(err) },
+        'cannot hear nftables notifications: commits by others to our tables are found at the next resync or readiness probe',
+      ),
+  });
+  commits.start();
   syncs.start();
 }

@@ -42,6 +42,14 @@ interface NativePolicy {
   snat: Buffer | null;
 }
 
+/** What nf_tables' notifications said since the last drain (native/netlink.h, DrainMonitor). */
+export interface CommitsHeard {
+  /** Each commit's generation id and the tables its messages named ("ip ipmasq"). */
+  readonly commits: ReadonlyArray<{ readonly genId: number; readonly tables: readonly string[] }>;
+  /** Notifications were dropped (the socket's buffer was full): any table may have changed. */
+  readonly overflow: boolean;
+}
+
 interface NativeAddon {
   run(
     script: string,
@@ -50,6 +58,9 @@ interface NativeAddon {
     timeoutMs: number,
   ): Promise<string>;
   generationId(): Promise<number>;
+  monitorOpen(): number;
+  monitorDrain(fd: number): CommitsHeard;
+  monitorClose(fd: number): void;
   listTables(): Promise<Array<{ family: string; name: string }>>;
   listChains(): Promise<ChainInfo[]>;
   listRules(family: string, table: string, chain: string): Promise<RuleShape[]>;
@@ -402,6 +413,23 @@ export async function editElements(edit: ElementEdit): Promise<CommitStep> {
 export async function deleteFlows(plan: FlowPlan, which: 'now' | 'later'): Promise<DeletedFlows> {
   const answer = await addon().conntrackDelete(plan.handle, which);
   return { deleted: new Map(answer.deleted), error: answer.error };
+}
+
+/**
+ * A socket hearing nf_tables' notifications, as `nft monitor` does (src/reconcile/commit-watch.ts):
+ * drained without waiting, closed once. Throws when it cannot be made.
+ */
+export function openCommitMonitor(): { drain(): CommitsHeard; close(): void } {
+  const native = addon();
+  const fd = native.monitorOpen();
+  let open = true;
+  return {
+    drain: () => native.monitorDrain(fd),
+    close: () => {
+      if (open) native.monitorClose(fd);
+      open = false;
+    },
+  };
 }
 
 /**

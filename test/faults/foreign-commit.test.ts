@@ -100,6 +100,35 @@ if (requireRoot(t)) {
     });
   }
 
+  t.test('without any probe: a foreign commit after a change is repaired at once', async (t) => {
+    // Nothing asks /readyz here and the resync is an hour away: only hearing the commit repairs it.
+    const planted = '198.51.100.0/24';
+    for (const delay of [0, 20, 80, 200, 500]) {
+      const next = current === A ? B : A;
+      writeConfig(node, configText(next));
+      current = next;
+      await waitFor('the change in the kernel', async () =>
+        (await kernelHolds(next)) === true ? true : undefined,
+      );
+      await sleep(delay);
+      await inNetns(node.ns, 'nft', FOREIGN['add element'] as string[]);
+      const added = Date.now();
+      await waitFor(
+        `the planted element gone (${delay} ms after the write)`,
+        async () => ((await setElements(node, 'nonmasq')).includes(planted) ? undefined : true),
+        5_000,
+        10,
+      );
+      t.comment(`${delay} ms after the write: repaired ${Date.now() - added} ms after the commit`);
+      t.equal(await kernelHolds(next), true, `${delay} ms: the kernel holds the config again`);
+    }
+    await inNetns(node.ns, 'nft', FOREIGN['insert rule'] as string[]);
+    await waitFor('the inserted rule gone', async () =>
+      (await kernelHolds(current)) === true ? true : undefined,
+    );
+    t.pass('an inserted rule is removed without a probe too');
+  });
+
   t.test(
     'an element planted in late-replies: one to stay is repaired, one without a timeout of its own expires',
     async (t) => {
