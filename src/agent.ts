@@ -191,6 +191,8 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   // A config answer of the worker's fast path that its audit found wrong: the whole answer applied.
   onFastPathMismatch((mismatch) => {
     reportMismatch(logger, metrics, 'config', { config: options.config, ...mismatch });
+    // Sticky: a trigger for another reason before the sync starts must not hide it.
+    reconciler.readWholeNext();
     trigger(FAST_PATH_MISMATCH);
   });
   // Another tool's commit to our tables: read back and repaired within the second it came in.

@@ -147,6 +147,14 @@ export class Reconciler {
     });
   }
 
+  /** A fast path's answer was found wrong: the next sync reads the config whole, whatever its reason. */
+  private wholeNext = false;
+
+  /** The next sync reads the config whole (after a fast path's mismatch: README, "The everyday edit"). */
+  readWholeNext(): void {
+    this.wholeNext = true;
+  }
+
   get resyncIntervalMs(): number {
     return this.config.good?.resyncIntervalMs ?? DEFAULT_RESYNC_INTERVAL_MS;
   }
@@ -211,9 +219,13 @@ export class Reconciler {
         phases[phase] = Math.round(performance.now() - begun);
       }
     };
+    const whole = WHOLE_READS.has(reason) || this.wholeNext;
+    this.wholeNext = false;
     try {
-      await timed('loadMs', () => this.config.read({ whole: WHOLE_READS.has(reason) }));
+      await timed('loadMs', () => this.config.read({ whole }));
     } catch (err) {
+      // Read whole when retried too.
+      this.wholeNext ||= whole;
       // The loader itself failed (its worker died): not a verdict on the config; retried with backoff.
       const lastError = `loading the config failed: ${errorText(err)}`;
       this.logFailure(lastError, () =>
