@@ -59,6 +59,8 @@ export interface TidyDeps {
   release: (small: boolean) => void;
   setTimeout: (callback: () => void, ms: number) => Timer;
   clearTimeout: (timer: Timer) => void;
+  /** The clock the waits are measured on, in ms. */
+  now: () => number;
 }
 
 /**
@@ -68,12 +70,17 @@ export interface TidyDeps {
  * `afterWork(small)` after it; when the heap grew by more than `growthBytes` since the last
  * collection, one runs once `quietMs` passed without another sync (never during one: at 100 000
  * CIDRs it holds the event loop ~17 ms), then `release` gives back the C heap's free pages, and with
- * a small config in force the program's pages the large config's work ran.
+ * a small config in force the program's pages the large config's work ran. Syncs that keep coming
+ * (an edit every few hundred ms) would put it off for ever, the garbage of each growing the heap by
+ * megabytes: once it has waited `quietMs` since it was first due, or the heap grew by twice
+ * `growthBytes`, it runs right after the sync.
  */
 export class HeapTidier {
   readonly #deps: TidyDeps;
   #settled: number;
   #timer: Timer | undefined;
+  /** When a tidy first became due and has not run since (the deps' clock). */
+  #dueSince: number | undefined;
 
   constructor(
     deps: Pick<TidyDeps, 'release'> & Partial<TidyDeps>,
@@ -85,6 +92,7 @@ export class HeapTidier {
       collect: collectGarbage,
       setTimeout,
       clearTimeout: (timer) => clearTimeout(timer as NodeJS.Timeout),
+      now: () => performance.now(),
       ...deps,
     };
     this.#settled = this.#deps.heapUsed();
@@ -104,12 +112,20 @@ export class HeapTidier {
     if (this.#timer) deps.clearTimeout(this.#timer);
     this.#timer = undefined;
     if (deps.heapUsed() <= this.#settled + this.growthBytes) return;
+    const now = deps.now();
+    this.#dueSince ??= now;
+    const grown = deps.heapUsed() - this.#settled;
+    if (now - this.#dueSince >= this.quietMs || grown > 2 * this.growthBytes) {
+      this.#tidy(small);
+      return;
+    }
     this.#timer = deps.setTimeout(() => this.#tidy(small), this.quietMs);
     this.#timer.unref();
   }
 
   #tidy(small: boolean): void {
     this.#timer = undefined;
+    this.#dueSince = undefined;
     this.#deps.collect();
     this.#deps.release(small);
     this.#settled = this.#deps.heapUsed();

@@ -45,8 +45,16 @@ export interface Splice {
   readonly inserted: readonly string[];
 }
 
-/** Lists made by splicedList, with the list and the splice they were made from. */
-const SPLICED = new WeakMap<readonly string[], { base: readonly string[]; splice: Splice }>();
+/**
+ * Lists made by splicedList, with the list and the splice they were made from. The list made from
+ * is held weakly: held strongly, each list would keep the one before it alive, and that one the one
+ * before, so that every list of every edit since start stayed in memory (~8 MiB an edit at 100 000
+ * CIDRs: README, "The everyday edit").
+ */
+const SPLICED = new WeakMap<
+  readonly string[],
+  { base: WeakRef<readonly string[]>; splice: Splice }
+>();
 
 /**
  * The list with the splice made, frozen; the strings it keeps are the same strings, and where the
@@ -62,7 +70,7 @@ export function splicedList(list: readonly string[], splice: Splice): readonly s
   const shift = inserted.length - deleteCount;
   for (let i = at + deleteCount; i < list.length; i++) out[i + shift] = list[i] as string;
   const made = Object.freeze(out);
-  SPLICED.set(made, { base: list, splice });
+  SPLICED.set(made, { base: new WeakRef(list), splice });
   return made;
 }
 
@@ -78,7 +86,7 @@ export function listWindow(before: readonly string[], after: readonly string[]) 
   let head = 0;
   let endBefore = before.length;
   let endAfter = after.length;
-  if (made?.base === before) {
+  if (made?.base.deref() === before) {
     // Equal up to the splice and past it, element for element.
     head = made.splice.at;
     endBefore = made.splice.at + made.splice.deleteCount;

@@ -264,10 +264,12 @@ export function loadSourceOffThread(
 }
 
 /**
- * How long after a fast answer its audit runs: edits in between are audited together, by the last
- * one's answer (each answer builds on the one before). Well within the second the contract gives.
+ * How long after a fast answer its audit runs when no other edit follows: edits in between are
+ * audited together, by the last one's answer (each answer builds on the one before)...
  */
 export const AUDIT_DELAY_MS = 200;
+/** ...and never later than this after the first answer not yet audited: the contract's second. */
+export const AUDIT_WITHIN_MS = 800;
 /** Edits named in one mismatch's log line at most. */
 const AUDIT_EDITS_KEPT = 8;
 
@@ -320,8 +322,11 @@ function serve(port: NonNullable<typeof parentPort>): void {
     | undefined;
   let edits: EditedRange[] = [];
   let auditTimer: ReturnType<typeof setTimeout> | undefined;
+  /** When the oldest unaudited fast answer must be audited by (performance.now()). */
+  let auditDueBy: number | undefined;
   const audit = () => {
     auditTimer = undefined;
+    auditDueBy = undefined;
     const target = unaudited;
     unaudited = undefined;
     if (!target) return;
@@ -354,7 +359,12 @@ function serve(port: NonNullable<typeof parentPort>): void {
         unaudited = { id, source, files, options, result };
         edits.push(...cache.lastEdits);
         if (edits.length > AUDIT_EDITS_KEPT) edits = edits.slice(-AUDIT_EDITS_KEPT);
-        auditTimer ??= setTimeout(audit, AUDIT_DELAY_MS);
+        // 200 ms after the last of a burst of edits, and never more than AUDIT_WITHIN_MS after
+        // the first unaudited one.
+        const now = performance.now();
+        auditDueBy ??= now + AUDIT_WITHIN_MS;
+        if (auditTimer) clearTimeout(auditTimer);
+        auditTimer = setTimeout(audit, Math.max(0, Math.min(AUDIT_DELAY_MS, auditDueBy - now)));
       } else {
         // A whole load is its own audit: what came before it is no longer what the agent holds.
         unaudited = undefined;

@@ -29,8 +29,10 @@ t.test('HeapTidier collects once the heap grew and the work went quiet, then tri
   const timers: Array<{ callback: () => void; ms: number; cleared: boolean; unref(): unknown }> =
     [];
   const calls: string[] = [];
+  let clock = 0;
   const tidier = new HeapTidier(
     {
+      now: () => clock,
       heapUsed: () => used,
       collect: () => {
         calls.push('collect');
@@ -78,6 +80,23 @@ t.test('HeapTidier collects once the heap grew and the work went quiet, then tri
     ['collect', 'release', 'collect', 'release, pages kept'],
     "with a large config in force: collected and trimmed, the program's pages kept",
   );
+
+  // Syncs that keep coming put it off only so long: past quietMs since it was first due, it runs
+  // right after the next sync.
+  used += 9 * 2 ** 20;
+  tidier.afterWork(false);
+  t.equal(timers.length, 5, 'due');
+  for (let i = 0; i < 3; i++) {
+    clock += 500;
+    tidier.beforeWork();
+    tidier.afterWork(false);
+  }
+  t.equal(calls.length, 4, 'put off while less than quietMs passed');
+  clock += 600;
+  tidier.beforeWork();
+  tidier.afterWork(false);
+  t.equal(calls.length, 6, 'then collected right after the sync, without waiting for quiet');
+  t.equal(calls[4], 'collect');
 });
 
 t.test('HeapTidier with V8 collecting this thread', async (t) => {
