@@ -532,12 +532,41 @@ std::string WithComment(const std::string& userdata, const std::string& comment)
 }
 
 // Appends a DELSETELEM or NEWSETELEM message per kElementsPerMessage elements of `bytes`.
+// An interval set's element: its key, and with `end` the flag of an end element; `open` marks a
+// start whose range runs to the last address (libnftables' NFTNL_UDATA_SET_ELEM_FLAGS, "open").
+void PutIntervalItem(Writer* attrs, const uint8_t* key, size_t key_len, bool end, bool open) {
+  size_t item = attrs->Begin(NLA_F_NESTED | NFTA_LIST_ELEM);
+  if (end) {
+    const uint32_t flags = htonl(NFT_SET_ELEM_INTERVAL_END);
+    attrs->Put(NFTA_SET_ELEM_FLAGS, &flags, sizeof(flags));
+  }
+  size_t at = attrs->Begin(NLA_F_NESTED | NFTA_SET_ELEM_KEY);
+  attrs->Put(NFTA_DATA_VALUE, key, key_len);
+  attrs->End(at);
+  if (open) {
+    const uint8_t userdata[] = {1 /* flags */, 4, 1 /* interval open */, 0, 0, 0};
+    attrs->Put(NFTA_SET_ELEM_USERDATA, userdata, sizeof(userdata));
+  }
+  attrs->End(item);
+}
+
+// The key one past `last` (big-endian), or false when `last` is the last address.
+bool PastLast(const uint8_t* last, size_t len, std::vector<uint8_t>* out) {
+  out->assign(last, last + len);
+  for (size_t i = len; i-- > 0;) {
+    if (++(*out)[i] != 0) return true;
+  }
+  return false;
+}
+
 void PutElements(std::vector<char>* batch, uint16_t type, uint16_t flags, uint8_t family,
                  const std::string& table, const SetEdit& set, const std::vector<uint8_t>& bytes,
                  uint32_t* seq, size_t* acked) {
   const size_t width = 2 * set.key_len;
   const size_t count = width == 0 ? 0 : bytes.size() / width;
-  for (size_t first = 0; first < count; first += kElementsPerMessage) {
+  // An interval set's range is up to two items: half as many per message.
+  const size_t per_message = set.interval ? kElementsPerMessage / 2 : kElementsPerMessage;
+  for (size_t first = 0; first < count; first += per_message) {
     size_t message = StartMessage(batch, static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | type),
                                   static_cast<uint16_t>(flags | NLM_F_ACK), family, (*seq)++, 0);
     (*acked)++;
@@ -545,8 +574,15 @@ void PutElements(std::vector<char>* batch, uint16_t type, uint16_t flags, uint8_
     attrs.PutString(NFTA_SET_ELEM_LIST_TABLE, table);
     attrs.PutString(NFTA_SET_ELEM_LIST_SET, set.set);
     size_t list = attrs.Begin(NLA_F_NESTED | NFTA_SET_ELEM_LIST_ELEMENTS);
-    for (size_t i = first; i < count && i < first + kElementsPerMessage; i++) {
+    for (size_t i = first; i < count && i < first + per_message; i++) {
       const uint8_t* element = bytes.data() + i * width;
+      if (set.interval) {
+        std::vector<uint8_t> past;
+        const bool bounded = PastLast(element + set.key_len, set.key_len, &past);
+        PutIntervalItem(&attrs, element, set.key_len, false, !bounded);
+        if (bounded) PutIntervalItem(&attrs, past.data(), set.key_len, true, false);
+        continue;
+      }
       size_t item = attrs.Begin(NLA_F_NESTED | NFTA_LIST_ELEM);
       size_t key = attrs.Begin(NLA_F_NESTED | NFTA_SET_ELEM_KEY);
       attrs.Put(NFTA_DATA_VALUE, element, set.key_len);

@@ -90,6 +90,10 @@ Status ReplaceSetElements(uint8_t family, const std::string& table, const std::s
 struct SetEdit {
   std::string set;
   size_t key_len = 0;
+  // A plain interval set (rbtree): each range goes as a start element and an end element one past
+  // its last address (none for a range up to the last address: its start is marked open), as
+  // libnftables writes them. Otherwise a concatenated range set: a key and its end key.
+  bool interval = false;
   std::vector<uint8_t> removed;  // 2 * key_len bytes per element
   std::vector<uint8_t> added;
 };

@@ -494,6 +494,7 @@ Napi::Value EditElements(const Napi::CallbackInfo& info) {
       one.key_len = set.Get("keyLength").ToNumber().Uint32Value();
       one.removed = bytes(set.Get("removed"));
       one.added = bytes(set.Get("added"));
+      one.interval = set.Get("interval").ToBoolean().Value();
       if (one.key_len == 0 || one.key_len > 64 || one.removed.size() % (2 * one.key_len) != 0 ||
           one.added.size() % (2 * one.key_len) != 0)
         throw Napi::RangeError::New(env, "each element is its key and end key, keyLength each");

@@ -343,13 +343,15 @@ export async function holdReplies(plan: FlowPlan, table: string, set: string): P
 }
 
 /**
- * Each element of a set keyed `ADDR daddr . meta l4proto` with ` . 0-255` as its key and end key,
- * in the kernel's layout: the address's first and last in network order, then the protocol
- * padded to 4 bytes (0, then 255). Elements are the agent's own formatted prefixes, parsed again.
+ * Each element of a set of address ranges as its first and last key, in the kernel's layout: the
+ * address's first and last in network order, and for a set keyed `ADDR daddr . meta l4proto`
+ * (`concat`, ` . 0-255`) the protocol padded to 4 bytes after each (0, then 255). A plain interval
+ * set's end element (one past the last) is made by the addon. Elements are the agent's own
+ * formatted prefixes, parsed again.
  */
-function concatElementBytes(family: 4 | 6, elements: Elements): Buffer {
+function rangeElementBytes(family: 4 | 6, elements: Elements, concat: boolean): Buffer {
   const width = family === 4 ? 4 : 16;
-  const key = width + 4;
+  const key = width + (concat ? 4 : 0);
   const out = Buffer.alloc(elements.length * 2 * key);
   elements.forEach((element, i) => {
     const prefix = parseCidr(element);
@@ -361,7 +363,7 @@ function concatElementBytes(family: 4 | 6, elements: Elements): Buffer {
       out[at + b] = Number((first >> shift) & 0xffn);
       out[at + key + b] = Number((last >> shift) & 0xffn);
     }
-    out[at + key + width] = 255; // meta l4proto's range 0-255: 0 first, 255 last
+    if (concat) out[at + key + width] = 255; // meta l4proto's range 0-255: 0 first, 255 last
   });
   return out;
 }
@@ -384,13 +386,16 @@ export async function editElements(edit: ElementEdit): Promise<CommitStep> {
       wasMark: table.wasMark,
       mark: table.mark,
       sets: table.sets.map(({ set, removed, added }) => {
-        if (set.key.elementSuffix !== ' . 0-255')
-          throw new Error(`set ${set.name}: only concatenated sets are edited over netlink`);
+        const interval = set.key.elementSuffix === '';
+        if (set.key.elements === 'names' || (interval && !set.flags.includes('interval')))
+          throw new Error(`set ${set.name}: only sets of address ranges are edited over netlink`);
+        const bytes = (elements: Elements) => rangeElementBytes(family, elements, !interval);
         return {
           name: set.name,
-          keyLength: (family === 4 ? 4 : 16) + 4,
-          removed: concatElementBytes(family, removed),
-          added: concatElementBytes(family, added),
+          keyLength: (family === 4 ? 4 : 16) + (interval ? 0 : 4),
+          interval,
+          removed: bytes(removed),
+          added: bytes(added),
         };
       }),
     };

@@ -362,7 +362,13 @@ export function elementEdit(next: Table, old: Table): TableElementEdit | undefin
     if (set.transient) continue; // its elements are the flush's, never the config's
     const { head, endBefore, endAfter } = listWindow(before.elements, set.elements);
     if (head === endBefore && head === endAfter) continue;
-    if (set.key.elementSuffix !== ' . 0-255' || set.key.elements === 'names') return undefined;
+    if (set.key.elements === 'names') return undefined;
+    // A plain set: interval sets of prefixes (start and end elements, netlink.h), never emptied or
+    // filled from empty (libnftables puts a marker element in an empty interval set).
+    if (set.key.elementSuffix === '') {
+      if (!set.flags.includes('interval')) return undefined;
+      if (set.elements.length === 0 || before.elements.length === 0) return undefined;
+    }
     if (setChange(set, before) !== 'delta') return undefined;
     const { removed, added } = elementDiff(before.elements, set.elements);
     if (removed.length + added.length > 0) sets.push({ set, removed, added });

@@ -281,7 +281,11 @@ export class Converger {
         base = stable ? readAt : undefined;
         // Drift: the kernel no longer holds the config we wrote, changed by anyone but another
         // live agent: by hand, by a commit around our own write, or by a restore of a saved table.
-        drift = this.kernelKey === key && verdict === 'drift' && !this.ownFault;
+        // Or a change of ours refused because another commit came first: drift when that commit
+        // left our tables other than we last wrote them.
+        const changedUnder =
+          this.lastTables.size > 0 && !holds(found, [...this.lastTables.values()]);
+        drift = verdict === 'drift' && !this.ownFault && (this.kernelKey === key || changedUnder);
       }
       const generation = nextGeneration(this.generation);
       if (generation < this.generation) {
@@ -406,7 +410,8 @@ export class Converger {
 
   /**
    * The change from the tables last written, when it only adds and deletes elements of
-   * concatenated sets and moves the mark (nftables/change.ts, elementEdit); else undefined.
+   * address sets (concatenated or plain interval) and moves the mark (nftables/change.ts,
+   * elementEdit); else undefined.
    */
   private elementEdit(tables: readonly Table[], generation: number | undefined) {
     if (tables.length !== this.lastTables.size) return undefined;

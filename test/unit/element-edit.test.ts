@@ -1,7 +1,7 @@
 // An everyday edit's transaction (nftables/change.ts elementEdit) holds only the changed elements
-// and the mark's rule: one CIDR in or out of the concatenated sets, with and without the egress
-// policy's sets beside them; anything else (a plain interval set, a rule or a key changed) is not an
-// element edit and goes through libnftables.
+// and the mark's rule: one CIDR in or out of the concatenated sets or of plain interval sets, with
+// and without the egress policy's sets beside them; anything else (a rule or a key changed, a plain
+// interval set emptied or filled from empty) is not an element edit and goes through libnftables.
 import t from 'tap';
 import { compile, type CompileOptions } from '../../src/compile.js';
 import { parseConfigText } from '../../src/config/index.js';
@@ -68,7 +68,18 @@ t.test('not element edits: left to libnftables', async (t) => {
   const base = list(['10.0.0.0/16', '10.2.0.0/16']);
   const [interval1] = tables(base, 'interval', 1);
   const [interval2] = tables(list(['10.0.0.0/16']), 'interval', 2);
-  t.equal(elementEdit(interval2!, interval1!), undefined, 'a plain interval set changed');
+  t.same(
+    elementEdit(interval2!, interval1!)?.sets.map((x) => [
+      x.set.name,
+      [...x.removed],
+      [...x.added],
+    ]),
+    [['nonmasq', ['10.2.0.0/16'], []]],
+    'a plain interval set changed: an element edit of it',
+  );
+  const [filled] = tables(base + 'masqueradeCIDRs: [10.2.5.0/24]\n', 'interval', 2);
+  t.equal(elementEdit(filled!, interval1!), undefined, 'a plain interval set filled from empty');
+  t.equal(elementEdit(interval1!, filled!), undefined, 'a plain interval set emptied');
   const [concat1] = tables(base, 'concat', 1);
   const [policy] = tables(base + POLICY, 'concat', 2);
   t.equal(
