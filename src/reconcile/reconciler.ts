@@ -6,6 +6,7 @@ import { DEFAULT_RESYNC_INTERVAL_MS } from '../config/build.js';
 import type { Loader } from '../config/loader.js';
 import {
   ELEMENT_AUDIT_DELAY_MS,
+  ELEMENT_AUDIT_WITHIN_MS,
   ELEMENT_WRITE_AUDIT,
   FAST_PATH_MISMATCH,
   reportMismatch,
@@ -155,6 +156,42 @@ export class Reconciler {
     this.wholeNext = true;
   }
 
+  /** The element-write audit's timer, and when the oldest write it waits to audit was made. */
+  private auditTimer: ReturnType<typeof setTimeout> | undefined;
+  private auditFirstAt: number | undefined;
+  /** The audit's sync was asked for (sticky: a later trigger may give that sync another reason). */
+  private auditAsked = false;
+
+  /**
+   * Asks for the audit of the last element-only write ELEMENT_AUDIT_DELAY_MS after it, or after the
+   * last of a burst, and never later than ELEMENT_AUDIT_WITHIN_MS after the first: it reads our
+   * tables back, so a burst of edits is audited by its last write (each builds on the one before).
+   */
+  private scheduleAudit(): void {
+    const ask = this.deps.requestSync;
+    if (!ask) {
+      this.auditAsked = true; // audited by the next sync (--once, tests)
+      return;
+    }
+    const now = performance.now();
+    this.auditFirstAt ??= now;
+    if (this.auditTimer) clearTimeout(this.auditTimer);
+    const wait = Math.min(
+      ELEMENT_AUDIT_DELAY_MS,
+      this.auditFirstAt + ELEMENT_AUDIT_WITHIN_MS - now,
+    );
+    this.auditTimer = setTimeout(
+      () => {
+        this.auditTimer = undefined;
+        this.auditFirstAt = undefined;
+        this.auditAsked = true;
+        ask(ELEMENT_WRITE_AUDIT);
+      },
+      Math.max(0, wait),
+    );
+    this.auditTimer.unref();
+  }
+
   get resyncIntervalMs(): number {
     return this.config.good?.resyncIntervalMs ?? DEFAULT_RESYNC_INTERVAL_MS;
   }
@@ -197,7 +234,8 @@ export class Reconciler {
     const started = performance.now();
     const seconds = () => (performance.now() - started) / 1000;
     // The last element-only write read back and compared, before anything else is written.
-    if (this.converger.auditDue) {
+    if (this.auditAsked && this.converger.auditDue) {
+      this.auditAsked = false;
       try {
         if ((await this.converger.auditElementWrite()) === 'differs') {
           reportMismatch(this.deps.logger, this.deps.metrics, 'element-write', {
@@ -276,10 +314,7 @@ export class Reconciler {
     // this config already: existing flows follow.
     if (converged !== 'held-back' && before !== undefined && before.hash !== config.hash)
       this.conntrack.afterWrite(before, config, this.facts.generation);
-    if (converged === 'wrote' && this.converger.auditDue && this.deps.requestSync) {
-      const ask = this.deps.requestSync;
-      setTimeout(() => ask(ELEMENT_WRITE_AUDIT), ELEMENT_AUDIT_DELAY_MS).unref();
-    }
+    if (converged === 'wrote' && this.converger.auditDue) this.scheduleAudit();
     if (converged === 'wrote') {
       logger.info(
         {
