@@ -67,9 +67,21 @@ export interface EditMemory {
   settledAnonMiB: number;
 }
 
+/** RSS along one-CIDR edits at 100 000, back to back (issue 47, item 3). */
+export interface EditStream {
+  edits: number;
+  /** After the first edit; the most after any later one (sampled every 50); 20 s after the last. */
+  firstMiB: number;
+  mostMiB: number;
+  lastMiB: number;
+  idleMiB: number;
+}
+
 export interface EditResults {
   rows: EditRow[];
   memory: EditMemory[];
+  /** Absent in results recorded before it was measured. */
+  stream?: EditStream;
   runs: number;
 }
 
@@ -247,6 +259,25 @@ async function memoryAfterWholeChanges(
   };
 }
 
+/** `edits` one-CIDR edits at 100 000 back to back (added, removed, …): RSS along and after. */
+export async function memoryAlongEdits(scope: Scope, edits: number): Promise<EditStream> {
+  const session = await AgentSession.start(scope, 100_000, ['--set-layout', 'auto'], 300_000);
+  const base = cidrs(100_000);
+  const mib = () => session.rssKiB().total / 1024;
+  let first = 0;
+  let most = 0;
+  let last = 0;
+  for (let i = 1; i <= edits; i++) {
+    await session.swapText(text(i % 2 === 1 ? [...base, LAST] : base, 100_000), 60_000);
+    if (i === 1) first = mib();
+    else if (i % 50 === 0 || i === edits) most = Math.max(most, (last = mib()));
+  }
+  await sleep(20_000);
+  const idle = mib();
+  session.close();
+  return { edits, firstMiB: first, mostMiB: most, lastMiB: last, idleMiB: idle };
+}
+
 export async function benchEdit(
   sizes: readonly number[] = [1_000, 10_000, 100_000],
   runs = 5,
@@ -263,14 +294,19 @@ export async function benchEdit(
     const largest = Math.max(...sizes);
     const foreign = foreignTable(foreignSize);
     const beside = `beside a ${foreignSize.toLocaleString('en-US').replace(/,/g, ' ')}-element interval set`;
-    const agent = await agentEdits(scope, largest, runs, foreign);
-    const bare = await bareEdits(scope, largest, Math.min(runs, 3), foreign);
-    out.push(...rows(largest, beside, agent, bare));
+    // Beside it, the largest and a typical small config (plain interval sets): both element batches.
+    for (const count of [3, largest]) {
+      const agent = await agentEdits(scope, count, runs, foreign);
+      const bare = await bareEdits(scope, count, Math.min(runs, 3), foreign);
+      out.push(...rows(count, beside, agent, bare));
+    }
     const memory = [
       await memoryAfterWholeChanges(scope, copyOfNode(await tempDir(scope)), 'a copy of node', 6),
       await memoryAfterWholeChanges(scope, process.execPath, "the system's node", 6),
     ];
-    return { rows: out, memory, runs };
+    const stream = await memoryAlongEdits(scope, 1_000);
+    console.error('bench: edit stream: done');
+    return { rows: out, memory, stream, runs };
   });
 }
 

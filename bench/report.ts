@@ -137,11 +137,27 @@ function editGoals(r: BenchResults): Goal[] {
       overBare <= 20,
     ],
     [
-      `one-CIDR edit of ${n(largest)} ${beside[0]?.beside ?? 'beside a large interval set'} ≤ 100 ms`,
+      `one-CIDR edit at ${[...new Set(beside.map((row) => n(row.cidrs)))].join(' and ')} CIDRs ${beside[0]?.beside ?? 'beside a large interval set'} ≤ 100 ms`,
       'the everyday edit',
       `${ms(besideWorst)} at most`,
       besideWorst <= 100,
     ],
+    ...(e.stream
+      ? [
+          [
+            `RSS along ${n(e.stream.edits)} one-CIDR edits at 100 000 within 10 % of its value after the first`,
+            'fast and never wrong: memory',
+            `${fmt(e.stream.firstMiB)} MiB after the first, ${fmt(e.stream.mostMiB)} MiB at most along (sampled every 50), ${fmt(e.stream.lastMiB)} MiB after the last`,
+            e.stream.mostMiB <= 1.1 * e.stream.firstMiB,
+          ] as Goal,
+          [
+            `RSS 20 s after the last of ${n(e.stream.edits)} one-CIDR edits at 100 000 ≤ 200 MiB`,
+            'fast and never wrong: memory',
+            `${fmt(e.stream.idleMiB)} MiB`,
+            e.stream.idleMiB <= 200,
+          ] as Goal,
+        ]
+      : []),
     ...e.memory.map((m): Goal => [
       `RSS after whole changes at 100 000 ≤ 160 MiB, run from ${m.node} (5 s after each)`,
       'the everyday edit: memory',
