@@ -47,14 +47,16 @@ interface Printed {
 }
 
 /**
- * What the last look printed, by base chain, with the reached chains' rule handles it was printed
- * for: printed again only when they change (a changed rule has a new handle).
+ * What the last look printed, by table, with the reached chains' rule handles it was printed for:
+ * printed again only when they change (a changed rule has a new handle).
  */
 export type ListingCache = Map<string, { readonly fingerprint: string; readonly printed: Printed }>;
 
 /**
  * Finds the base chains of tables other than ours hooked at nat postrouting, follows their jumps and
- * gotos, and prints the rules of those that translate anything.
+ * gotos, and prints the rules of those that translate anything: one print per table for all the
+ * chains its base chains reach (libnftables downloads the table's sets for each print, README,
+ * "Other NAT on the node"), and none while they are as the last look printed them.
  */
 export async function scanNatChains(
   kernel: Kernel,
@@ -62,8 +64,8 @@ export async function scanNatChains(
   cache: ListingCache = new Map(),
 ): Promise<NatScan> {
   const all = await kernel.chains();
-  const found: NatChain[] = [];
-  const seen = new Set<string>();
+  const bases: Array<{ base: ChainInfo; reached: Map<string, RuleShape[]>; translating: number }> =
+    [];
   for (const base of all) {
     const hook = base.hook;
     if (!hook || hook.type !== 'nat' || hook.name !== 'postrouting') continue;
@@ -77,29 +79,48 @@ export async function scanNatChains(
       reached.set(name, shapes);
       for (const shape of shapes) pending.push(...shape.jumps);
     }
-    const shapes = [...reached.values()].flat();
-    const translating = shapes.filter((shape) => shape.translates).length;
-    const key = `${base.family} ${base.table} ${base.name}`;
-    seen.add(key);
-    if (translating === 0) {
-      found.push({ ...where(base), rules: new Map(), translating });
-      continue;
-    }
-    // The reached chains and their rules' handles: a changed rule has a new handle.
-    const fingerprint = [...reached].map(([name, list]) => `${name}:${handles(list)}`).join(' ');
-    let listed = cache.get(key)?.fingerprint === fingerprint ? cache.get(key)!.printed : undefined;
-    if (!listed) {
-      listed = await printRules(kernel, base, reached);
-      cache.set(key, { fingerprint, printed: listed });
-    }
-    found.push({
-      ...where(base),
-      rules: listed.rules,
-      ...(listed.unreadable !== undefined ? { unreadable: listed.unreadable } : {}),
-      translating,
-    });
+    const translating = [...reached.values()].flat().filter((shape) => shape.translates).length;
+    bases.push({ base, reached, translating });
   }
-  for (const key of cache.keys()) if (!seen.has(key)) cache.delete(key);
+  // Per table, every chain reached from a base chain that translates: printed together, once.
+  const byTable = new Map<string, { base: ChainInfo; reached: Map<string, RuleShape[]> }>();
+  for (const { base, reached, translating } of bases) {
+    if (translating === 0) continue;
+    const key = `${base.family} ${base.table}`;
+    const union = byTable.get(key) ?? { base, reached: new Map<string, RuleShape[]>() };
+    for (const [name, shapes] of reached) union.reached.set(name, shapes);
+    byTable.set(key, union);
+  }
+  const printedByTable = new Map<string, Printed>();
+  for (const [key, { base, reached }] of byTable) {
+    const names = [...reached.keys()].sort();
+    const fingerprint = names.map((name) => `${name}:${handles(reached.get(name)!)}`).join(' ');
+    let printed = cache.get(key)?.fingerprint === fingerprint ? cache.get(key)!.printed : undefined;
+    if (!printed) {
+      printed = await printRules(
+        kernel,
+        base,
+        new Map(names.map((name) => [name, reached.get(name)!])),
+      );
+      cache.set(key, { fingerprint, printed });
+    }
+    printedByTable.set(key, printed);
+  }
+  for (const key of cache.keys()) if (!byTable.has(key)) cache.delete(key);
+  const found: NatChain[] = bases.map(({ base, reached, translating }) => {
+    const printed = printedByTable.get(`${base.family} ${base.table}`);
+    if (translating === 0 || !printed) return { ...where(base), rules: new Map(), translating };
+    // This base chain's own reach, out of its table's print.
+    const rules =
+      printed.rules &&
+      new Map([...reached.keys()].map((name) => [name, printed.rules!.get(name) ?? []]));
+    return {
+      ...where(base),
+      rules,
+      ...(printed.unreadable !== undefined ? { unreadable: printed.unreadable } : {}),
+      translating,
+    };
+  });
   return { chains: found, all };
 }
 

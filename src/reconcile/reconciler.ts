@@ -229,8 +229,17 @@ export class Reconciler {
    * path's mismatch the config is read whole (README, "The everyday edit").
    */
   async sync(reason = 'start'): Promise<SyncOutcome> {
-    // At start and at each resync (periodic or SIGHUP), before any write: who else translates.
-    await this.otherNat.lookIfDue(WHOLE_READS.has(reason) && reason !== FAST_PATH_MISMATCH);
+    try {
+      return await this.syncOnce(reason);
+    } finally {
+      // At start and at each resync (periodic or SIGHUP), once the write is made (README, "Other
+      // NAT on the node"): who else translates. Never before our write: it may have to wait for
+      // libnftables to print another table's chains.
+      await this.otherNat.lookIfDue(WHOLE_READS.has(reason) && reason !== FAST_PATH_MISMATCH);
+    }
+  }
+
+  private async syncOnce(reason: string): Promise<SyncOutcome> {
     const started = performance.now();
     const seconds = () => (performance.now() - started) / 1000;
     // The last element-only write read back and compared, before anything else is written.
