@@ -81,6 +81,8 @@ export class HeapTidier {
   #timer: Timer | undefined;
   /** When a tidy first became due and has not run since (the deps' clock). */
   #dueSince: number | undefined;
+  /** A collection ran right after a sync: the quiet tidy is still owed. */
+  #quietOwed = false;
 
   constructor(
     deps: Pick<TidyDeps, 'release'> & Partial<TidyDeps>,
@@ -111,23 +113,34 @@ export class HeapTidier {
     const deps = this.#deps;
     if (this.#timer) deps.clearTimeout(this.#timer);
     this.#timer = undefined;
-    if (deps.heapUsed() <= this.#settled + this.growthBytes) return;
-    const now = deps.now();
-    this.#dueSince ??= now;
-    const grown = deps.heapUsed() - this.#settled;
-    if (now - this.#dueSince >= this.quietMs || grown > 2 * this.growthBytes) {
-      this.#tidy(small);
+    if (deps.heapUsed() > this.#settled + this.growthBytes) {
+      const now = deps.now();
+      this.#dueSince ??= now;
+      const grown = deps.heapUsed() - this.#settled;
+      // Put off too long, or grown too much: V8's garbage now, right after this sync. What comes
+      // after the work (a flush, a look) runs code again: the quiet tidy below still follows.
+      if (now - this.#dueSince >= this.quietMs || grown > 2 * this.growthBytes) {
+        this.#collect(false);
+        this.#quietOwed = true;
+      }
+    } else if (!this.#quietOwed) {
       return;
     }
     this.#timer = deps.setTimeout(() => this.#tidy(small), this.quietMs);
     this.#timer.unref();
   }
 
-  #tidy(small: boolean): void {
-    this.#timer = undefined;
-    this.#dueSince = undefined;
+  /** V8's garbage collected and the C heap trimmed (and with `small` the program's pages). */
+  #collect(small: boolean): void {
     this.#deps.collect();
     this.#deps.release(small);
     this.#settled = this.#deps.heapUsed();
+    this.#dueSince = undefined;
+  }
+
+  #tidy(small: boolean): void {
+    this.#timer = undefined;
+    this.#quietOwed = false;
+    this.#collect(small);
   }
 }
