@@ -374,13 +374,20 @@ export class Converger {
     if (genId === undefined) return 'none';
     const at = await kernel.generationId().catch(() => undefined);
     if (at === undefined || this.pastOwnSteps(genId) !== at) return 'moved';
-    const found = await readTables(
-      kernel,
-      compileOptions,
-      this.written,
-      () => metrics.incKernelReads(),
-      false,
-    );
+    let found: KernelTables;
+    try {
+      found = await readTables(
+        kernel,
+        compileOptions,
+        this.written,
+        () => metrics.incKernelReads(),
+        false,
+      );
+    } catch (err) {
+      // Not audited: the next converge reads back rather than trust the write.
+      this.verifiedGenId = undefined;
+      throw err;
+    }
     const readAt = await kernel.generationId().catch(() => undefined);
     if (readAt !== at) return 'moved';
     // The compare renders what the write meant: large sets a slice at a time, between events.

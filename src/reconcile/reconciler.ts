@@ -243,8 +243,9 @@ export class Reconciler {
     const started = performance.now();
     const seconds = () => (performance.now() - started) / 1000;
     // The last element-only write read back and compared, before anything else is written.
-    if (this.auditAsked && this.converger.auditDue) {
-      this.auditAsked = false;
+    const audit = this.auditAsked && this.converger.auditDue;
+    this.auditAsked = false;
+    if (audit) {
       try {
         if ((await this.converger.auditElementWrite()) === 'differs') {
           reportMismatch(this.deps.logger, this.deps.metrics, 'element-write', {
