@@ -80,16 +80,15 @@ if (requireRoot(t)) {
       (l) => l.msg === 'ruleset written to the kernel' && l.via === 'netlink',
     ).length;
     t.ok(netlink >= 4, `the edits written as element edits over netlink (${netlink})`);
-    // Each element-only write is read back by its audit (one read of our tables each).
-    await waitFor('every write audited', async () =>
-      ((await metric(node, 'ipmasq_kernel_reads_total')) ?? 0) - reads >= netlink
-        ? true
-        : undefined,
+    // The element-only writes are read back by their audits (a burst by its last write: one read of
+    // our tables each time), and none found wrong.
+    await waitFor('the writes audited', async () =>
+      ((await metric(node, 'ipmasq_kernel_reads_total')) ?? 0) > reads ? true : undefined,
     );
     t.equal(
       await metric(node, 'ipmasq_fast_path_mismatches_total{path="element-write"}'),
       0,
-      'each audited, none found wrong',
+      'audited, none found wrong',
     );
   });
 
