@@ -3,6 +3,7 @@
 // operator's commands, which load in their own thread) is not carried: its prefixes are classes.
 import { isMainThread, parentPort, Worker } from 'node:worker_threads';
 import { collectGarbage } from '../memory.js';
+import { BoundedDebounce } from '../debounce.js';
 import { startWorker } from '../worker.js';
 import { familyLines, familyLists, splicedList, type FamilyLines } from '../cidr/index.js';
 import { ConfigCache, linesText, type EditedRange, type SetsSplices } from './incremental.js';
@@ -35,10 +36,9 @@ export interface FastPathMismatch {
   readonly difference: string;
 }
 
-/** What the worker says of an audit: `of` is the answer audited. */
+/** What the worker says of an audit of its last fast answer. */
 interface AuditReport {
-  readonly of: number;
-  readonly mismatch?: FastPathMismatch;
+  mismatch?: FastPathMismatch;
 }
 
 /** The four sets of a config as one newline-joined string each: cloned as a copy, not 100 000 strings. */
@@ -145,10 +145,10 @@ interface LoaderThread {
 let current: LoaderThread | undefined;
 
 /**
- * How the worker's answers with a config came: whole, or as splices of the last; how many of the
- * fast ones were audited and found wrong (tests, bench).
+ * How the worker's answers with a config came: whole, or as splices of the last; how many audits
+ * of the fast ones it made (tests, bench).
  */
-export const workerAnswers = { whole: 0, spliced: 0, audited: 0, mismatched: 0 };
+export const workerAnswers = { whole: 0, spliced: 0, audited: 0 };
 
 const mismatchListeners = new Set<(mismatch: FastPathMismatch) => void>();
 
@@ -177,7 +177,6 @@ function startThread(): LoaderThread {
       if (message.audit.mismatch) {
         // The held config is the fast answer: never a base for a splice again.
         loader.held = undefined;
-        workerAnswers.mismatched++;
         for (const listener of mismatchListeners) listener(message.audit.mismatch);
       }
       return;
@@ -313,7 +312,6 @@ function serve(port: NonNullable<typeof parentPort>): void {
   /** The last fast answer, to be audited; the edits since the last audit. */
   let unaudited:
     | {
-        id: number;
         source: ConfigSource & { kind: 'file' | 'directory' };
         files: readonly FileBytes[];
         options: LoadOptions;
@@ -321,30 +319,25 @@ function serve(port: NonNullable<typeof parentPort>): void {
       }
     | undefined;
   let edits: EditedRange[] = [];
-  let auditTimer: ReturnType<typeof setTimeout> | undefined;
-  /** When the oldest unaudited fast answer must be audited by (performance.now()). */
-  let auditDueBy: number | undefined;
   const audit = () => {
-    auditTimer = undefined;
-    auditDueBy = undefined;
     const target = unaudited;
     unaudited = undefined;
     if (!target) return;
     const whole = loadFiles(target.source, target.files, target.options);
     const difference = differenceOf(target.result, whole);
-    const report: AuditReport = { of: target.id };
+    const report: AuditReport = {};
     if (difference !== undefined) {
       // Loaded whole from now on, until a whole load makes the state again.
       cache.forget();
       cached = undefined;
       const named = edits.slice(-AUDIT_EDITS_KEPT).map((e) => `${e.file} ${linesText(e)}`);
-      port.postMessage({ audit: { ...report, mismatch: { edits: named, difference } } });
-    } else {
-      port.postMessage({ audit: report });
+      report.mismatch = { edits: named, difference };
     }
+    port.postMessage({ audit: report });
     edits = [];
     setImmediate(collectGarbage);
   };
+  const auditing = new BoundedDebounce(audit, AUDIT_DELAY_MS, AUDIT_WITHIN_MS);
   port.on('message', async ({ id, request }: { id: number; request: Request }) => {
     const { source, options } = request;
     let result: LoadResult;
@@ -356,15 +349,10 @@ function serve(port: NonNullable<typeof parentPort>): void {
       result = loaded.result;
       splices = loaded.splices;
       if (splices) {
-        unaudited = { id, source, files, options, result };
+        unaudited = { source, files, options, result };
         edits.push(...cache.lastEdits);
         if (edits.length > AUDIT_EDITS_KEPT) edits = edits.slice(-AUDIT_EDITS_KEPT);
-        // 200 ms after the last of a burst of edits, and never more than AUDIT_WITHIN_MS after
-        // the first unaudited one.
-        const now = performance.now();
-        auditDueBy ??= now + AUDIT_WITHIN_MS;
-        if (auditTimer) clearTimeout(auditTimer);
-        auditTimer = setTimeout(audit, Math.max(0, Math.min(AUDIT_DELAY_MS, auditDueBy - now)));
+        auditing.ask();
       } else {
         // A whole load is its own audit: what came before it is no longer what the agent holds.
         unaudited = undefined;

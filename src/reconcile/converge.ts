@@ -282,10 +282,10 @@ export class Converger {
         // Drift: the kernel no longer holds the config we wrote, changed by anyone but another
         // live agent: by hand, by a commit around our own write, or by a restore of a saved table.
         // Or a change of ours refused because another commit came first: drift when that commit
-        // left our tables other than we last wrote them.
-        const changedUnder =
-          this.lastTables.size > 0 && !holds(found, [...this.lastTables.values()]);
-        drift = verdict === 'drift' && !this.ownFault && (this.kernelKey === key || changedUnder);
+        // left our tables other than we last wrote them (compared only then: it renders them).
+        const changedUnder = () =>
+          this.lastTables.size > 0 && !holds(found!, [...this.lastTables.values()]);
+        drift = verdict === 'drift' && !this.ownFault && (this.kernelKey === key || changedUnder());
       }
       const generation = nextGeneration(this.generation);
       if (generation < this.generation) {

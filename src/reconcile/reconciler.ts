@@ -28,6 +28,7 @@ import { SetSizes } from './set-sizes.js';
 import type { SyncOutcome } from './runner.js';
 import { agentStatus, initialFacts, type AgentStatus, type SyncFacts } from './status.js';
 import { errorText } from '../errors.js';
+import { BoundedDebounce } from '../debounce.js';
 
 /** The syncs that read the config whole rather than from the last load. */
 export const WHOLE_READS: ReadonlySet<string> = new Set([
@@ -83,6 +84,17 @@ export class Reconciler {
 
   constructor(deps: ReconcilerDeps) {
     this.deps = deps;
+    const ask = deps.requestSync;
+    this.auditing = ask
+      ? new BoundedDebounce(
+          () => {
+            this.auditAsked = true;
+            ask(ELEMENT_WRITE_AUDIT);
+          },
+          ELEMENT_AUDIT_DELAY_MS,
+          ELEMENT_AUDIT_WITHIN_MS,
+        )
+      : undefined;
     const { logger, metrics, kernel } = deps;
     const writer = deps.writer ?? newWriterId();
     this.config = new ConfigReader({
@@ -156,9 +168,8 @@ export class Reconciler {
     this.wholeNext = true;
   }
 
-  /** The element-write audit's timer, and when the oldest write it waits to audit was made. */
-  private auditTimer: ReturnType<typeof setTimeout> | undefined;
-  private auditFirstAt: number | undefined;
+  /** Asks for the element-write audit's sync (undefined without requestSync: the next sync audits). */
+  private readonly auditing: BoundedDebounce | undefined;
   /** The audit's sync was asked for (sticky: a later trigger may give that sync another reason). */
   private auditAsked = false;
 
@@ -168,28 +179,8 @@ export class Reconciler {
    * tables back, so a burst of edits is audited by its last write (each builds on the one before).
    */
   private scheduleAudit(): void {
-    const ask = this.deps.requestSync;
-    if (!ask) {
-      this.auditAsked = true; // audited by the next sync (--once, tests)
-      return;
-    }
-    const now = performance.now();
-    this.auditFirstAt ??= now;
-    if (this.auditTimer) clearTimeout(this.auditTimer);
-    const wait = Math.min(
-      ELEMENT_AUDIT_DELAY_MS,
-      this.auditFirstAt + ELEMENT_AUDIT_WITHIN_MS - now,
-    );
-    this.auditTimer = setTimeout(
-      () => {
-        this.auditTimer = undefined;
-        this.auditFirstAt = undefined;
-        this.auditAsked = true;
-        ask(ELEMENT_WRITE_AUDIT);
-      },
-      Math.max(0, wait),
-    );
-    this.auditTimer.unref();
+    if (this.auditing) this.auditing.ask();
+    else this.auditAsked = true; // audited by the next sync (--once, tests)
   }
 
   get resyncIntervalMs(): number {
