@@ -7,14 +7,11 @@
 import { deepStrictEqual } from 'node:assert';
 import { Buffer } from 'node:buffer';
 import fc from 'fast-check';
+import { assertSplicesRebuild, sourceOf } from '../helpers/incremental.js';
 import t from 'tap';
-import { splicedList } from '../../src/cidr/index.js';
 import { ConfigCache, changedLines } from '../../src/config/incremental.js';
 import { loadFiles, type FileBytes } from '../../src/config/load.js';
-import type { ConfigSource } from '../../src/config/source.js';
 import type { LoadOptions, LoadResult } from '../../src/config/types.js';
-
-type Source = ConfigSource & { kind: 'file' | 'directory' };
 
 const V6: LoadOptions = { enableIPv6: true, nomasqAllReservedRanges: false };
 const RUNS = Number(process.env.IPMASQ_PROPERTY_RUNS ?? 0) || 0;
@@ -186,31 +183,12 @@ export function applyByteEdit(text: string, e: ByteEdit): string {
   }
 }
 
-function source(names: readonly string[]): Source {
-  return names.length === 1
-    ? { kind: 'file', path: '/cfg/ip-masq-agent', stamp: '', files: names, bytes: 0, warnings: [] }
-    : { kind: 'directory', path: '/cfg', stamp: '', files: names, bytes: 0, warnings: [] };
-}
-
-function sameSets(before: LoadResult | undefined, splices: unknown, after: LoadResult): void {
-  if (!splices || !before?.ok || !after.ok) return;
-  const s = splices as Record<string, Record<string, Parameters<typeof splicedList>[1]>>;
-  for (const set of ['nonMasquerade', 'masquerade'] as const) {
-    for (const family of ['ipv4', 'ipv6'] as const) {
-      deepStrictEqual(
-        [...splicedList(before.config[set][family], s[set]?.[family] as never)],
-        [...after.config[set][family]],
-      );
-    }
-  }
-}
-
 const counted = { loads: 0, spliced: 0, invalid: 0 };
 
 /** Edits applied to file `file % texts.length` one after another, each load compared whole. */
 function run(texts: string[], edits: readonly { file: number; edit: ByteEdit }[]): void {
   const names = texts.map((_, i) => `/cfg/ip-masq-${i}`);
-  const src = source(names);
+  const src = sourceOf(names);
   const cache = new ConfigCache();
   let current = [...texts];
   let last: LoadResult | undefined;
@@ -222,7 +200,7 @@ function run(texts: string[], edits: readonly { file: number; edit: ByteEdit }[]
     const cold = loadFiles(src, files, V6);
     const warm = cache.load(src, files, V6);
     deepStrictEqual(warm.result, cold);
-    sameSets(last, warm.splices, warm.result);
+    assertSplicesRebuild(last, warm.splices, warm.result);
     counted.loads++;
     if (warm.splices) counted.spliced++;
     if (!cold.ok) counted.invalid++;
@@ -279,7 +257,7 @@ t.test(
       ] as const) {
         t.not(after, base, `${name}: the edit changed the text`);
         const cache = new ConfigCache();
-        const src = source(['/cfg/ip-masq-0']);
+        const src = sourceOf(['/cfg/ip-masq-0']);
         const files = (text: string): FileBytes[] => [
           { file: '/cfg/ip-masq-0', bytes: Buffer.from(text) },
         ];

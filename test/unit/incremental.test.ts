@@ -5,14 +5,11 @@
 import { deepStrictEqual } from 'node:assert';
 import { Buffer } from 'node:buffer';
 import fc from 'fast-check';
+import { assertSplicesRebuild, sourceOf } from '../helpers/incremental.js';
 import t, { type Test } from 'tap';
-import { splicedList } from '../../src/cidr/index.js';
-import { ConfigCache, type SetsSplices } from '../../src/config/incremental.js';
+import { ConfigCache } from '../../src/config/incremental.js';
 import { loadFiles, type FileBytes } from '../../src/config/load.js';
-import type { ConfigSource } from '../../src/config/source.js';
 import type { LoadOptions, LoadResult } from '../../src/config/types.js';
-
-type Source = ConfigSource & { kind: 'file' | 'directory' };
 
 const V4_ONLY: LoadOptions = { enableIPv6: false, nomasqAllReservedRanges: false };
 const V6: LoadOptions = { enableIPv6: true, nomasqAllReservedRanges: false };
@@ -82,28 +79,6 @@ function applyEdit(lists: Lists, e: Edit): Lists {
   return e.list % 2 === 0 ? [next, lists[1]] : [lists[0], next];
 }
 
-function source(files: readonly string[]): Source {
-  return files.length === 1
-    ? { kind: 'file', path: '/cfg/ip-masq-agent', stamp: '', files, bytes: 0, warnings: [] }
-    : { kind: 'directory', path: '/cfg', stamp: '', files, bytes: 0, warnings: [] };
-}
-
-function rebuilt(
-  before: LoadResult | undefined,
-  splices: SetsSplices | undefined,
-  after: LoadResult,
-) {
-  if (!splices || !before?.ok || !after.ok) return;
-  for (const set of ['nonMasquerade', 'masquerade'] as const) {
-    for (const family of ['ipv4', 'ipv6'] as const) {
-      deepStrictEqual(
-        [...splicedList(before.config[set][family], splices[set][family])],
-        [...after.config[set][family]],
-      );
-    }
-  }
-}
-
 /** Runs a sequence of edits over the files, each load compared with a cold one; counts the spliced loads. */
 function run(
   starts: readonly Lists[],
@@ -112,7 +87,7 @@ function run(
   counted: { spliced: number; loads: number },
 ): void {
   const names = starts.map((_, i) => `/cfg/ip-masq-${i}`);
-  const src = source(names);
+  const src = sourceOf(names);
   const cache = new ConfigCache();
   let lines: Lists[] = starts.map(([a, b]) => [[...a], [...b]]);
   let last: LoadResult | undefined;
@@ -131,7 +106,7 @@ function run(
     const cold = loadFiles(src, files, options);
     const warm = cache.load(src, files, options);
     deepStrictEqual(warm.result, cold);
-    rebuilt(last, warm.splices, warm.result);
+    assertSplicesRebuild(last, warm.splices, warm.result);
     counted.loads++;
     if (warm.splices) counted.spliced++;
     last = warm.result;
@@ -221,7 +196,7 @@ t.test('a large config: single-line edits anywhere, first and last included', as
 
 t.test('an invalid edit is refused whole, and the next valid one loads', async (t) => {
   const cache = new ConfigCache();
-  const src = source(['/cfg/ip-masq-agent']);
+  const src = sourceOf(['/cfg/ip-masq-agent']);
   const load = (lines: string[]) => {
     const files: FileBytes[] = [
       {
