@@ -8,7 +8,7 @@ import type { KubernetesSession } from './kubernetes/index.js';
 import { parseArgs } from './cli/flags.js';
 import { compile } from './compile.js';
 import { loadConfig } from './config/index.js';
-import { needOptimizer } from './memory.js';
+import { workOnce } from './memory.js';
 import { renderReplace } from './nftables/render.js';
 import { plan, usesApi, type AgentOptions } from './options.js';
 import { cleanup } from './cli/cleanup.js';
@@ -81,7 +81,7 @@ export async function main(argv: readonly string[]): Promise<number | undefined>
   }
   const { options } = parsed;
   // One-shot commands finish sooner with the optimizing compiler; only the agent saves its memory.
-  if (options.mode !== 'run') needOptimizer();
+  if (options.mode !== 'run') workOnce();
   if (options.mode === 'version') {
     process.stdout.write(`ipmasq-agent ${version()}\n`);
     return 0;

@@ -1,22 +1,34 @@
 // Two V8 settings that keep an idle agent's RSS down (docs/design.md, "Memory"), set first thing by
 // bin/ipmasq-agent.js before the agent's modules load (V8 reads both flags whenever it acts on them),
-// and full collections: a worker's once its work is done, the agent's thread's once it is back on a
-// small config (HeapTidier).
+// and full collections: a worker's once its work is done, the agent's thread's after its syncs
+// (HeapTidier).
 //
 // - The young generation stays at its first size: V8 grows it while allocation is brisk (loading
-//   modules) and keeps its pages afterwards.
+//   modules) and keeps its pages afterwards. It grows while a worker does a large piece of work
+//   (holdYoungGrowth): the agent's own thread waits meanwhile, so only the worker's grows.
 // - The optimizing compiler (TurboFan) is off until work needs it: compiling hot start-up code costs
 //   memory for nothing an idle agent does, which interpreted and baseline code do fast enough.
-//   needOptimizer() turns it on, with the young generation's growth, for the rest of the process:
-//   a config big enough for the worker thread, a large conntrack flush, every one-shot command.
+//   needOptimizer() turns it on for the rest of the process: a config big enough for the worker
+//   thread, a large conntrack flush; workOnce() with the young generation's growth, for every
+//   one-shot command.
 // What each saves is in docs/design.md, "Memory".
 import { getHeapStatistics, setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 
 let optimizerOn = true;
+/** This thread wants V8's young generation to grow for good (a one-shot command). */
+let growthForGood = true;
+/** Large pieces of work under way on workers, each given the young generation's growth. */
+let growthHolds = 0;
+
+function setYoungGrowth(): void {
+  const factor = growthForGood || growthHolds > 0 ? 2 : 1;
+  setFlagsFromString(`--semi-space-growth-factor=${factor}`);
+}
 
 export function conserveMemory(): void {
-  setFlagsFromString('--semi-space-growth-factor=1');
+  growthForGood = false;
+  setYoungGrowth();
   setFlagsFromString('--no-turbofan');
   optimizerOn = false;
 }
@@ -25,8 +37,34 @@ export function conserveMemory(): void {
 export function needOptimizer(): void {
   if (optimizerOn) return;
   setFlagsFromString('--turbofan');
-  setFlagsFromString('--semi-space-growth-factor=2');
   optimizerOn = true;
+}
+
+/** A one-shot command: the optimizing compiler and the young generation's growth, for good. */
+export function workOnce(): void {
+  needOptimizer();
+  growthForGood = true;
+  setYoungGrowth();
+}
+
+/**
+ * Lets V8's young generation grow while a worker does a large piece of work (a config's whole
+ * parse is ~3× slower in 1 MiB semi-spaces), until the function returned is called. The factor is
+ * the process's, not an isolate's: this thread, waiting meanwhile, allocates little, and once the
+ * hold ends its young generation no longer grows — a worker's stays as grown (docs/design.md,
+ * "Memory"). A worker's start sets V8's flags back to their defaults (growth on): the end of the
+ * hold, after the worker's start, sets the factor again.
+ */
+export function holdYoungGrowth(): () => void {
+  growthHolds++;
+  setYoungGrowth();
+  let held = true;
+  return () => {
+    if (!held) return;
+    held = false;
+    growthHolds--;
+    setYoungGrowth();
+  };
 }
 
 let gc: (() => void) | undefined;
@@ -41,7 +79,16 @@ export function collectGarbage(): void {
     setFlagsFromString('--expose-gc');
     gc = runInNewContext('gc') as () => void;
   }
-  gc();
+  // Compacting: a full collection otherwise leaves the old generation's pages that still hold a few
+  // live objects, and along a stream of edits their free space stays taken (docs/design.md,
+  // "Memory"). V8's own collections keep their choice: the flag is on only for this one. Flags are
+  // the process's: another thread's collection starting meanwhile compacts too, which costs it time.
+  setFlagsFromString('--compact-on-every-full-gc');
+  try {
+    gc();
+  } finally {
+    setFlagsFromString('--no-compact-on-every-full-gc');
+  }
 }
 
 /** What HeapTidier needs of a timer. */

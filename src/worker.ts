@@ -1,6 +1,8 @@
 // The one way the agent starts a worker thread (the config loader's, the changed ranges'): with the
 // optimizing compiler on, since only work large enough to need it goes to a worker (src/memory.ts),
-// and with the process's Node flags but those that only make sense for the main script.
+// and with the process's Node flags but those that only make sense for the main script. A worker's
+// start sets V8's flags back to their defaults: its caller holds the young generation's growth while
+// it works (holdYoungGrowth), whose end sets the agent's again.
 import { Worker } from 'node:worker_threads';
 import { needOptimizer } from './memory.js';
 

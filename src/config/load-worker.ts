@@ -2,7 +2,7 @@
 // thread so /healthz and /metrics keep answering while it is read. Provenance (the
 // operator's commands, which load in their own thread) is not carried: its prefixes are classes.
 import { isMainThread, parentPort, Worker } from 'node:worker_threads';
-import { collectGarbage } from '../memory.js';
+import { collectGarbage, holdYoungGrowth } from '../memory.js';
 import { BoundedDebounce } from '../debounce.js';
 import { startWorker } from '../worker.js';
 import { familyLines, familyLists, splicedList, type FamilyLines } from '../cidr/index.js';
@@ -129,6 +129,8 @@ function revive(reply: Reply, base: Config | undefined): LoadResult {
 interface Pending {
   resolve: (result: LoadResult) => void;
   reject: (err: unknown) => void;
+  /** The worker's work is done: the young generation's growth it was given ends (src/memory.ts). */
+  answered: () => void;
 }
 
 // One long-lived worker (modules loaded once, code optimized by the first load, so a change applies
@@ -184,6 +186,8 @@ function startThread(): LoaderThread {
     const { id, reply } = message;
     const waiting = loader.pending.get(id);
     loader.pending.delete(id);
+    // Before this thread revives the answer: its own young generation does not grow for it.
+    waiting?.answered();
     if (loader.pending.size === 0) loader.thread.unref();
     let result: LoadResult;
     try {
@@ -233,8 +237,11 @@ export function loadSourceOffThread(
   const loader = (current ??= startThread());
   const id = nextId++;
   const request: Request = { source, options, have: loader.held?.id, ...(whole ? { whole } : {}) };
+  // The young generation grows on the worker only while it loads (src/memory.ts).
+  const answered = holdYoungGrowth();
   const result = new Promise<LoadResult>((resolve, reject) => {
     const timer = setTimeout(() => {
+      answered();
       // Refuse the config and drop the busy thread; the next load starts a fresh one.
       if (current === loader) current = undefined;
       loader.pending.delete(id);
@@ -253,8 +260,10 @@ export function loadSourceOffThread(
       },
       reject: (err) => {
         clearTimeout(timer);
+        answered();
         reject(err);
       },
+      answered,
     });
   });
   loader.thread.ref();

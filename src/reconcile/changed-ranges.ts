@@ -2,6 +2,7 @@
 // configs: parsing and sweeping both configs would hold /healthz up (docs/design.md, "Figures"). A
 // worker is started for that one computation and ends with it; small configs stay in-thread.
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
+import { holdYoungGrowth } from '../memory.js';
 import { startWorker } from '../worker.js';
 import {
   familyLines,
@@ -151,7 +152,11 @@ export function decisionChangesOffThread(
   };
   return new Promise((resolve, reject) => {
     const worker = startWorker(new URL(import.meta.url), job);
-    worker.once('message', (posted: Posted) =>
+    // The young generation grows on the worker only while it works (src/memory.ts).
+    const answered = holdYoungGrowth();
+    worker.once('exit', answered);
+    worker.once('message', (posted: Posted) => {
+      answered();
       resolve(
         posted.map(({ family, lost, gained, exempt }) => ({
           family,
@@ -159,8 +164,8 @@ export function decisionChangesOffThread(
           gained: new PackedRanges(family, gained),
           exemptAfter: exempt === null ? null : new PackedRanges(family, exempt),
         })),
-      ),
-    );
+      );
+    });
     worker.once('error', reject);
     worker.once('exit', (code) =>
       reject(new Error(`changed-ranges worker exited with code ${code}`)),

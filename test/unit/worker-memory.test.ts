@@ -2,10 +2,20 @@
 // collection after a load, the agent's thread's once it is back on a small config (HeapTidier),
 // glibc's fixed threshold for giving a large block its own mapping, and the program's pages handed
 // back to the kernel.
-import { closeSync, fsyncSync, openSync, readFileSync, statSync, writeSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import {
+  closeSync,
+  fsyncSync,
+  openSync,
+  readFileSync,
+  statSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import { getHeapStatistics } from 'node:v8';
+import { promisify } from 'node:util';
+import { getHeapSpaceStatistics, getHeapStatistics } from 'node:v8';
 import t from 'tap';
 import { tempDir } from '../../harness/netns.js';
 import { collectGarbage, HeapTidier } from '../../src/memory.js';
@@ -22,6 +32,85 @@ t.test('collectGarbage frees what is no longer reachable at once', async (t) => 
   collectGarbage();
   t.ok(getHeapStatistics().used_heap_size < before + 2 * 2 ** 20, 'and it is gone after the call');
   t.equal(garbage, undefined);
+});
+
+t.test("collectGarbage compacts the old generation's pages left mostly free", async (t) => {
+  collectGarbage();
+  const oldSpace = () => {
+    const space = getHeapSpaceStatistics().find((s) => s.space_name === 'old_space');
+    if (!space) throw new Error('no old_space');
+    return space;
+  };
+  // One object in twenty survives a pass, then one in ten of those: spread thinly over many pages,
+  // the way a stream of edits leaves the agent's kept answers among its garbage.
+  let kept: Array<{ v: string }> = [];
+  for (let pass = 0; pass < 30; pass++) {
+    for (let i = 0; i < 100_000; i++) {
+      const o = { v: `${'x'.repeat(10)}${i}.${pass}` };
+      if (i % 20 === 0) kept.push(o);
+    }
+  }
+  collectGarbage();
+  const spread = oldSpace();
+  t.ok(
+    spread.space_size > 32 * 2 ** 20,
+    `they fill the old generation (${spread.space_size} bytes)`,
+  );
+  kept = kept.filter((_, i) => i % 10 === 0);
+  collectGarbage();
+  const after = oldSpace();
+  t.ok(
+    after.space_size - after.space_used_size < 8 * 2 ** 20,
+    `after the collection the old generation holds little free room: ${after.space_size} bytes for ${after.space_used_size} used`,
+  );
+  t.equal(kept.length, 15_000);
+});
+
+t.test("a worker's load does not grow the agent's thread's young generation", async (t) => {
+  // In a process of its own: this one's young generation grew while tap and tsx loaded. A worker's
+  // start sets V8's flags back to their defaults; without restoreYoungGrowth the agent's thread's
+  // young generation grew to 32 MiB along a stream of edits (docs/design.md, "Memory").
+  const dir = tempDir(t, 'young');
+  const file = join(dir, 'ip-masq-agent');
+  const items = Array.from({ length: 20_000 }, (_, i) => `  - 10.${i >> 8}.${i & 255}.0/24`);
+  writeFileSync(file, `cidrLimit: 30000\nnonMasqueradeCIDRs:\n${items.join('\n')}\n`);
+  // The built modules (npm test builds them): the worker's module runs as the agent runs it.
+  const src = (path: string) => JSON.stringify(new URL(`../../dist/${path}`, import.meta.url).href);
+  const script = `const { conserveMemory } = await import(${src('memory.js')});
+conserveMemory();
+const { getHeapSpaceStatistics } = await import('node:v8');
+const young = () => getHeapSpaceStatistics().find((s) => s.space_name === 'new_space').space_size;
+const { findConfigSource } = await import(${src('config/source.js')});
+const { loadSourceOffThread, endLoaderThread } = await import(${src('config/load-worker.js')});
+const before = young();
+const result = await loadSourceOffThread(await findConfigSource(${JSON.stringify(file)}), { enableIPv6: false, nomasqAllReservedRanges: false });
+endLoaderThread();
+// What survives a scavenge or two: V8 grows the young generation for this when it may.
+const kept = [];
+for (let pass = 0; pass < 10; pass++) for (let i = 0; i < 300000; i++) kept.push({ x: i + 'y' + pass });
+process.stdout.write(JSON.stringify({ ok: result.ok, entries: result.ok ? result.config.nonMasquerade.ipv4.length : 0, kept: kept.length, before, after: young() }));`;
+  const env = Object.fromEntries(
+    Object.entries(process.env).filter(
+      ([key]) => key !== 'NODE_OPTIONS' && !key.startsWith('_TAPJS_'),
+    ),
+  );
+  const { stdout } = await promisify(execFile)(
+    process.execPath,
+    ['--input-type=module', '-e', script],
+    { env, timeout: 60_000 },
+  );
+  const answer = JSON.parse(stdout) as {
+    ok: boolean;
+    entries: number;
+    before: number;
+    after: number;
+  };
+  t.ok(answer.ok, 'the worker loaded the config');
+  t.ok(answer.entries > 0, `${answer.entries} entries after merging`);
+  t.ok(
+    answer.after <= Math.max(answer.before, 4 * 2 ** 20),
+    `young generation ${answer.before} bytes before, ${answer.after} after`,
+  );
 });
 
 t.test('HeapTidier collects once the heap grew and the work went quiet, then trims', async (t) => {
