@@ -40,25 +40,32 @@ export function connection(kubeconfig: string): Promise<Connection> {
   return kubeconfig === '' ? inCluster() : fromKubeconfig(kubeconfig);
 }
 
+/** At most one Event write per reason in this long (src/kubernetes/events.ts). */
+export const EVENT_INTERVAL_MS = 60_000;
+
+export type KubernetesTimings = ReflectorTimings & { readonly eventIntervalMs: number };
+
 /**
- * Timings from IPMASQ_KUBERNETES_TIMINGS (JSON, milliseconds and seconds as in ReflectorTimings):
- * the tests shorten the stall detection and the backoff; an operator has no reason to.
+ * Timings from IPMASQ_KUBERNETES_TIMINGS (JSON, milliseconds and seconds as in ReflectorTimings,
+ * and eventIntervalMs): the tests shorten the stall detection, the backoff and the wait between
+ * Event writes; an operator has no reason to.
  */
-export function timingsFromEnv(env = process.env): ReflectorTimings {
+export function timingsFromEnv(env = process.env): KubernetesTimings {
+  const defaults: KubernetesTimings = { ...DEFAULT_TIMINGS, eventIntervalMs: EVENT_INTERVAL_MS };
   const text = env.IPMASQ_KUBERNETES_TIMINGS;
-  if (!text) return DEFAULT_TIMINGS;
+  if (!text) return defaults;
   let given: Record<string, unknown>;
   try {
     given = record(JSON.parse(text));
   } catch {
-    return DEFAULT_TIMINGS;
+    return defaults;
   }
-  const timings: Record<string, number> = { ...DEFAULT_TIMINGS };
-  for (const key of Object.keys(DEFAULT_TIMINGS)) {
+  const timings: Record<string, number> = { ...defaults };
+  for (const key of Object.keys(defaults)) {
     const value = given[key];
     if (typeof value === 'number' && Number.isFinite(value) && value > 0) timings[key] = value;
   }
-  return timings as unknown as ReflectorTimings;
+  return timings as unknown as KubernetesTimings;
 }
 
 /** Connects, starts watching this Node, and is ready to post Events. Throws ConnectionError. */
@@ -68,6 +75,7 @@ export async function startKubernetes(options: KubernetesOptions): Promise<Kuber
   const cluster = new Cluster({ ...options, client, timings });
   const recorder = new EventRecorder({
     client,
+    intervalMs: timings.eventIntervalMs,
     nodeName: options.nodeName,
     logger: options.logger,
     onError: () => options.metrics.incError('event'),

@@ -10,7 +10,11 @@ import { DEFAULT_WIDEST_NODE_POD_CIDR } from '../../src/options.js';
 import t, { type Test } from 'tap';
 import { fromKubeconfig } from '../../src/kubernetes/connection.js';
 import { labelsOf, podCIDRsOf } from '../../src/kubernetes/cluster.js';
-import { startKubernetes, timingsFromEnv } from '../../src/kubernetes/index.js';
+import {
+  EVENT_INTERVAL_MS,
+  startKubernetes,
+  timingsFromEnv,
+} from '../../src/kubernetes/index.js';
 import { DEFAULT_TIMINGS } from '../../src/kubernetes/reflector.js';
 import { startFake, until } from '../../harness/fake-apiserver.js';
 
@@ -36,16 +40,23 @@ users: [{name: u, user: {token: ${token}}}]
 t.test(
   'timings from the environment: numbers taken, anything else left at the default',
   async (t) => {
-    t.same(timingsFromEnv({}), DEFAULT_TIMINGS);
+    const defaults = { ...DEFAULT_TIMINGS, eventIntervalMs: EVENT_INTERVAL_MS };
+    t.same(timingsFromEnv({}), defaults);
     const timings = timingsFromEnv({
-      IPMASQ_KUBERNETES_TIMINGS: JSON.stringify({ idleMs: 500, backoffMaxMs: -1, pageSize: 'x' }),
+      IPMASQ_KUBERNETES_TIMINGS: JSON.stringify({
+        idleMs: 500,
+        backoffMaxMs: -1,
+        pageSize: 'x',
+        eventIntervalMs: 200,
+      }),
     });
     t.equal(timings.idleMs, 500);
+    t.equal(timings.eventIntervalMs, 200);
     t.equal(timings.backoffMaxMs, DEFAULT_TIMINGS.backoffMaxMs, 'a negative number is ignored');
     t.equal(timings.pageSize, DEFAULT_TIMINGS.pageSize, 'a string is ignored');
     t.same(
       timingsFromEnv({ IPMASQ_KUBERNETES_TIMINGS: '{idleMs: 5' }),
-      DEFAULT_TIMINGS,
+      defaults,
       'not JSON: the defaults, not a failure to start',
     );
   },
