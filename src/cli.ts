@@ -86,6 +86,13 @@ export async function main(argv: readonly string[]): Promise<number | undefined>
     process.stdout.write(`ipmasq-agent ${version()}\n`);
     return 0;
   }
+  if (usesApi(options)) {
+    const refused = await unsupportedKubeconfig(options.kubeconfig);
+    if (refused !== undefined) {
+      process.stderr.write(`${refused}\n`);
+      return 2;
+    }
+  }
   if (options.mode === 'render') return render(options, parsed.warnings);
   if (options.mode === 'diff' || options.mode === 'check' || options.mode === 'explain') {
     // The operator's commands load their modules only when run: the agent never holds them.
@@ -116,5 +123,20 @@ export async function main(argv: readonly string[]): Promise<number | undefined>
     case 'run':
       await runAgent(options, logger);
       return undefined;
+  }
+}
+
+/**
+ * What the kubeconfig asks that the agent does not do (several files, a proxy, plugins, a TLS server
+ * name): a refusal at start with exit 2, whatever the mode (README, "Kubernetes API (opt-in)").
+ * Other failures to connect are left to the mode, which reports them as it always did.
+ */
+async function unsupportedKubeconfig(kubeconfig: string): Promise<string | undefined> {
+  const { connection, UnsupportedKubeconfig } = await import('./kubernetes/index.js');
+  try {
+    await connection(kubeconfig);
+    return undefined;
+  } catch (err) {
+    return err instanceof UnsupportedKubeconfig ? err.message : undefined;
   }
 }

@@ -115,7 +115,6 @@ export class ApiClient {
     this.agent = new https.Agent({
       keepAlive: true,
       ...material,
-      ...(connection.serverName ? { servername: connection.serverName } : {}),
       rejectUnauthorized: connection.insecureSkipTLSVerify !== true,
     });
     return this.agent;

@@ -19,8 +19,6 @@ export interface Connection {
   /** The CA, client certificate and key now (a replaced file is read again within a second). */
   readonly tls: () => Promise<TlsMaterial>;
   readonly insecureSkipTLSVerify?: boolean;
-  /** The name the server's certificate is checked against instead of the URL's host. */
-  readonly serverName?: string;
   /**
    * The Authorization header to send now (a rotated token file is read again within a second);
    * `fresh` after a 401: the credential read again at once.
@@ -69,6 +67,14 @@ const bearer = (token: string | undefined) => (token ? `Bearer ${token}` : undef
 
 export class ConnectionError extends Error {
   override name = 'ConnectionError';
+}
+
+/**
+ * A kubeconfig asks for something the agent does not do (README, "Kubernetes API (opt-in)"): refused
+ * at start with exit 2, as a bad flag is, never followed halfway or ignored.
+ */
+export class UnsupportedKubeconfig extends ConnectionError {
+  override name = 'UnsupportedKubeconfig';
 }
 
 /** A file the connection keeps reading as it changes; its first read must succeed. */
@@ -141,53 +147,51 @@ const REFUSED: Readonly<Record<string, string>> = {
   'as-groups': 'impersonation (as-groups)',
   'as-user-extra': 'impersonation (as-user-extra)',
   'proxy-url': 'proxy-url (an HTTP proxy)',
+  'tls-server-name': 'tls-server-name (a server name other than the URL names)',
 };
 
 /**
- * The current context of a kubeconfig, or of several (`a:b`, as KUBECONFIG lists them), merged as
- * kubectl merges them: of same-named clusters, contexts and users the first file's, the first
- * current-context set; files that do not exist are skipped, as long as one does. Relative paths are
- * read from the directory of the file that gave them.
+ * The current context of a kubeconfig. One file: a list (`a:b`, as KUBECONFIG may give one) is
+ * refused, since kubectl's merge of several would be followed by nothing else the agent does.
+ * Relative paths are read from the directory of the file.
  */
 export async function fromKubeconfig(paths: string, flag = '--kubeconfig'): Promise<Connection> {
   const files = paths.split(delimiter).filter((p) => p !== '');
+  if (files.length !== 1) {
+    throw new UnsupportedKubeconfig(
+      `${flag} ${paths}: several kubeconfig files are not supported (kubectl merges them); give one`,
+    );
+  }
+  const path = files[0]!;
   const named = {
     clusters: new Map<string, Entry>(),
     contexts: new Map<string, Entry>(),
     users: new Map<string, Entry>(),
   };
-  let contextName: string | undefined;
-  let found = 0;
-  for (const path of files) {
-    let text: string;
-    try {
-      text = await readFile(path, 'utf8');
-    } catch (err) {
-      if (files.length > 1 && (err as NodeJS.ErrnoException).code === 'ENOENT') continue;
-      throw new ConnectionError(`${flag} ${path}: ${errorText(err)}`);
-    }
-    found++;
-    let doc: Record<string, unknown>;
-    try {
-      doc = record(parseYaml(text, { maxAliasCount: 100 }));
-    } catch (err) {
-      throw new ConnectionError(`${flag} ${path}: not YAML: ${errorText(err)}`);
-    }
-    const current = doc['current-context'];
-    if (contextName === undefined && typeof current === 'string' && current !== '')
-      contextName = current;
-    for (const kind of ['clusters', 'contexts', 'users'] as const) {
-      const list: unknown[] = Array.isArray(doc[kind]) ? (doc[kind] as unknown[]) : [];
-      for (const item of list) {
-        const name = record(item).name;
-        const key = kind.slice(0, -1);
-        if (typeof name === 'string' && !named[kind].has(name))
-          named[kind].set(name, { value: record(record(item)[key]), base: dirname(path) });
-      }
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (err) {
+    throw new ConnectionError(`${flag} ${path}: ${errorText(err)}`);
+  }
+  let doc: Record<string, unknown>;
+  try {
+    doc = record(parseYaml(text, { maxAliasCount: 100 }));
+  } catch (err) {
+    throw new ConnectionError(`${flag} ${path}: not YAML: ${errorText(err)}`);
+  }
+  const current = doc['current-context'];
+  const contextName = typeof current === 'string' && current !== '' ? current : undefined;
+  for (const kind of ['clusters', 'contexts', 'users'] as const) {
+    const list: unknown[] = Array.isArray(doc[kind]) ? (doc[kind] as unknown[]) : [];
+    for (const item of list) {
+      const name = record(item).name;
+      const key = kind.slice(0, -1);
+      if (typeof name === 'string' && !named[kind].has(name))
+        named[kind].set(name, { value: record(record(item)[key]), base: dirname(path) });
     }
   }
   const where = `${flag} ${paths}`;
-  if (found === 0) throw new ConnectionError(`${where}: none of these files exists`);
   if (contextName === undefined) throw new ConnectionError(`${where}: no current-context`);
   const find = (kind: keyof typeof named, name: unknown): Entry => {
     const entry = typeof name === 'string' ? named[kind].get(name) : undefined;
@@ -202,7 +206,7 @@ export async function fromKubeconfig(paths: string, flag = '--kubeconfig'): Prom
 
   for (const [field, what] of Object.entries(REFUSED)) {
     if (user.value[field] !== undefined || cluster.value[field] !== undefined) {
-      throw new ConnectionError(
+      throw new UnsupportedKubeconfig(
         `${where}: ${field}: ${what} is not supported; give a token, a token file, a username and password or a client certificate, and reach the server directly`,
       );
     }
@@ -243,12 +247,10 @@ export async function fromKubeconfig(paths: string, flag = '--kubeconfig'): Prom
     const basic = `Basic ${Buffer.from(`${username}:${password}`).toString('base64')}`;
     authorization = async () => basic;
   }
-  const serverName = cluster.value['tls-server-name'];
   return {
     server,
     tls: tlsOf({ ...(ca ? { ca } : {}), ...(cert ? { cert } : {}), ...(key ? { key } : {}) }),
     ...(cluster.value['insecure-skip-tls-verify'] === true ? { insecureSkipTLSVerify: true } : {}),
-    ...(typeof serverName === 'string' && serverName !== '' ? { serverName } : {}),
     authorization,
   };
 }

@@ -16,7 +16,7 @@ import { fromKubeconfig, inCluster, type Connection } from './connection.js';
 import { EventRecorder, type NodeEvents } from './events.js';
 import { DEFAULT_TIMINGS, Reflector, type ReflectorTimings } from './reflector.js';
 
-export { ConnectionError } from './connection.js';
+export { ConnectionError, UnsupportedKubeconfig } from './connection.js';
 export type { NodePodCIDRs } from './cluster.js';
 
 export interface KubernetesOptions {

@@ -3,7 +3,7 @@
 // the Node's labels, and an API server that cannot be read is a clear failure. The built command,
 // against the fake API server on the loopback.
 import { execFile } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { agentBin, agentEnv } from '../../harness/agent.js';
@@ -103,4 +103,34 @@ t.test('an API server that cannot be read is a clear failure, not the defaults',
   const rendered = await run([...api, '--render']);
   t.equal(rendered.code, 1);
   t.match(rendered.stderr, /cannot read the cluster from the API server: 403/);
+});
+
+t.test('a kubeconfig feature the agent does not do: exit 2 naming it, in every mode', async (t) => {
+  const proxied = join(dir, 'proxied');
+  writeFileSync(
+    proxied,
+    readFileSync(kubeconfig, 'utf8').replace(
+      '{server:',
+      '{proxy-url: "http://192.0.2.99:3128", server:',
+    ),
+  );
+  const named = join(dir, 'named');
+  writeFileSync(
+    named,
+    readFileSync(kubeconfig, 'utf8').replace('{server:', '{tls-server-name: api.internal, server:'),
+  );
+  for (const [config, mode, pattern] of [
+    [`${kubeconfig}:${kubeconfig}`, '--render', /several kubeconfig files/],
+    [proxied, '--once', /proxy-url/],
+    [named, '--explain', /tls-server-name/],
+    // The agent itself: refused before it touches anything, not after waiting for the server.
+    [named, undefined, /tls-server-name/],
+  ] as const) {
+    const args = ['--config', configDir, '--kubeconfig', config, '--node-name', 'self'];
+    if (mode === '--explain') args.push(mode, '10.0.0.1');
+    else if (mode) args.push(mode);
+    const { code, stderr } = await run(args);
+    t.equal(code, 2, `${mode ?? 'the agent'}: exit 2`);
+    t.match(stderr, pattern, `${mode ?? 'the agent'}: named`);
+  }
 });
