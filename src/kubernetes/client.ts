@@ -5,6 +5,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { version } from '../version.js';
 import type { Connection, TlsMaterial } from './connection.js';
+import { ListScanner } from './list-stream.js';
 
 /** A status from the API server, with what a caller decides on: the code and Retry-After. */
 export class ApiError extends Error {
@@ -244,6 +245,82 @@ export class ApiClient {
       );
     }
     return JSON.parse(body) as unknown;
+  }
+
+  /**
+   * A list, decoded as it streams (list-stream.ts): each item handed to `onItem` parsed and then
+   * dropped; resolves to the list's metadata (resourceVersion, continue). Memory is bounded by one
+   * item, not by the answer; a deadline of `timeoutMs` for the whole answer as for any request.
+   */
+  async list(
+    path: string,
+    onItem: (item: unknown) => void,
+    options: RequestOptions = {},
+  ): Promise<Record<string, unknown>> {
+    const timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    const { req, res, agent } = await this.open('GET', path, {
+      ...(options.signal ? { signal: options.signal } : {}),
+      timeoutMs,
+    });
+    res.on('close', () => this.done(agent));
+    const status = res.statusCode ?? 0;
+    if (status < 200 || status > 299) {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      for await (const chunk of res as AsyncIterable<Buffer>) {
+        size += chunk.length;
+        if (size > 64 * 1024) break;
+        chunks.push(chunk);
+      }
+      req.destroy();
+      throw new ApiError(
+        status,
+        statusMessage(status, Buffer.concat(chunks).toString('utf8')),
+        retryAfter(res.headers['retry-after']),
+      );
+    }
+    const scanner = new ListScanner(onItem);
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(
+        () => fail(new Error(`GET ${path}: body not read in ${timeoutMs} ms`)),
+        timeoutMs,
+      );
+      timer.unref();
+      let settled = false;
+      const fail = (err: Error) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        req.destroy(err);
+        reject(err);
+      };
+      res.on('data', (chunk: Buffer) => {
+        if (settled) return;
+        try {
+          scanner.write(chunk);
+        } catch (err) {
+          fail(err instanceof Error ? err : new Error(String(err)));
+        }
+      });
+      res.on('end', () => {
+        if (settled) return;
+        try {
+          scanner.end();
+        } catch (err) {
+          fail(err instanceof Error ? err : new Error(String(err)));
+          return;
+        }
+        settled = true;
+        clearTimeout(timer);
+        resolve();
+      });
+      res.on('error', (err) => fail(err));
+      res.on('close', () => {
+        if (!res.complete) fail(new Error(`GET ${path}: the connection was cut`));
+      });
+      req.on('error', (err) => fail(err));
+    });
+    return scanner.metadata;
   }
 
   /**

@@ -3,7 +3,7 @@
 // last known items stay whatever the API does; a 410 Gone relists; every failure waits a backoff
 // with full jitter, or the server's Retry-After.
 import { record } from '../record.js';
-import { ApiError, BodyTooLarge, type ApiClient } from './client.js';
+import { ApiError, type ApiClient } from './client.js';
 
 export type WatchOp = 'list' | 'watch';
 
@@ -79,9 +79,14 @@ export function backoffDelay(
 }
 
 /** A list page over the client's size bound. */
-const isTooLarge = (err: unknown) => err instanceof BodyTooLarge;
 /** A 410 Gone: a continue token or resourceVersion compacted away. */
 const isExpired = (err: unknown) => err instanceof ApiError && err.status === 410;
+
+/**
+ * The most one list answer may take: an unpaged list of thousands of large Nodes is hundreds of
+ * MiB (streamed, not held), read in seconds on a healthy server; beyond this it is cut and retried.
+ */
+const LIST_TIMEOUT_MS = 120_000;
 
 /** How long past its timeoutSeconds a watch is left to the server to end. */
 const WATCH_DEADLINE_GRACE_MS = 30_000;
@@ -98,8 +103,6 @@ export class Reflector<T> {
   /** The first list succeeded: items describe the cluster. */
   listed = false;
   private resourceVersion: string | undefined;
-  /** The watch cache's list answer was over the size bound: lists go to etcd in pages. */
-  private cacheTooLarge = false;
   private failures = 0;
   /** When the current watch was answered; a watch that lasted ends a run of failures. */
   private openedAt: number | undefined;
@@ -185,19 +188,18 @@ export class Reflector<T> {
   /**
    * Every page, then the items replaced at once: a failed page, or a stop, changes nothing. As
    * client-go lists: first from the API server's watch cache (`resourceVersion=0`, no read of etcd
-   * per agent); where that answer is too large (the cache may ignore `limit`) or its continue token
-   * expired, from etcd in pages, a page too large asked again with half the limit, and a continue
-   * token that expired replaced by one full list, as client-go's pager does.
+   * per agent); where its continue token expired, from etcd in pages, and a continue token of
+   * etcd's that expired replaced by one full list, as client-go's pager does. Each answer is decoded
+   * as it streams (list-stream.ts): only what `extract` keeps of each item stays, however large the
+   * items or an answer the cache did not page.
    */
   private async list(): Promise<void> {
     let listed: { items: Map<string, T>; version: string } | undefined;
     const { pageSize } = this.options.timings;
     try {
-      // Once the cache's answer was too large, this reflector lists from etcd in pages from then on.
-      listed = this.cacheTooLarge ? undefined : await this.pagedList('0', pageSize, false);
+      listed = await this.pagedList('0', pageSize, false);
     } catch (err) {
-      if (this.stopped || !(isTooLarge(err) || isExpired(err))) throw err;
-      if (isTooLarge(err)) this.cacheTooLarge = true;
+      if (this.stopped || !isExpired(err)) throw err;
     }
     if (listed === undefined && !this.stopped) listed = await this.pagedList('', pageSize, true);
     if (this.stopped || listed === undefined) return;
@@ -208,42 +210,36 @@ export class Reflector<T> {
     this.options.onChange();
   }
 
-  /** One list at `resourceVersion` in pages of `limit`; undefined when stopped meanwhile. */
+  /** One list at `resourceVersion` in pages of `limit` (0: unpaged); undefined when stopped. */
   private async pagedList(
     resourceVersion: string,
-    firstLimit: number,
-    adapt: boolean,
+    limit: number,
+    fullIfExpired: boolean,
   ): Promise<{ items: Map<string, T>; version: string } | undefined> {
     const fresh = new Map<string, T>();
     let token: string | undefined;
     let version: string | undefined;
-    let limit = firstLimit;
     for (;;) {
       const extra: Record<string, string> = limit > 0 ? { limit: String(limit) } : {};
       if (token) extra.continue = token;
       else if (resourceVersion !== '') extra.resourceVersion = resourceVersion;
-      let page: Record<string, unknown>;
+      let meta: Record<string, unknown>;
       try {
-        page = record(
-          await this.options.client.json('GET', this.query(extra), { signal: this.stopper.signal }),
+        meta = await this.options.client.list(
+          this.query(extra),
+          (item) => this.keep(fresh, record(item)),
+          { signal: this.stopper.signal, timeoutMs: LIST_TIMEOUT_MS },
         );
       } catch (err) {
         if (this.stopped) return undefined;
-        if (adapt && isTooLarge(err) && limit > 1) {
-          limit = Math.ceil(limit / 2);
-          continue;
-        }
         // The snapshot the pages were read from is gone: all of it again, in one answer.
-        if (adapt && token !== undefined && isExpired(err)) {
+        if (fullIfExpired && token !== undefined && isExpired(err)) {
           return this.pagedList('', 0, false);
         }
         throw err;
       }
-      const items = Array.isArray(page.items) ? (page.items as unknown[]) : [];
-      for (const item of items) this.keep(fresh, record(item));
-      const meta = record(page.metadata);
       token = typeof meta.continue === 'string' && meta.continue !== '' ? meta.continue : undefined;
-      version = resourceVersionOf(page) ?? version;
+      version = typeof meta.resourceVersion === 'string' ? meta.resourceVersion : version;
       if (token === undefined || this.stopped) break;
     }
     if (this.stopped) return undefined;

@@ -328,7 +328,7 @@ t.test('a 10 MiB Node object is read without ending anything', async (t) => {
 
 // Hardening round 4 (issue 40, items 1-6): each against the fake behaving as a real server can.
 
-t.test('large Nodes: a page over the size bound is asked again in smaller pages', async (t) => {
+t.test("large Nodes: the watch cache's unpaged answer is read as it streams", async (t) => {
   for (const [count, padBytes] of [
     [100, 700 * 1024],
     [14, 5 * 1024 * 1024],
@@ -339,17 +339,35 @@ t.test('large Nodes: a page over the size bound is asked again in smaller pages'
     await reflector.listOnce();
     t.equal(reflector.items.size, count, `${count} Nodes of ${padBytes >> 10} KiB listed`);
     t.same(reflector.items.get(`big-${count - 1}`), [`10.${count - 1}.0.0/24`]);
-    t.equal(server.countOf('list-cache'), 1, 'the watch cache first (its answer too large)');
-    t.ok(
-      server.countOf('list') >= 2,
-      `then from etcd in smaller pages (${server.countOf('list')})`,
-    );
-    await reflector.listOnce();
-    t.equal(server.countOf('list-cache'), 1, 'a relist does not ask the cache again');
-    t.equal(reflector.items.size, count);
+    t.equal(server.countOf('list-cache'), 1, 'from the watch cache, in one answer of ~70 MiB');
+    t.equal(server.countOf('list'), 0, 'etcd not asked');
     t.same(state.errors, []);
   }
 });
+
+t.test(
+  '100 Nodes of 700 KiB whose continue tokens expire at every page: listed, as client-go',
+  async (t) => {
+    const server = await startFake(t, { cacheIgnoresLimit: false });
+    server.seedNodes(100, (i) => ({
+      name: `big-${i}`,
+      podCIDRs: [`10.${i}.0.0/24`],
+      padBytes: 700 * 1024,
+    }));
+    server.expireContinue = true;
+    const { reflector, state } = podReflector(t, client(t, server), { pageSize: 10 });
+    await reflector.listOnce();
+    t.equal(reflector.items.size, 100, 'every Node');
+    t.same(reflector.items.get('big-99'), ['10.99.0.0/24']);
+    t.equal(server.countOf('list-cache'), 1, "the cache's first page; its continue expired");
+    t.equal(
+      server.countOf('list'),
+      4,
+      "the cache's continue expired, then etcd: a first page, its expired continue, one full list of ~70 MiB",
+    );
+    t.same(state.errors, []);
+  },
+);
 
 t.test('a continue token that expires at every page: one full list, as client-go', async (t) => {
   const server = await startFake(t, { cacheIgnoresLimit: false });
