@@ -7,10 +7,10 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const run = (cmd, args, env = {}) =>
+const run = (cmd, args, env = {}, quiet = false) =>
   execFileSync(cmd, args, {
     cwd: root,
-    stdio: ['ignore', 'inherit', 'inherit'],
+    stdio: ['ignore', quiet ? 'ignore' : 'inherit', 'inherit'],
     env: { ...process.env, ...env },
   });
 const has = (cmd) => {
@@ -86,4 +86,11 @@ const built = join(root, 'dist/cli.js');
 if (mtime(built) < Math.max(newest('src'), mtime(join(root, 'tsconfig.json')))) {
   console.error('setup: compiling TypeScript');
   run('npx', ['--no-install', 'tsc', '-p', 'tsconfig.build.json']);
+}
+
+// For the tests (`--tests`, what `npm test` passes): the real control plane the Kubernetes tests run
+// against, built once per machine with its Go (minutes the first time; README, "Tests against a
+// real API server"), found in its cache after that.
+if (process.argv.includes('--tests')) {
+  run('bash', [join(root, 'scripts/control-plane.sh'), 'build'], {}, true);
 }

@@ -187,6 +187,9 @@ function refusals(agent: RunningAgent): string[] {
     .filter((text) => /\b(401|403)\b|forbidden/i.test(text));
 }
 
+// On a machine that has not built the control plane yet, its first start builds it (minutes).
+t.setTimeout(1_500_000);
+
 if (requireRoot(t)) {
   t.test('against a real kube-apiserver and etcd', async (t) => {
     const topo = await makeTopology(t, { ipv6: false });

@@ -32,6 +32,9 @@ const PORT = 9413;
 const SECOND_POD = '10.244.1.3';
 const PORTS = '20000-20009';
 
+// On a machine that has not built the control plane yet, its first start builds it (minutes).
+t.setTimeout(1_500_000);
+
 if (requireRoot(t)) {
   const root = t;
   const topo = await makeTopology(root, { ipv6: true });
