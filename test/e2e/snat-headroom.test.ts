@@ -1,8 +1,8 @@
 // SNAT port headroom and --flows (README, "What the node's NAT does"), on real packets: with
 // --to-ports of 10 ports, long-lived UDP flows from distinct pod ports to one remote address and port
 // read 0.8 at 8 flows and 1.0 at 10, and an 11th finds no port (the kernel's statistics say so);
-// --flows groups two pod addresses' flows, filters them, and names the pods from a real API server's
-// pod list (the shipped RBAC's token), or says once that it may not list pods.
+// --flows groups two pod addresses' flows and filters them (test/e2e/flows-pods.test.ts has its
+// pods named by a real API server).
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
@@ -15,7 +15,6 @@ import {
   startAgent,
   waitFor,
 } from '../../harness/agent.js';
-import { agentKubeconfig, createPod, startControlPlane } from '../../harness/control-plane.js';
 import { inNetns, requireRoot, tempDir } from '../../harness/netns.js';
 import {
   makeTopology,
@@ -31,9 +30,6 @@ import {
 const PORT = 9413;
 const SECOND_POD = '10.244.1.3';
 const PORTS = '20000-20009';
-
-// On a machine that has not built the control plane yet, its first start builds it (minutes).
-t.setTimeout(1_500_000);
 
 if (requireRoot(t)) {
   const root = t;
@@ -156,61 +152,6 @@ if (requireRoot(t)) {
     const v6 = await runAgentOnce(topo.node, ['--flows', '--to', 'fd34::/16']);
     t.match(v6.stdout, /fd00:10:244::2: 1 flow$/m);
   });
-
-  t.test(
-    '--flows names the pods from a real API server, or says once that it may not',
-    async (t) => {
-      // A real kube-apiserver in the node's namespace; the agent holds the shipped RBAC's token.
-      const plane = await startControlPlane(t, topo.node);
-      await createPod(plane, 'shop', 'web-1', 'self', [POD_IPV4, POD_IPV6]);
-      await createPod(plane, 'shop', 'elsewhere', 'other-node', [SECOND_POD]);
-      const kubeconfig = await agentKubeconfig(t, plane);
-      const args = ['--flows', '--kubeconfig', kubeconfig, '--node-name', 'self'];
-      const named = await runAgentOnce(topo.node, [...args, '--output', 'json']);
-      t.equal(named.code, 0, named.stderr);
-      t.notMatch(named.stderr, /list pods/, 'allowed by the shipped ClusterRole');
-      const sources = (
-        JSON.parse(named.stdout) as { sources: Array<{ source: string; pod?: string }> }
-      ).sources;
-      t.same(
-        sources.map((s) => [s.source, s.pod]),
-        [
-          [POD_IPV4, 'shop/web-1'],
-          [SECOND_POD, undefined],
-          [POD_IPV6, 'shop/web-1'],
-        ],
-        'pods of this node only',
-      );
-      // The ClusterRole's pods rule taken away: said once, the addresses printed.
-      const role = await plane.json<{ rules: Array<{ resources: string[] }> }>([
-        'get',
-        'clusterrole',
-        'ipmasq-agent',
-      ]);
-      const index = role.rules.findIndex((rule) => rule.resources.includes('pods'));
-      t.ok(index >= 0, 'the shipped ClusterRole has the pods rule');
-      await plane.kubectl([
-        'patch',
-        'clusterrole',
-        'ipmasq-agent',
-        '--type=json',
-        '-p',
-        JSON.stringify([{ op: 'remove', path: `/rules/${index}` }]),
-      ]);
-      const refused = await waitFor(
-        'the refusal',
-        async () => {
-          const run = await runAgentOnce(topo.node, args);
-          return /list pods/.test(run.stderr) ? run : undefined;
-        },
-        30_000,
-      );
-      t.equal(refused.code, 0);
-      t.equal(refused.stderr.match(/list pods/g)?.length, 1, 'said once');
-      t.match(refused.stderr, /403/, 'as the 403 it is');
-      t.match(refused.stdout, new RegExp(`^${POD_IPV4.replaceAll('.', '\\.')}: 3 flows$`, 'm'));
-    },
-  );
 
   t.test('bad input: exit 2 naming it', async (t) => {
     for (const [args, message] of [
