@@ -1,13 +1,15 @@
-// Creates Nodes in a real API server quickly (kubectl creates one at a time): run inside the
-// control plane's namespace (spawnNodeInNetns) as
-//   create-nodes.ts KUBECONFIG FIRST COUNT PAD_BYTES
-// Node i (FIRST ≤ i < FIRST+COUNT) is `scale-i` with pod CIDR 10.(i>>8).(i&255).0/24 and an
-// annotation of PAD_BYTES bytes; 16 requests at a time over the admin's client certificate.
+// Creates or changes Nodes in a real API server quickly (kubectl does one at a time), inside the
+// control plane's namespace, 16 requests at a time over the admin's client certificate:
+//   create-nodes.ts KUBECONFIG create FIRST COUNT PAD_BYTES
+//     Node i (FIRST ≤ i < FIRST+COUNT) is `scale-i` with pod CIDR 10.(i>>8).(i&255).0/24 and an
+//     annotation of PAD_BYTES bytes;
+//   create-nodes.ts KUBECONFIG label FIRST COUNT VALUE
+//     the label ipmasq.test/touched=VALUE patched onto each (one watch event per Node).
 import { readFileSync } from 'node:fs';
 import https from 'node:https';
 import { parse } from 'yaml';
 
-const [kubeconfigPath, firstText, countText, padText] = process.argv.slice(2);
+const [kubeconfigPath, mode, firstText, countText, extra] = process.argv.slice(2);
 const config = parse(readFileSync(kubeconfigPath!, 'utf8')) as {
   clusters: Array<{ cluster: { server: string; 'certificate-authority-data': string } }>;
   users: Array<{ user: { 'client-certificate-data': string; 'client-key-data': string } }>;
@@ -25,31 +27,39 @@ const agent = new https.Agent({
 const server = new URL(cluster.server);
 const first = Number(firstText);
 const count = Number(countText);
-const pad = 'x'.repeat(Number(padText));
+const pad = mode === 'create' ? 'x'.repeat(Number(extra)) : '';
 
 function create(i: number): Promise<void> {
   const cidr = `10.${i >> 8}.${i & 255}.0/24`;
-  const body = JSON.stringify({
-    apiVersion: 'v1',
-    kind: 'Node',
-    metadata: { name: `scale-${i}`, annotations: { 'ipmasq.test/pad': pad } },
-    spec: { podCIDR: cidr, podCIDRs: [cidr] },
-  });
+  const label = mode === 'label';
+  const body = JSON.stringify(
+    label
+      ? { metadata: { labels: { 'ipmasq.test/touched': extra } } }
+      : {
+          apiVersion: 'v1',
+          kind: 'Node',
+          metadata: { name: `scale-${i}`, annotations: { 'ipmasq.test/pad': pad } },
+          spec: { podCIDR: cidr, podCIDRs: [cidr] },
+        },
+  );
   return new Promise((resolve, reject) => {
     const req = https.request(
       {
         host: server.hostname,
         port: server.port,
-        path: '/api/v1/nodes',
-        method: 'POST',
+        path: label ? `/api/v1/nodes/scale-${i}` : '/api/v1/nodes',
+        method: label ? 'PATCH' : 'POST',
         agent,
-        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+        headers: {
+          'content-type': label ? 'application/merge-patch+json' : 'application/json',
+          'content-length': Buffer.byteLength(body),
+        },
       },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (chunk: Buffer) => chunks.push(chunk));
         res.on('end', () => {
-          if (res.statusCode === 201 || res.statusCode === 409) resolve();
+          if (res.statusCode === 200 || res.statusCode === 201 || res.statusCode === 409) resolve();
           else
             reject(new Error(`node ${i}: ${res.statusCode} ${Buffer.concat(chunks).toString()}`));
         });
@@ -69,4 +79,4 @@ async function worker(): Promise<void> {
 }
 await Promise.all(Array.from({ length: 16 }, worker));
 agent.destroy();
-process.stdout.write(`created ${count}\n`);
+process.stdout.write(`${mode}: ${count} Nodes\n`);

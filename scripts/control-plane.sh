@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane for the tests (README, "Tests against a real API server"):
 #
-#   scripts/control-plane.sh build        builds kube-apiserver, kubectl and etcd once per machine
+#   scripts/control-plane.sh build        builds kube-apiserver, kubectl and etcd (and the bench's
+#                                         client-go reference, listwatch) once per machine
 #   scripts/control-plane.sh path         where they are (or will be) on this machine
 #   scripts/control-plane.sh certs DIR    makes the CA, certificates and DIR/admin.kubeconfig only
 #   scripts/control-plane.sh up DIR       starts etcd and kube-apiserver on this namespace's loopback,
@@ -54,8 +55,8 @@ bin_dir() {
   kube=$(version_of k8s.io/kubernetes)
   etcd=$(version_of go.etcd.io/etcd/server/v3)
   [ -n "$kube" ] && [ -n "$etcd" ] || die "test/control-plane/go.mod names no kubernetes or etcd version"
-  key=$(cat "$module/go.mod" "$module/go.sum" <(go env GOVERSION) <(ldflags "$kube") |
-    sha256sum | cut -c1-12)
+  key=$(cat "$module/go.mod" "$module/go.sum" "$module"/cmd/*/*.go <(go env GOVERSION) \
+    <(ldflags "$kube") | sha256sum | cut -c1-12)
   echo "$cache_root/kubernetes-$kube-etcd-$etcd-$key"
 }
 
@@ -67,7 +68,8 @@ build() {
   # One build at a time on a machine; a second caller waits for it and finds the binaries.
   exec 9>"$cache_root/.lock"
   flock 9
-  if [ -x "$dir/kube-apiserver" ] && [ -x "$dir/kubectl" ] && [ -x "$dir/etcd" ]; then
+  if [ -x "$dir/kube-apiserver" ] && [ -x "$dir/kubectl" ] && [ -x "$dir/etcd" ] &&
+    [ -x "$dir/listwatch" ]; then
     echo "$dir"
     return
   fi
@@ -81,6 +83,8 @@ build() {
       -ldflags "$(ldflags "$(version_of k8s.io/kubernetes)")" -o "$tmp/" \
       k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
     GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false" go build -trimpath -o "$tmp/etcd" go.etcd.io/etcd/server/v3
+    # The bench's reference client: client-go's informer on Nodes (cmd/listwatch).
+    GOTOOLCHAIN=local GOFLAGS="-mod=readonly -buildvcs=false" go build -trimpath -o "$tmp/listwatch" ./cmd/listwatch
   ) >&2 || {
     rm -rf "$tmp"
     die "the build failed (output above)"

@@ -46,6 +46,7 @@ if (requireRoot(t)) {
           'tsx',
           join(packageRoot, 'harness/create-nodes.ts'),
           plane.kubeconfig,
+          'create',
           '0',
           String(NODES),
           String(PAD_BYTES),
