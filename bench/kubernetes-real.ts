@@ -9,8 +9,13 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { httpGet, metricValue, startAgent, waitFor } from '../harness/agent.js';
-import { startControlPlane, tokenKubeconfig, type ControlPlane } from '../harness/control-plane.js';
+import {
+  refusedAgentKubeconfig,
+  startControlPlane,
+  type ControlPlane,
+} from '../harness/control-plane.js';
 import { inNetns, packageRoot } from '../harness/netns.js';
+import { nonMasqCovers } from '../test/helpers/nonmasq.js';
 import { CLOCK_TICKS, netns, sleep, tempDir, timedIn, withScope, type Scope } from './harness.js';
 
 export interface RealApiSide {
@@ -57,30 +62,14 @@ async function nodes(ns: string, plane: ControlPlane, args: string[]): Promise<v
   );
 }
 
-async function covered(ns: string, address: string): Promise<boolean> {
-  return inNetns(ns, 'nft', ['get', 'element', 'ip', 'ipmasq', 'nonmasq', `{ ${address} }`]).then(
-    () => true,
-    () => false,
-  );
-}
-
 async function agentSide(
   scope: Scope,
   ns: string,
   plane: ControlPlane,
   count: number,
 ): Promise<RealApiSide> {
-  const [serviceAccount, rbac] = [
-    'deploy/kubernetes/serviceaccount.yaml',
-    'deploy/overlays/api/rbac.yaml',
-  ].map((path) => readFileSync(join(packageRoot, path), 'utf8'));
-  await plane.kubectl(['apply', '-f', '-'], serviceAccount);
-  const token = (
-    await plane.kubectl(['create', 'token', 'ipmasq-agent', '-n', 'kube-system'])
-  ).trim();
+  const { kubeconfig, allow } = await refusedAgentKubeconfig(scope, plane);
   const dir = await tempDir(scope);
-  const kubeconfig = join(dir, 'kubeconfig');
-  writeFileSync(kubeconfig, tokenKubeconfig(plane, token));
   const config = join(dir, 'ip-masq-agent');
   writeFileSync(config, 'nonMasqueradeCIDRs: [192.168.0.0/16]\nnonMasqueradeNodePodCIDRs: true\n');
   const agent = startAgent(
@@ -111,7 +100,7 @@ async function agentSide(
   const pid = agent.child.pid!;
   await sleep(1_000);
   const beforeMiB = rssMiB(pid);
-  await plane.kubectl(['apply', '-f', '-'], `${serviceAccount}\n---\n${rbac}`);
+  await allow();
   const allowed = performance.now();
   let peakMiB = beforeMiB;
   const sampler = setInterval(() => (peakMiB = Math.max(peakMiB, rssMiB(pid))), 25);
@@ -119,7 +108,7 @@ async function agentSide(
   try {
     await waitFor(
       'every Node in the kernel',
-      async () => ((await covered(ns, `10.${last >> 8}.${last & 255}.1`)) ? true : undefined),
+      async () => ((await nonMasqCovers(ns, `10.${last >> 8}.${last & 255}.1`)) ? true : undefined),
       300_000,
       50,
     );

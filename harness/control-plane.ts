@@ -111,12 +111,54 @@ export function tokenKubeconfig(plane: ControlPlane, token: string): string {
   ].join('\n');
 }
 
+const shippedServiceAccount = () =>
+  readFileSync(join(packageRoot, 'deploy/kubernetes/serviceaccount.yaml'), 'utf8');
+
 /** The ServiceAccount and the API overlay's RBAC, as deploy/ ships them (one YAML stream). */
 export function shippedRbac(): string {
   return [
-    readFileSync(join(packageRoot, 'deploy/kubernetes/serviceaccount.yaml'), 'utf8'),
+    shippedServiceAccount(),
     readFileSync(join(packageRoot, 'deploy/overlays/api/rbac.yaml'), 'utf8'),
   ].join('\n---\n');
+}
+
+/**
+ * The agent's ServiceAccount alone and a kubeconfig with its token: every request refused until
+ * `allow()` applies the shipped RBAC (an agent made to wait, with the data already in the server).
+ */
+export async function refusedAgentKubeconfig(
+  t: TapTest,
+  plane: ControlPlane,
+): Promise<{ kubeconfig: string; allow(): Promise<void> }> {
+  await plane.kubectl(['apply', '-f', '-'], shippedServiceAccount());
+  const token = (
+    await plane.kubectl(['create', 'token', 'ipmasq-agent', '-n', 'kube-system'])
+  ).trim();
+  const kubeconfig = join(tempDir(t, 'agent-token'), 'kubeconfig');
+  writeFileSync(kubeconfig, tokenKubeconfig(plane, token));
+  return {
+    kubeconfig,
+    allow: async () => {
+      await plane.kubectl(['apply', '-f', '-'], shippedRbac());
+    },
+  };
+}
+
+/**
+ * The rule of a shipped Role or ClusterRole that grants `resource`, taken away (`namespace` for a
+ * Role). Throws when the role has no such rule.
+ */
+export async function removeRule(
+  plane: ControlPlane,
+  role: { kind: 'clusterrole' | 'role'; name: string; namespace?: string },
+  resource: string,
+): Promise<void> {
+  const where = [role.kind, role.name, ...(role.namespace ? ['-n', role.namespace] : [])];
+  const { rules } = await plane.json<{ rules: Array<{ resources?: string[] }> }>(['get', ...where]);
+  const index = rules.findIndex((rule) => rule.resources?.includes(resource));
+  if (index < 0) throw new Error(`${role.kind} ${role.name} has no rule for ${resource}`);
+  const patch = JSON.stringify([{ op: 'remove', path: `/rules/${index}` }]);
+  await plane.kubectl(['patch', ...where, '--type=json', '-p', patch]);
 }
 
 /**

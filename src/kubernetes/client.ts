@@ -80,6 +80,27 @@ function statusMessage(status: number, body: string): string {
   return `${status}: ${body.slice(0, 300).replace(/[^\x20-\x7e]/g, '?') || http.STATUS_CODES[status] || 'error'}`;
 }
 
+/**
+ * A non-2xx answer to a streamed request (a list, a watch) as the ApiError it is: the start of its
+ * body (a Status, 64 KiB at most) read, the request ended.
+ */
+async function refusal(req: http.ClientRequest, res: http.IncomingMessage): Promise<ApiError> {
+  const status = res.statusCode ?? 0;
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of res as AsyncIterable<Buffer>) {
+    size += chunk.length;
+    if (size > 64 * 1024) break;
+    chunks.push(chunk);
+  }
+  req.destroy();
+  return new ApiError(
+    status,
+    statusMessage(status, Buffer.concat(chunks).toString('utf8')),
+    retryAfter(res.headers['retry-after']),
+  );
+}
+
 /** Whether two TLS materials are the same bytes. */
 function sameMaterial(a: TlsMaterial, b: TlsMaterial): boolean {
   const same = (x: Buffer | undefined, y: Buffer | undefined) =>
@@ -264,21 +285,7 @@ export class ApiClient {
     });
     res.on('close', () => this.done(agent));
     const status = res.statusCode ?? 0;
-    if (status < 200 || status > 299) {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      for await (const chunk of res as AsyncIterable<Buffer>) {
-        size += chunk.length;
-        if (size > 64 * 1024) break;
-        chunks.push(chunk);
-      }
-      req.destroy();
-      throw new ApiError(
-        status,
-        statusMessage(status, Buffer.concat(chunks).toString('utf8')),
-        retryAfter(res.headers['retry-after']),
-      );
-    }
+    if (status < 200 || status > 299) throw await refusal(req, res);
     const scanner = new ListScanner(onItem);
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(
@@ -352,21 +359,7 @@ export class ApiClient {
     options: WatchOptions,
   ): Promise<void> {
     const status = res.statusCode ?? 0;
-    if (status < 200 || status > 299) {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      for await (const chunk of res as AsyncIterable<Buffer>) {
-        size += chunk.length;
-        if (size > 64 * 1024) break;
-        chunks.push(chunk);
-      }
-      req.destroy();
-      throw new ApiError(
-        status,
-        statusMessage(status, Buffer.concat(chunks).toString('utf8')),
-        retryAfter(res.headers['retry-after']),
-      );
-    }
+    if (status < 200 || status > 299) throw await refusal(req, res);
     options.onOpen?.();
     await new Promise<void>((resolve, reject) => {
       let pending: Buffer[] = [];

@@ -6,7 +6,12 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { generationOf, listTable, runAgentOnce, startAgent, waitFor } from '../../harness/agent.js';
-import { agentKubeconfig, createPod, startControlPlane } from '../../harness/control-plane.js';
+import {
+  agentKubeconfig,
+  createPod,
+  removeRule,
+  startControlPlane,
+} from '../../harness/control-plane.js';
 import { inNetns, requireRoot, tempDir } from '../../harness/netns.js';
 import {
   makeTopology,
@@ -75,21 +80,7 @@ if (requireRoot(t)) {
         'pods of this node only',
       );
       // The ClusterRole's pods rule taken away: said once, the addresses printed.
-      const role = await plane.json<{ rules: Array<{ resources: string[] }> }>([
-        'get',
-        'clusterrole',
-        'ipmasq-agent',
-      ]);
-      const index = role.rules.findIndex((rule) => rule.resources.includes('pods'));
-      t.ok(index >= 0, 'the shipped ClusterRole has the pods rule');
-      await plane.kubectl([
-        'patch',
-        'clusterrole',
-        'ipmasq-agent',
-        '--type=json',
-        '-p',
-        JSON.stringify([{ op: 'remove', path: `/rules/${index}` }]),
-      ]);
+      await removeRule(plane, { kind: 'clusterrole', name: 'ipmasq-agent' }, 'pods');
       const refused = await waitFor(
         'the refusal',
         async () => {

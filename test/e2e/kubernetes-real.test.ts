@@ -24,6 +24,7 @@ import {
 import {
   agentKubeconfig,
   prepareControlPlane,
+  removeRule,
   shippedRbac,
   startControlPlane,
   type ControlPlane,
@@ -33,10 +34,10 @@ import {
   makeTopology,
   NODE_IPV4,
   POD_IPV4,
-  probeSources,
   REMOTE_TARGETS_IPV4 as V4,
   type Topology,
 } from '../../harness/topology.js';
+import { nonMasqSet, seenFromPod } from '../helpers/nonmasq.js';
 
 const NODE_A_PODS = '198.19.0.0/24';
 const NODE_B_PODS = '198.18.255.0/24';
@@ -59,27 +60,6 @@ function nodeObject(name: string, podCIDR: string, labels: Record<string, string
     kind: 'Node',
     metadata: { name, labels },
     spec: { podCIDR, podCIDRs: [podCIDR] },
-  });
-}
-
-async function seen(topo: Topology, dst: string): Promise<string> {
-  await inNetns(topo.node, 'conntrack', ['-F']).catch(() => undefined);
-  const [answer] = await probeSources(topo, [dst], 'udp');
-  return answer!.address;
-}
-
-/** The kernel's nonmasq set; empty while the agent has not written its table. */
-async function nonMasqSet(ns: string): Promise<string[]> {
-  const listed = await inNetns(ns, 'nft', ['-j', 'list', 'set', 'ip', 'ipmasq', 'nonmasq']).catch(
-    () => undefined,
-  );
-  if (!listed) return [];
-  const { stdout } = listed;
-  const parsed = JSON.parse(stdout) as { nftables: Array<{ set?: { elem?: unknown[] } }> };
-  const elems = parsed.nftables.find((item) => item.set)?.set?.elem ?? [];
-  return elems.map((e) => {
-    const prefix = (e as { prefix?: { addr: string; len: number } }).prefix;
-    return prefix ? `${prefix.addr}/${prefix.len}` : JSON.stringify(e);
   });
 }
 
@@ -204,14 +184,14 @@ if (requireRoot(t)) {
       const a = await startOn(t, c, { 'ip-masq-agent': BASE });
       await untilInSet(c, NODE_A_PODS, true, "node-a's pod CIDR applied");
       await untilInSet(c, NODE_B_PODS, true, "node-b's pod CIDR applied");
-      t.equal(await seen(topo, TO_A), POD_IPV4, "to node-a's pods: the pod's own source");
-      t.equal(await seen(topo, TO_B), POD_IPV4, "to node-b's pods: the pod's own source");
+      t.equal(await seenFromPod(topo, TO_A), POD_IPV4, "to node-a's pods: the pod's own source");
+      t.equal(await seenFromPod(topo, TO_B), POD_IPV4, "to node-b's pods: the pod's own source");
       await plane.kubectl(['delete', 'node', 'node-a', '--wait=true']);
       await untilInSet(c, NODE_A_PODS, false, "node-a's pod CIDR removed");
-      t.equal(await seen(topo, TO_A), NODE_IPV4, 'node-a deleted: masqueraded again');
+      t.equal(await seenFromPod(topo, TO_A), NODE_IPV4, 'node-a deleted: masqueraded again');
       await plane.kubectl(['apply', '-f', '-'], nodeObject('node-c', '198.19.0.0/25'));
       await untilInSet(c, '198.19.0.0/25', true, "a new Node's pod CIDR applied");
-      t.equal(await seen(topo, TO_A), POD_IPV4, "node-c's pods: the pod's own source");
+      t.equal(await seenFromPod(topo, TO_A), POD_IPV4, "node-c's pods: the pod's own source");
       t.equal(refusals(a.agent).length, 0, 'nothing refused (the admin)');
       t.equal(await a.metric('ipmasq_kubernetes_up'), 1);
     });
@@ -224,18 +204,18 @@ if (requireRoot(t)) {
         'ip-masq-gpu': `nodeSelector: {pool: gpu}\nmasqueradeCIDRs: [${NODE_A_PODS}]\n`,
       });
       await untilInSet(c, NODE_A_PODS, true, 'first write');
-      t.equal(await seen(topo, TO_A), POD_IPV4, 'pool=general: the gpu file skipped');
+      t.equal(await seenFromPod(topo, TO_A), POD_IPV4, 'pool=general: the gpu file skipped');
       const g = await a.generation();
       await plane.kubectl(['label', 'node', SELF, 'pool=gpu', '--overwrite']);
       await waitFor('written', async () => ((await a.generation()) > g ? true : undefined), 20_000);
-      t.equal(await seen(topo, TO_A), NODE_IPV4, 'pool=gpu: the gpu file applies');
+      t.equal(await seenFromPod(topo, TO_A), NODE_IPV4, 'pool=gpu: the gpu file applies');
       await plane.kubectl(['label', 'node', SELF, 'pool=general', '--overwrite']);
       await waitFor(
         'switched back',
         async () => ((await a.generation()) > g + 1 ? true : undefined),
         20_000,
       );
-      t.equal(await seen(topo, TO_A), POD_IPV4, 'pool=general again');
+      t.equal(await seenFromPod(topo, TO_A), POD_IPV4, 'pool=general again');
     });
 
     t.test('Events as the real server stores them: one per cause, repeats counted', async (t) => {
@@ -306,14 +286,7 @@ if (requireRoot(t)) {
         t.same(refusals(a.agent), [], 'nothing refused');
 
         // The Nodes rule taken away: the next watch is refused; what was known stays in the kernel.
-        await plane.kubectl([
-          'patch',
-          'clusterrole',
-          'ipmasq-agent',
-          '--type=json',
-          '-p',
-          JSON.stringify([{ op: 'remove', path: '/rules/0' }]),
-        ]);
+        await removeRule(plane, { kind: 'clusterrole', name: 'ipmasq-agent' }, 'nodes');
         // Both watches refused (this Node's and the Nodes'): neither is open any more.
         await waitFor(
           'both watches refused',
@@ -351,19 +324,15 @@ if (requireRoot(t)) {
         // Given back: the deletion made meanwhile is applied.
         await plane.kubectl(['apply', '-f', '-'], shipped);
         await untilInSet(c, NODE_B_PODS, false, 'caught up once allowed');
-        t.equal(await seen(topo, TO_B), NODE_IPV4, 'node-b deleted: masqueraded');
+        t.equal(await seenFromPod(topo, TO_B), NODE_IPV4, 'node-b deleted: masqueraded');
 
         // The Events rule taken away: the Event is refused and counted; the config still applies.
-        await plane.kubectl([
-          'patch',
-          'role',
-          'ipmasq-agent-events',
-          '-n',
-          'default',
-          '--type=json',
-          '-p',
-          JSON.stringify([{ op: 'remove', path: '/rules/0' }]),
-        ]);
+        const eventsRole = {
+          kind: 'role',
+          name: 'ipmasq-agent-events',
+          namespace: 'default',
+        } as const;
+        await removeRule(plane, eventsRole, 'events');
         const eventErrors = (await a.metric('ipmasq_kubernetes_errors_total{op="event"}')) ?? 0;
         a.put('ip-masq-agent', BASE.replace('10.0.0.0/8', '10.0.0.0/34'));
         await waitFor(
@@ -400,7 +369,7 @@ if (requireRoot(t)) {
       ]);
       t.equal(once.code, 0, once.stderr);
       t.ok((await nonMasqSet(topo.node)).includes(NODE_A_PODS), "node-a's pod CIDR written");
-      t.equal(await seen(topo, TO_A), POD_IPV4);
+      t.equal(await seenFromPod(topo, TO_A), POD_IPV4);
     });
 
     t.test(
@@ -447,7 +416,7 @@ if (requireRoot(t)) {
           'the old resourceVersion answered 410 Gone, and the agent listed again',
         );
         t.ok((await nonMasqSet(topo.node)).includes(NODE_A_PODS), 'node-a kept');
-        t.equal(await seen(topo, TO_B), NODE_IPV4, 'node-b deleted: masqueraded');
+        t.equal(await seenFromPod(topo, TO_B), NODE_IPV4, 'node-b deleted: masqueraded');
         await waitFor(
           'watching again',
           async () => ((await a.metric('ipmasq_kubernetes_up')) === 1 ? true : undefined),
@@ -480,7 +449,7 @@ if (requireRoot(t)) {
     c.plane = await prepared.start();
     await createNodes(c);
     await untilInSet(c, NODE_A_PODS, true, "node-a's pod CIDR applied once the server is up");
-    t.equal(await seen(topo, TO_A), POD_IPV4, "to node-a's pods: the pod's own source");
+    t.equal(await seenFromPod(topo, TO_A), POD_IPV4, "to node-a's pods: the pod's own source");
     t.equal((await httpGet(topo.node, 9410, '/readyz')).status, 200, 'ready');
   });
 }

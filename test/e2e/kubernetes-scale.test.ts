@@ -7,9 +7,10 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { httpGet, metricValue, startAgent, waitFor } from '../../harness/agent.js';
-import { startControlPlane, tokenKubeconfig } from '../../harness/control-plane.js';
+import { refusedAgentKubeconfig, startControlPlane } from '../../harness/control-plane.js';
 import { inNetns, packageRoot, requireRoot, tempDir } from '../../harness/netns.js';
 import { makeTopology } from '../../harness/topology.js';
+import { nonMasqCovers } from '../helpers/nonmasq.js';
 
 const NODES = 5_000;
 const PAD_BYTES = 100 * 1024;
@@ -18,14 +19,6 @@ const TIMINGS = JSON.stringify({ backoffBaseMs: 100, backoffMaxMs: 500, idleMs: 
 function rssMiB(pid: number): number {
   const status = readFileSync(`/proc/${pid}/status`, 'utf8');
   return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? Number.NaN) / 1024;
-}
-
-/** Whether the kernel's nonmasq set covers `address`. */
-async function covered(ns: string, address: string): Promise<boolean> {
-  return inNetns(ns, 'nft', ['get', 'element', 'ip', 'ipmasq', 'nonmasq', `{ ${address} }`]).then(
-    () => true,
-    () => false,
-  );
 }
 
 // On a machine that has not built the control plane yet, its first start builds it (minutes).
@@ -56,17 +49,8 @@ if (requireRoot(t)) {
       t.comment(`${NODES} Nodes created in ${((Date.now() - created) / 1000).toFixed(1)} s`);
 
       // The ServiceAccount and its token, not yet its ClusterRole: every list is refused.
-      const [serviceAccount, rbac] = [
-        'deploy/kubernetes/serviceaccount.yaml',
-        'deploy/overlays/api/rbac.yaml',
-      ].map((path) => readFileSync(join(packageRoot, path), 'utf8'));
-      await plane.kubectl(['apply', '-f', '-'], serviceAccount);
-      const token = (
-        await plane.kubectl(['create', 'token', 'ipmasq-agent', '-n', 'kube-system'])
-      ).trim();
+      const { kubeconfig, allow } = await refusedAgentKubeconfig(t, plane);
       const dir = tempDir(t, 'kube-scale');
-      const kubeconfig = join(dir, 'kubeconfig');
-      writeFileSync(kubeconfig, tokenKubeconfig(plane, token));
       const config = join(dir, 'ip-masq-agent');
       writeFileSync(
         config,
@@ -103,10 +87,10 @@ if (requireRoot(t)) {
         baseline = Math.max(baseline, rssMiB(pid));
         await new Promise((resolve) => setTimeout(resolve, 100));
       }
-      t.notOk(await covered(topo.node, '10.0.0.1'), 'nothing of the Nodes in the kernel yet');
+      t.notOk(await nonMasqCovers(topo.node, '10.0.0.1'), 'nothing of the Nodes in the kernel yet');
 
       // Allowed: the first list, sampled as it goes.
-      await plane.kubectl(['apply', '-f', '-'], `${serviceAccount}\n---\n${rbac}`);
+      await allow();
       const allowed = Date.now();
       let peak = baseline;
       const sampler = setInterval(() => {
@@ -117,8 +101,8 @@ if (requireRoot(t)) {
         await waitFor(
           'every Node in the kernel',
           async () =>
-            (await covered(topo.node, `10.${last >> 8}.${last & 255}.1`)) &&
-            (await covered(topo.node, '10.0.0.1'))
+            (await nonMasqCovers(topo.node, `10.${last >> 8}.${last & 255}.1`)) &&
+            (await nonMasqCovers(topo.node, '10.0.0.1'))
               ? true
               : undefined,
           120_000,

@@ -24,10 +24,10 @@ import {
   makeTopology,
   NODE_IPV4,
   POD_IPV4,
-  probeSources,
   REMOTE_TARGETS_IPV4 as V4,
   type Topology,
 } from '../../harness/topology.js';
+import { nonMasqSet, seenFromPod } from '../helpers/nonmasq.js';
 import { startFakeApiServerInNetns, type RemoteFake } from '../../harness/fake-apiserver-remote.js';
 
 // Two other Nodes' pod CIDRs, routed to the remote in this topology; neither is exempt by default.
@@ -37,22 +37,6 @@ const TO_A = V4.outsideDefaultsA; // 198.19.0.4
 const SELF = 'node-self';
 
 const TIMINGS = JSON.stringify({ backoffBaseMs: 100, backoffMaxMs: 1_000, idleMs: 3_000 });
-
-async function seen(topo: Topology, dst: string): Promise<string> {
-  await inNetns(topo.node, 'conntrack', ['-F']).catch(() => undefined);
-  const [answer] = await probeSources(topo, [dst], 'udp');
-  return answer!.address;
-}
-
-async function nonMasqSet(ns: string): Promise<string[]> {
-  const { stdout } = await inNetns(ns, 'nft', ['-j', 'list', 'set', 'ip', 'ipmasq', 'nonmasq']);
-  const parsed = JSON.parse(stdout) as { nftables: Array<{ set?: { elem?: unknown[] } }> };
-  const elems = parsed.nftables.find((item) => item.set)?.set?.elem ?? [];
-  return elems.map((e) => {
-    const prefix = (e as { prefix?: { addr: string; len: number } }).prefix;
-    return prefix ? `${prefix.addr}/${prefix.len}` : JSON.stringify(e);
-  });
-}
 
 interface Setup {
   topo: Topology;
@@ -203,7 +187,11 @@ if (requireRoot(t)) {
       );
       t.equal((await httpGet(s.topo.node, 9410, '/healthz')).status, 200, 'healthy');
       t.equal((await readyz(s.topo.node)).code, 200, 'ready: the last known data is applied');
-      t.equal(await seen(s.topo, TO_A), POD_IPV4, 'node-a still exempt from what was last known');
+      t.equal(
+        await seenFromPod(s.topo, TO_A),
+        POD_IPV4,
+        'node-a still exempt from what was last known',
+      );
       // Drift is still repaired while the API is away.
       await inNetns(s.topo.node, 'nft', [
         'delete',
@@ -217,7 +205,11 @@ if (requireRoot(t)) {
       t.pass('drift repaired without the API');
       await s.fake.call('up');
       await untilInSet(s, NODE_A_PODS, false, 'caught up');
-      t.equal(await seen(s.topo, TO_A), NODE_IPV4, 'the deletion made while away is applied');
+      t.equal(
+        await seenFromPod(s.topo, TO_A),
+        NODE_IPV4,
+        'the deletion made while away is applied',
+      );
       // The Node's own watch comes back on its own backoff, independently of the Nodes' one.
       await waitFor('up again', async () =>
         (await metric(s.topo.node, 'ipmasq_kubernetes_up')) === 1 ? true : undefined,
