@@ -87,10 +87,7 @@ export class Reconciler {
     const ask = deps.requestSync;
     this.auditing = ask
       ? new BoundedDebounce(
-          () => {
-            this.auditAsked = true;
-            ask(ELEMENT_WRITE_AUDIT);
-          },
+          () => void this.auditBeside(ask),
           ELEMENT_AUDIT_DELAY_MS,
           ELEMENT_AUDIT_WITHIN_MS,
         )
@@ -168,10 +165,55 @@ export class Reconciler {
     this.wholeNext = true;
   }
 
-  /** Asks for the element-write audit's sync (undefined without requestSync: the next sync audits). */
+  /** Runs the element-write audit (undefined without requestSync: the next sync audits). */
   private readonly auditing: BoundedDebounce | undefined;
-  /** The audit's sync was asked for (sticky: a later trigger may give that sync another reason). */
+  /** Without requestSync (--once, tests): the next sync audits the last element-only write. */
   private auditAsked = false;
+  /** An audit reading our tables back beside the syncs; another asked meanwhile. */
+  private auditRunning = false;
+  private auditAgain = false;
+
+  /**
+   * The element-write audit beside the syncs, not in one: its read of our tables (~1 s at 100 000
+   * elements through libnftables) must not hold back the next edit's write, which runs meanwhile
+   * (the addon runs each call on a pool thread of its own). A write committed during the read makes
+   * it `moved`: that write is audited in turn. A disagreement asks for a sync, which reads back and
+   * repairs (the converger no longer trusts the kernel).
+   */
+  private async auditBeside(ask: (reason: string) => void): Promise<void> {
+    if (this.auditRunning) {
+      // A write since this audit began: audited once this one ends.
+      this.auditAgain = true;
+      return;
+    }
+    if (!this.converger.auditDue) return;
+    this.auditRunning = true;
+    try {
+      await this.auditElementWrite();
+      if (!this.converger.verified) ask(ELEMENT_WRITE_AUDIT);
+    } finally {
+      this.auditRunning = false;
+    }
+    if (this.auditAgain) {
+      this.auditAgain = false;
+      if (this.converger.auditDue) this.auditing?.ask();
+    }
+  }
+
+  /** The last element-only write read back and compared; a disagreement reported. */
+  private async auditElementWrite(): Promise<void> {
+    try {
+      if ((await this.converger.auditElementWrite()) === 'differs') {
+        reportMismatch(this.deps.logger, this.deps.metrics, 'element-write', {
+          generation: this.converger.generation,
+          difference: 'our tables read back differ from what the write meant',
+        });
+      }
+    } catch (err) {
+      // Not read: the next converge reads back anyway when it cannot trust the kernel.
+      this.deps.logger.debug({ err: errorText(err) }, 'the element-write audit could not read');
+    }
+  }
 
   /**
    * Asks for the audit of the last element-only write ELEMENT_AUDIT_DELAY_MS after it, or after the
@@ -233,22 +275,10 @@ export class Reconciler {
   private async syncOnce(reason: string): Promise<SyncOutcome> {
     const started = performance.now();
     const seconds = () => (performance.now() - started) / 1000;
-    // The last element-only write read back and compared, before anything else is written.
+    // Without a runner to ask (--once, tests): the last element-only write audited here, first.
     const audit = this.auditAsked && this.converger.auditDue;
     this.auditAsked = false;
-    if (audit) {
-      try {
-        if ((await this.converger.auditElementWrite()) === 'differs') {
-          reportMismatch(this.deps.logger, this.deps.metrics, 'element-write', {
-            generation: this.converger.generation,
-            difference: 'our tables read back differ from what the write meant',
-          });
-        }
-      } catch (err) {
-        // Not read: the converge below reads back anyway when it cannot trust the kernel.
-        this.deps.logger.debug({ err: errorText(err) }, 'the element-write audit could not read');
-      }
-    }
+    if (audit) await this.auditElementWrite();
     const phases: Record<string, number> = {};
     const timed: Timed = async (phase, work) => {
       const begun = performance.now();
