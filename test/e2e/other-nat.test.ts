@@ -3,6 +3,8 @@
 // ours, Event — and kube-proxy's mark-guarded shapes are not; --explain --live names the chain and
 // says it would translate an exempt destination, and a real packet to it arrives masqueraded (the note
 // tells the truth). A finding that goes away clears its gauge; nothing is repeated while unchanged.
+// The Event is read from the fake API server, which records what it was sent: this file is about
+// the finding, and a real server's storing of Events is in test/e2e/kubernetes-real.test.ts.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';

@@ -1,6 +1,9 @@
 // The opt-in Kubernetes API client (src/kubernetes) against the fake API server: lists in chunks,
 // watches, 410 Gone, cut and stalled watches, 5xx/429 with Retry-After, 401/403, backoff with jitter,
-// and what is kept of a Node. No kernel: src/kubernetes never touches one.
+// and what is kept of a Node. No kernel: src/kubernetes never touches one. The fake, not the real
+// server (test/e2e/kubernetes-real.test.ts): these are the faults a real server cannot be made to
+// produce on demand (continue tokens expiring at every page, trickled and stalled watches, 5xx and
+// Retry-After, a watch that never ends), each exactly when the test needs it.
 import t, { type Test } from 'tap';
 import { pino, type Logger } from 'pino';
 import { Writable } from 'node:stream';

@@ -1,6 +1,8 @@
 // Events on the Node (src/kubernetes/events.ts) and the two ways to reach the API server
 // (src/kubernetes/connection.ts: the pod's service account, a kubeconfig), against the fake API
-// server, over TLS with a CA made for the test.
+// server, over TLS with a CA made for the test. The fake, not the real server: the Event writes'
+// failures and the rate bound are driven on demand (the real server's storing of them is in
+// test/e2e/kubernetes-real.test.ts).
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';

@@ -1,7 +1,8 @@
 // The Kubernetes session as the agent starts it (src/kubernetes/index.ts): connected by kubeconfig,
 // watching the Node, posting Events, its series following the watches, each failure logged once and
 // "watching again" once it is back; the kubeconfig shapes it refuses; the bounds on what a Node and
-// an Event may carry.
+// an Event may carry. The fake, not the real server: oversized Nodes and Events and failures on
+// demand are what a real one refuses to store or cannot be made to do.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,11 +11,7 @@ import { DEFAULT_WIDEST_NODE_POD_CIDR } from '../../src/options.js';
 import t, { type Test } from 'tap';
 import { fromKubeconfig } from '../../src/kubernetes/connection.js';
 import { labelsOf, podCIDRsOf } from '../../src/kubernetes/cluster.js';
-import {
-  EVENT_INTERVAL_MS,
-  startKubernetes,
-  timingsFromEnv,
-} from '../../src/kubernetes/index.js';
+import { EVENT_INTERVAL_MS, startKubernetes, timingsFromEnv } from '../../src/kubernetes/index.js';
 import { DEFAULT_TIMINGS } from '../../src/kubernetes/reflector.js';
 import { startFake, until } from '../../harness/fake-apiserver.js';
 
