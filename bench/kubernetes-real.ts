@@ -17,6 +17,7 @@ import {
 import { inNetns, packageRoot } from '../harness/netns.js';
 import { nonMasqCovers } from '../test/helpers/nonmasq.js';
 import { CLOCK_TICKS, netns, sleep, tempDir, timedIn, withScope, type Scope } from './harness.js';
+import { processStats } from '../test/helpers/node.js';
 
 export interface RealApiSide {
   /** Allowed to list (agent) or started (client-go) → every Node known, in s. */
@@ -41,10 +42,7 @@ export interface RealApiRow {
 const PAD_BYTES = 100 * 1024;
 const TIMINGS = JSON.stringify({ backoffBaseMs: 100, backoffMaxMs: 500, idleMs: 60_000 });
 
-function rssMiB(pid: number): number {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? Number.NaN) / 1024;
-}
+const rssMiB = (pid: number) => processStats(pid).rssKiB / 1024;
 
 function cpuTicks(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
@@ -133,15 +131,11 @@ async function agentSide(
 }
 
 async function clientGoSide(ns: string, plane: ControlPlane, count: number): Promise<RealApiSide> {
-  const bin = readFileSync(join(plane.kubeconfig, '..', 'env'), 'utf8').match(
-    /^CONTROL_PLANE_BIN=(.*)$/m,
-  )?.[1];
-  if (!bin) throw new Error('control plane: no CONTROL_PLANE_BIN');
   const child = spawn('ip', [
     'netns',
     'exec',
     ns,
-    join(bin, 'listwatch'),
+    join(plane.bin, 'listwatch'),
     '--kubeconfig',
     plane.kubeconfig,
   ]);
@@ -154,7 +148,7 @@ async function clientGoSide(ns: string, plane: ControlPlane, count: number): Pro
   // `ip netns exec` execs the command: the child is listwatch itself.
   const pid = child.pid!;
   const beforeMiB = rssMiB(pid);
-  const synced = await next();
+  await next(); // the informer has synced: its first line
   const firstListS = (performance.now() - started) / 1000;
   await sleep(5_000);
   const settledMiB = rssMiB(pid);
@@ -165,7 +159,6 @@ async function clientGoSide(ns: string, plane: ControlPlane, count: number): Pro
   child.stdin.end();
   const done = await next();
   child.kill();
-  void synced;
   return {
     firstListS,
     beforeMiB,

@@ -9,6 +9,8 @@ const script = join(packageRoot, 'scripts/control-plane.sh');
 
 export interface ControlPlane {
   readonly ns: string;
+  /** Where its binaries are (kube-apiserver, kubectl, etcd, listwatch). */
+  readonly bin: string;
   /** The admin's kubeconfig (system:masters by client certificate). */
   readonly kubeconfig: string;
   readonly server: string;
@@ -76,6 +78,7 @@ function planeIn(ns: string, dir: string): ControlPlane {
     ).stdout;
   return {
     ns,
+    bin: vars.CONTROL_PLANE_BIN!,
     kubeconfig,
     server: 'https://127.0.0.1:6443',
     ca: readFileSync(join(dir, 'pki', 'ca.crt'), 'utf8'),

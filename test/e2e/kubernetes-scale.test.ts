@@ -3,7 +3,7 @@
 // ServiceAccount's token while its ClusterRole is not there yet, so it waits (refused) with all
 // Nodes already in the server; then the RBAC is applied, and its first list must put every Node's
 // pod CIDR into the kernel within 30 s, its RSS growing by at most 64 MiB over what it held waiting.
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { httpGet, metricValue, startAgent, waitFor } from '../../harness/agent.js';
@@ -11,15 +11,13 @@ import { refusedAgentKubeconfig, startControlPlane } from '../../harness/control
 import { inNetns, packageRoot, requireRoot, tempDir } from '../../harness/netns.js';
 import { makeTopology } from '../../harness/topology.js';
 import { nonMasqCovers } from '../helpers/nonmasq.js';
+import { processStats } from '../helpers/node.js';
 
 const NODES = 5_000;
 const PAD_BYTES = 100 * 1024;
 const TIMINGS = JSON.stringify({ backoffBaseMs: 100, backoffMaxMs: 500, idleMs: 60_000 });
 
-function rssMiB(pid: number): number {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  return Number(/VmRSS:\s+(\d+) kB/.exec(status)?.[1] ?? Number.NaN) / 1024;
-}
+const rssMiB = (pid: number) => processStats(pid).rssKiB / 1024;
 
 // On a machine that has not built the control plane yet, its first start builds it (minutes).
 t.setTimeout(1_500_000);
