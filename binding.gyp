@@ -6,6 +6,7 @@
         "native/nftables_napi.cc",
         "native/runner.cc",
         "native/netlink.cc",
+        "native/element-audit.cc",
         "native/conntrack.cc",
         "native/nat-stats.cc",
         "native/route.cc",

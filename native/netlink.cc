@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -670,6 +671,109 @@ Status EditElements(const ElementEdit& edit) {
   FinishMessage(
       &batch, StartMessage(&batch, NFNL_MSG_BATCH_END, 0, AF_UNSPEC, seq++, NFNL_SUBSYS_NFTABLES));
   return SendBatch(batch, acked, "our tables");
+}
+
+SetElements ReadSetElements(uint8_t family, const std::string& table, const std::string& set,
+                            size_t key_len, bool interval) {
+  SetElements result{{true, ""}, {}};
+  if (key_len == 0 || key_len > 64) return {{false, "a key is 1 to 64 bytes"}, {}};
+  std::vector<char> attrs;
+  Writer writer(&attrs);
+  writer.PutString(NFTA_SET_ELEM_LIST_TABLE, table);
+  writer.PutString(NFTA_SET_ELEM_LIST_SET, set);
+  // Each item as the kernel lists it: its key, its end key (concatenated range sets), its flags.
+  struct Item {
+    std::string key;
+    std::string end;
+    bool interval_end = false;
+  };
+  std::vector<Item> items;
+  const auto value_of = [](const char* data, size_t len) {
+    std::string value;
+    ForEachAttr(data, len, [&](uint16_t type, const char* payload, size_t payload_len) {
+      if (type == NFTA_DATA_VALUE) value.assign(payload, payload_len);
+    });
+    return value;
+  };
+  result.status = NetlinkRequest(
+      NFT_MSG_GETSETELEM, NLM_F_DUMP, "NFT_MSG_GETSETELEM", [](uint8_t) {},
+      [&](uint16_t type, const char* data, size_t len) {
+        if (type != NFTA_SET_ELEM_LIST_ELEMENTS) return true;
+        ForEachAttr(data, len, [&](uint16_t elem, const char* element, size_t element_len) {
+          if (elem != NFTA_LIST_ELEM) return;
+          Item item;
+          ForEachAttr(
+              element, element_len, [&](uint16_t attr, const char* value, size_t value_len) {
+                if (attr == NFTA_SET_ELEM_KEY) item.key = value_of(value, value_len);
+                if (attr == NFTA_SET_ELEM_KEY_END) item.end = value_of(value, value_len);
+                if (attr == NFTA_SET_ELEM_FLAGS)
+                  item.interval_end = (Be32(value, value_len) & NFT_SET_ELEM_INTERVAL_END) != 0;
+              });
+          items.push_back(std::move(item));
+        });
+        return true;
+      },
+      family, attrs);
+  if (!result.status.ok) return result;
+  const auto fail = [&](const std::string& why) {
+    return SetElements{{false, "set " + set + " of table " + table + ": " + why}, {}};
+  };
+  for (const Item& item : items) {
+    if (item.key.size() != key_len) return fail("a key of an unexpected length");
+    if (!interval && item.end.size() != key_len) return fail("an element without its end key");
+  }
+  if (!interval) {
+    std::sort(items.begin(), items.end(),
+              [](const Item& a, const Item& b) { return a.key < b.key; });
+    for (const Item& item : items) {
+      result.elements.insert(result.elements.end(), item.key.begin(), item.key.end());
+      result.elements.insert(result.elements.end(), item.end.begin(), item.end.end());
+    }
+    return result;
+  }
+  // By key, an end item before a start item of the same key (adjacent ranges share it).
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    if (a.key != b.key) return a.key < b.key;
+    return a.interval_end && !b.interval_end;
+  });
+  for (size_t i = 0; i < items.size(); i++) {
+    const Item& start = items[i];
+    // libnftables closes the gap below the first range with an end item at key 0 (and puts one
+    // alone in an empty set): no range of its own.
+    if (start.interval_end && i == 0 &&
+        std::all_of(start.key.begin(), start.key.end(), [](char byte) { return byte == 0; }))
+      continue;
+    if (start.interval_end) return fail("an end item without its start");
+    std::vector<uint8_t> last(key_len, 0xff);
+    if (i + 1 < items.size() && items[i + 1].interval_end) {
+      // One before the end item's key: the range's last key.
+      const std::string& past = items[++i].key;
+      last.assign(past.begin(), past.end());
+      for (size_t b = key_len; b-- > 0;) {
+        if (last[b]-- != 0) break;
+      }
+    }
+    result.elements.insert(result.elements.end(), start.key.begin(), start.key.end());
+    result.elements.insert(result.elements.end(), last.begin(), last.end());
+  }
+  return result;
+}
+
+Comments RuleComments(uint8_t family, const std::string& table, const std::string& chain) {
+  Comments result{{true, ""}, {}};
+  std::vector<char> filter;
+  Writer writer(&filter);
+  writer.PutString(NFTA_RULE_TABLE, table);
+  writer.PutString(NFTA_RULE_CHAIN, chain);
+  result.status = NetlinkRequest(
+      NFT_MSG_GETRULE, NLM_F_DUMP, "NFT_MSG_GETRULE",
+      [&](uint8_t) { result.comments.emplace_back(); },
+      [&](uint16_t type, const char* data, size_t len) {
+        if (type == NFTA_RULE_USERDATA) result.comments.back() = CommentOf(std::string(data, len));
+        return true;
+      },
+      family, filter);
+  return result;
 }
 
 }  // namespace netlink

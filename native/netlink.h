@@ -139,3 +139,26 @@ Heard DrainMonitor(int fd);
 void CloseMonitor(int fd);
 
 }  // namespace netlink
+
+namespace netlink {
+
+// What a set of ours holds now (one NFT_MSG_GETSETELEM dump), each element as its first and last
+// key, `key_len` bytes each in the kernel's layout, sorted by first key: a plain interval set's
+// start and end items are paired back (an end item is one past the last key; a start with no end
+// runs to the last key), a concatenated range set's key and end key taken as they are. For the
+// audit of an element-only write (README, "The everyday edit"): no libnftables, no text.
+struct SetElements {
+  Status status;
+  std::vector<uint8_t> elements;  // 2 * key_len bytes per element
+};
+SetElements ReadSetElements(uint8_t family, const std::string& table, const std::string& set,
+                            size_t key_len, bool interval);
+
+// The comments of a chain's rules, in order (a rule without one gives "").
+struct Comments {
+  Status status;
+  std::vector<std::string> comments;
+};
+Comments RuleComments(uint8_t family, const std::string& table, const std::string& chain);
+
+}  // namespace netlink

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "conntrack.h"
+#include "element-audit.h"
 #include "memory.h"
 #include "nat-stats.h"
 #include "netlink.h"
@@ -509,6 +510,69 @@ Napi::Value EditElements(const Napi::CallbackInfo& info) {
   });
 }
 
+// auditSet({ family: 4 | 6, table, set, concat, expected }): Promise<{ held, meant, missingCount,
+// extraCount, missing, extra }>: the set read back over netlink and compared with `expected`, the
+// agent's prefixes one per line (audit::AuditSet), on a pool thread.
+Napi::Value AuditSet(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const char* usage = "auditSet({ family: 4 | 6, table, set, concat, expected })";
+  if (info.Length() != 1 || !info[0].IsObject()) throw Napi::TypeError::New(env, usage);
+  Napi::Object request = info[0].As<Napi::Object>();
+  const auto text = [&](const char* key) {
+    Napi::Value value = request.Get(key);
+    if (!value.IsString()) throw Napi::TypeError::New(env, usage);
+    return value.As<Napi::String>().Utf8Value();
+  };
+  const int family = request.Get("family").ToNumber().Int32Value();
+  if (family != 4 && family != 6) throw Napi::RangeError::New(env, "family must be 4 or 6");
+  std::string table = text("table");
+  std::string set = text("set");
+  std::string expected = text("expected");
+  const bool concat = request.Get("concat").ToBoolean().Value();
+  return Queue(env, [family, table = std::move(table), set = std::move(set), concat,
+                     expected = std::move(expected)] {
+    audit::SetAudit result = audit::AuditSet(family, table, set, concat, expected);
+    if (!result.status.ok) return Failed(result.status.error);
+    return Value([result = std::move(result)](Napi::Env env) {
+      Napi::Object object = Napi::Object::New(env);
+      object.Set("held", static_cast<double>(result.held));
+      object.Set("meant", static_cast<double>(result.meant));
+      object.Set("missingCount", static_cast<double>(result.missing_count));
+      object.Set("extraCount", static_cast<double>(result.extra_count));
+      const auto strings = [&](const std::vector<std::string>& list) {
+        Napi::Array array = Napi::Array::New(env, list.size());
+        for (size_t i = 0; i < list.size(); i++) array.Set(static_cast<uint32_t>(i), list[i]);
+        return array;
+      };
+      object.Set("missing", strings(result.missing));
+      object.Set("extra", strings(result.extra));
+      return object;
+    });
+  });
+}
+
+// ruleComments(family: 4 | 6, table: string, chain: string): Promise<string[]>, the comments of
+// the chain's rules in order ("" for none), over netlink.
+Napi::Value RuleComments(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() != 3 || !info[0].IsNumber() || !info[1].IsString() || !info[2].IsString())
+    throw Napi::TypeError::New(env, "ruleComments(family: 4 | 6, table: string, chain: string)");
+  const int family = info[0].As<Napi::Number>().Int32Value();
+  if (family != 4 && family != 6) throw Napi::RangeError::New(env, "family must be 4 or 6");
+  std::string table = info[1].As<Napi::String>().Utf8Value();
+  std::string chain = info[2].As<Napi::String>().Utf8Value();
+  return Queue(env, [family, table = std::move(table), chain = std::move(chain)] {
+    netlink::Comments result = netlink::RuleComments(
+        static_cast<uint8_t>(family == 4 ? NFPROTO_IPV4 : NFPROTO_IPV6), table, chain);
+    if (!result.status.ok) return Failed(result.status.error);
+    return Value([comments = std::move(result.comments)](Napi::Env env) {
+      Napi::Array array = Napi::Array::New(env, comments.size());
+      for (size_t i = 0; i < comments.size(); i++) array.Set(static_cast<uint32_t>(i), comments[i]);
+      return array;
+    });
+  });
+}
+
 // monitorOpen(): number, a socket hearing nf_tables' notifications (netlink::OpenMonitor); throws
 // when it cannot be made. Quick: on the JS thread, as are the two below.
 Napi::Value MonitorOpen(const Napi::CallbackInfo& info) {
@@ -590,6 +654,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("conntrackHold", Napi::Function::New(env, ConntrackHold));
   exports.Set("conntrackDelete", Napi::Function::New(env, ConntrackDelete));
   exports.Set("editElements", Napi::Function::New(env, EditElements));
+  exports.Set("auditSet", Napi::Function::New(env, AuditSet));
+  exports.Set("ruleComments", Napi::Function::New(env, RuleComments));
   exports.Set("monitorOpen", Napi::Function::New(env, MonitorOpen));
   exports.Set("monitorDrain", Napi::Function::New(env, MonitorDrain));
   exports.Set("monitorClose", Napi::Function::New(env, MonitorClose));

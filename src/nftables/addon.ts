@@ -18,9 +18,12 @@ import {
   type FlowPlan,
   type FlowPolicy,
   type NatSample,
+  type NamedSet,
   type NatSampleRequest,
   type NftFailureKind,
   type RuleShape,
+  type SetAudit,
+  type TableRef,
 } from './types.js';
 import { errorText } from '../errors.js';
 
@@ -95,6 +98,14 @@ interface NativeAddon {
       sets: Array<{ name: string; keyLength: number; removed: Buffer; added: Buffer }>;
     }>;
   }): Promise<undefined>;
+  auditSet(request: {
+    family: 4 | 6;
+    table: string;
+    set: string;
+    concat: boolean;
+    expected: string;
+  }): Promise<SetAudit>;
+  ruleComments(family: 4 | 6, table: string, chain: string): Promise<string[]>;
   conntrackDelete(
     plan: unknown,
     which: 'now' | 'later',
@@ -412,6 +423,34 @@ export async function editElements(edit: ElementEdit): Promise<CommitStep> {
     });
     return { before, after: await generation() };
   });
+}
+
+/**
+ * What the kernel's set holds compared with `elements`, the agent's own prefixes (the audit of an
+ * element-only write, README "The everyday edit"): read over netlink and compared on a pool thread,
+ * the prefixes parsed there on their own, not by the write's packing (rangeElementBytes). Not queued
+ * behind our writes: a read, judged by the generation ids its caller reads around it.
+ */
+export async function auditSet(
+  ref: TableRef,
+  set: NamedSet,
+  elements: Elements,
+): Promise<SetAudit> {
+  const interval = set.key.elementSuffix === '';
+  if (set.key.elements === 'names' || (interval && !set.flags.includes('interval')))
+    throw new Error(`set ${set.name}: only sets of address ranges are audited over netlink`);
+  return addon().auditSet({
+    family: ref.family === 'ip' ? 4 : 6,
+    table: ref.name,
+    set: set.name,
+    concat: !interval,
+    expected: elements.join('\n'),
+  });
+}
+
+/** The comments of a chain's rules in order ("" for a rule without one), over netlink. Not queued. */
+export async function ruleComments(ref: TableRef, chain: string): Promise<string[]> {
+  return addon().ruleComments(ref.family === 'ip' ? 4 : 6, ref.name, chain);
 }
 
 /** Deletes the plan's entries, `now` or `later`, each only if it is still the same entry. */

@@ -1,6 +1,7 @@
 // The agent's one view of the kernel, all through the addon: nothing else in src/ runs nftables
 // commands. Tests wrap it to count reads or stand in a fake (test/helpers/fake-kernel.ts).
 import {
+  auditSet,
   deleteFlows,
   holdReplies,
   judgeFlows,
@@ -13,6 +14,7 @@ import {
   nftTableNames,
   commitNft,
   editElements,
+  ruleComments,
   runNft,
 } from './addon.js';
 import type {
@@ -21,11 +23,14 @@ import type {
   CounterValue,
   DeletedFlows,
   ElementEdit,
+  Elements,
   FlowJudgement,
   FlowPlan,
   NatSample,
   NatSampleRequest,
+  NamedSet,
   RuleShape,
+  SetAudit,
   TableRef,
 } from './types.js';
 
@@ -42,6 +47,10 @@ export interface Kernel {
   apply(script: string): Promise<CommitStep>;
   /** An element-only change as one transaction over netlink, without libnftables (nftables/change.ts). */
   edit(edit: ElementEdit): Promise<CommitStep>;
+  /** A set of ours read back over netlink and compared with these elements (the element-write audit). */
+  auditSet(ref: TableRef, set: NamedSet, elements: Elements): Promise<SetAudit>;
+  /** The comments of a chain's rules in order, over netlink ("" for a rule without one). */
+  ruleComments(ref: TableRef, chain: string): Promise<string[]>;
   /** The namespace's nftables generation id (moves on every commit by anyone). */
   generationId(): Promise<number>;
   /** Every table in the namespace, from plain netlink: works where libnftables cannot parse them. */
@@ -122,6 +131,8 @@ export const nftKernel: Kernel = {
   },
   apply: commitNft,
   edit: editElements,
+  auditSet,
+  ruleComments,
   generationId: nftGenerationId,
   tableNames: nftTableNames,
   chains: nftChains,

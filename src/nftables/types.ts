@@ -112,6 +112,20 @@ export interface TableElementEdit {
   readonly mark: string;
 }
 
+/**
+ * One set as the kernel holds it, compared with what an element-only write meant (the audit of
+ * that write, README "The everyday edit"): element counts, and the first few differing elements
+ * as address ranges ("first-last").
+ */
+export interface SetAudit {
+  readonly held: number;
+  readonly meant: number;
+  readonly missingCount: number;
+  readonly extraCount: number;
+  readonly missing: readonly string[];
+  readonly extra: readonly string[];
+}
+
 export interface TableRef {
   readonly family: TableFamily;
   readonly name: string;

@@ -141,8 +141,8 @@ export class Converger {
   private readonly written = new Set<TableFamily>();
   /** The tables as this process last wrote them: what the kernel holds while nobody else wrote. */
   private readonly lastTables = new Map<TableFamily, Table>();
-  /** The generation id after the last element-only write, until its audit reads the tables back. */
-  private unaudited: number | undefined;
+  /** The last element-only write and the generation id after it, until its audit reads it back. */
+  private unaudited: { genId: number; edit: ElementEdit } | undefined;
   /** The last audit found our own write wrong: its repair is not another's drift. */
   private ownFault = false;
 
@@ -351,7 +351,7 @@ export class Converger {
       // While another agent writes our table, read back at every resync: that our write stayed is
       // how the conflict ends.
       this.verifiedGenId = otherAgent.active ? undefined : chain;
-      this.unaudited = edit && chain !== undefined ? chain : undefined;
+      this.unaudited = edit && chain !== undefined ? { genId: chain, edit } : undefined;
       if (chain !== undefined || otherAgent.active || last) return 'wrote';
       // Another tool committed around our write: read back now and repair what it changed.
     }
@@ -363,41 +363,58 @@ export class Converger {
   }
 
   /**
-   * The audit of the last element-only write: our tables read back whole and compared with what
-   * the write meant, when nothing but our own commits came since. A difference makes the next
-   * converge read back and write the tables from the whole compare.
+   * The audit of the last element-only write, when nothing but our own commits came since: each set
+   * it changed read back over netlink and compared with the whole list the write meant (on a pool
+   * thread: the audit::AuditSet of the addon, which parses that list on its own rather than by the
+   * write's packing), and the chain it marked read for the new mark. Neither a libnftables call nor
+   * queued behind our writes: a write committed meanwhile makes it `moved`. A difference makes the
+   * next converge read back and write the tables from the whole compare.
    */
-  async auditElementWrite(): Promise<ElementAudit> {
-    const { kernel, compileOptions, metrics } = this.deps;
-    const genId = this.unaudited;
+  async auditElementWrite(): Promise<{ verdict: ElementAudit; differences: string[] }> {
+    const { kernel, metrics } = this.deps;
+    const pending = this.unaudited;
     this.unaudited = undefined;
-    if (genId === undefined) return 'none';
+    if (pending === undefined) return { verdict: 'none', differences: [] };
+    const moved = { verdict: 'moved' as const, differences: [] };
     const at = await kernel.generationId().catch(() => undefined);
-    if (at === undefined || this.pastOwnSteps(genId) !== at) return 'moved';
-    let found: KernelTables;
+    if (at === undefined || this.pastOwnSteps(pending.genId) !== at) return moved;
+    const differences: string[] = [];
     try {
-      found = await readTables(
-        kernel,
-        compileOptions,
-        this.written,
-        () => metrics.incKernelReads(),
-        false,
-      );
+      for (const table of pending.edit.tables) {
+        const ref = { family: table.family, name: table.table };
+        for (const { set } of table.sets) {
+          metrics.incKernelReads();
+          const found = await kernel.auditSet(ref, set, set.elements);
+          if (found.missingCount === 0 && found.extraCount === 0) continue;
+          const named = (what: string, count: number, list: readonly string[]) =>
+            count === 0
+              ? []
+              : [`${count} ${what} (${list.join(', ')}${count > list.length ? ', …' : ''})`];
+          differences.push(
+            `set ${table.family} ${table.table} ${set.name}: holds ${found.held} elements, the write meant ${found.meant}; ` +
+              [
+                ...named('missing', found.missingCount, found.missing),
+                ...named('not meant', found.extraCount, found.extra),
+              ].join('; '),
+          );
+        }
+        const comments = await kernel.ruleComments(ref, table.chain);
+        if (!comments.includes(table.mark))
+          differences.push(
+            `chain ${table.family} ${table.table} ${table.chain}: no rule carries the write's mark`,
+          );
+      }
     } catch (err) {
       // Not audited: the next converge reads back rather than trust the write.
       this.verifiedGenId = undefined;
       throw err;
     }
     const readAt = await kernel.generationId().catch(() => undefined);
-    if (readAt !== at) return 'moved';
-    // The compare renders what the write meant: large sets a slice at a time, between events.
-    const meant = [...this.lastTables.values()];
-    for (const table of meant)
-      for (const set of table.sets) await prerenderElements(set, table.family, breathe);
-    if (holds(found, meant)) return 'agrees';
+    if (readAt !== at) return moved;
+    if (differences.length === 0) return { verdict: 'agrees', differences };
     this.verifiedGenId = undefined;
     this.ownFault = true;
-    return 'differs';
+    return { verdict: 'differs', differences };
   }
 
   /**

@@ -174,9 +174,9 @@ export class Reconciler {
   private auditAgain = false;
 
   /**
-   * The element-write audit beside the syncs, not in one: its read of our tables (~1 s at 100 000
-   * elements through libnftables) must not hold back the next edit's write, which runs meanwhile
-   * (the addon runs each call on a pool thread of its own). A write committed during the read makes
+   * The element-write audit beside the syncs, not in one: its read of the sets the write changed
+   * (over netlink, compared on a pool thread: tens of ms at 100 000 elements) must not hold back the
+   * next edit's write, which runs meanwhile (the audit's calls are not queued behind our writes). A write committed during the read makes
    * it `moved`: that write is audited in turn. A disagreement asks for a sync, which reads back and
    * repairs (the converger no longer trusts the kernel).
    */
@@ -203,10 +203,11 @@ export class Reconciler {
   /** The last element-only write read back and compared; a disagreement reported. */
   private async auditElementWrite(): Promise<void> {
     try {
-      if ((await this.converger.auditElementWrite()) === 'differs') {
+      const { verdict, differences } = await this.converger.auditElementWrite();
+      if (verdict === 'differs') {
         reportMismatch(this.deps.logger, this.deps.metrics, 'element-write', {
           generation: this.converger.generation,
-          difference: 'our tables read back differ from what the write meant',
+          difference: differences.join('\n'),
         });
       }
     } catch (err) {

@@ -140,6 +140,11 @@ if (requireRoot(t)) {
   t.test('a wrong element-only write is found by its audit and the tables repaired', async (t) => {
     const { line, node } = await caught(t, 'element-write');
     t.match(String(line.msg), /element-only write disagreed with the whole path/);
+    t.match(
+      line.difference,
+      /set ip ipmasq \S+: .*1 missing \(203\.0\.113\.0-203\.0\.113\.255\)/,
+      'the difference names the set and the element the write left out',
+    );
     t.equal(await metric(node, 'ipmasq_drift_repairs_total'), 0, 'not counted as drift');
   });
 }

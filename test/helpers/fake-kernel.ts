@@ -7,12 +7,15 @@ import type {
   ChainInfo,
   CommitStep,
   ElementEdit,
+  Elements,
   CounterValue,
   DeletedFlows,
   FlowJudgement,
   FlowPlan,
   NatSample,
+  NamedSet,
   RuleShape,
+  SetAudit,
   TableRef,
 } from '../../src/nftables/types.js';
 import { parseAddress } from '../../src/cidr/index.js';
@@ -145,6 +148,39 @@ export class FakeKernel implements Kernel {
     } finally {
       this.beforeCommit = hook;
     }
+  }
+
+  /** Audits read, in order (the element-write audit's reads of our sets). */
+  audits: string[] = [];
+
+  /** The set's elements from the fake's listing, compared as text (the real compare is the addon's). */
+  async auditSet(ref: TableRef, set: NamedSet, elements: Elements): Promise<SetAudit> {
+    this.audits.push(set.name);
+    const listing = this.tables.get(FakeKernel.key(ref));
+    const held = listing ? parseListing(listing).sets.find((s) => s.name === set.name) : undefined;
+    if (!held) throw new NftError(`Error: No such file or directory\nset ${set.name}`);
+    const suffix = set.key.elementSuffix;
+    const have = new Set(
+      held.elements.map((e) => (suffix && e.endsWith(suffix) ? e.slice(0, -suffix.length) : e)),
+    );
+    const want = new Set(elements);
+    const missing = elements.filter((e) => !have.has(e));
+    const extra = [...have].filter((e) => !want.has(e));
+    return {
+      held: have.size,
+      meant: want.size,
+      missingCount: missing.length,
+      extraCount: extra.length,
+      missing: missing.slice(0, 8),
+      extra: extra.slice(0, 8),
+    };
+  }
+
+  async ruleComments(ref: TableRef, chain: string): Promise<string[]> {
+    const listing = this.tables.get(FakeKernel.key(ref));
+    const found = listing ? parseListing(listing).chains.find((c) => c.name === chain) : undefined;
+    if (!found) throw new NftError(`Error: No such file or directory\nchain ${chain}`);
+    return found.rules.map((rule) => /comment "(.*)"$/.exec(rule)?.[1] ?? '');
   }
 
   async apply(script: string): Promise<CommitStep> {
