@@ -13,20 +13,27 @@ namespace {
 // How many differences of each kind are named in the answer.
 constexpr size_t kNamed = 8;
 
-// One prefix ("ADDR/LEN" or "ADDR") as its first and last key; false when it does not parse.
-bool ParsePrefix(const std::string& text, int family, bool concat, std::vector<uint8_t>* out) {
+// One prefix ("ADDR/LEN" or "ADDR", `len` bytes at `text`) as its first and last key; false when
+// it does not parse.
+bool ParsePrefix(const char* text, size_t len, int family, bool concat, std::vector<uint8_t>* out) {
   const size_t width = family == 4 ? 4 : 16;
-  const size_t slash = text.find('/');
-  const std::string address = text.substr(0, slash);
+  const char* slash = static_cast<const char*>(memchr(text, '/', len));
+  const size_t address_len = slash ? static_cast<size_t>(slash - text) : len;
+  char address[INET6_ADDRSTRLEN] = {};
+  if (address_len == 0 || address_len >= sizeof(address)) return false;
+  memcpy(address, text, address_len);
   uint8_t bytes[16] = {};
-  if (inet_pton(family == 4 ? AF_INET : AF_INET6, address.c_str(), bytes) != 1) return false;
+  if (inet_pton(family == 4 ? AF_INET : AF_INET6, address, bytes) != 1) return false;
   size_t length = width * 8;
-  if (slash != std::string::npos) {
-    const std::string bits = text.substr(slash + 1);
-    if (bits.empty() || bits.size() > 3 ||
-        bits.find_first_not_of("0123456789") != std::string::npos)
-      return false;
-    length = static_cast<size_t>(std::stoi(bits));
+  if (slash) {
+    const char* bits = slash + 1;
+    const size_t bits_len = len - address_len - 1;
+    if (bits_len == 0 || bits_len > 3) return false;
+    length = 0;
+    for (size_t i = 0; i < bits_len; i++) {
+      if (bits[i] < '0' || bits[i] > '9') return false;
+      length = length * 10 + static_cast<size_t>(bits[i] - '0');
+    }
     if (length > width * 8) return false;
   }
   const size_t key = width + (concat ? 4 : 0);
@@ -63,17 +70,18 @@ SetAudit AuditSet(int family, const std::string& table, const std::string& set, 
   const size_t key = width + (concat ? 4 : 0);
   const size_t record = 2 * key;
   std::vector<uint8_t> meant;
+  meant.reserve(expected.size() / 8 * record);
   size_t from = 0;
   while (from < expected.size()) {
     size_t end = expected.find('\n', from);
     if (end == std::string::npos) end = expected.size();
-    const std::string line = expected.substr(from, end - from);
-    from = end + 1;
-    if (line.empty()) continue;
-    if (!ParsePrefix(line, family, concat, &meant)) {
-      result.status = {false, "not an IPv" + std::to_string(family) + " prefix: " + line};
+    const size_t len = end - from;
+    if (len > 0 && !ParsePrefix(expected.data() + from, len, family, concat, &meant)) {
+      result.status = {false, "not an IPv" + std::to_string(family) +
+                                  " prefix: " + expected.substr(from, std::min<size_t>(len, 64))};
       return result;
     }
+    from = end + 1;
   }
   netlink::SetElements held = netlink::ReadSetElements(
       static_cast<uint8_t>(family == 4 ? NFPROTO_IPV4 : NFPROTO_IPV6), table, set, key, !concat);
@@ -86,9 +94,12 @@ SetAudit AuditSet(int family, const std::string& table, const std::string& set, 
   const size_t count = meant.size() / record;
   std::vector<size_t> order(count);
   for (size_t i = 0; i < count; i++) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+  const auto before = [&](size_t a, size_t b) {
     return memcmp(meant.data() + a * record, meant.data() + b * record, record) < 0;
-  });
+  };
+  // The agent's lists come in address order: checked, and sorted only when they are not.
+  if (!std::is_sorted(order.begin(), order.end(), before))
+    std::sort(order.begin(), order.end(), before);
   result.meant = count;
   result.held = held.elements.size() / record;
   size_t i = 0;

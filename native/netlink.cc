@@ -681,19 +681,19 @@ SetElements ReadSetElements(uint8_t family, const std::string& table, const std:
   Writer writer(&attrs);
   writer.PutString(NFTA_SET_ELEM_LIST_TABLE, table);
   writer.PutString(NFTA_SET_ELEM_LIST_SET, set);
-  // Each item as the kernel lists it: its key, its end key (concatenated range sets), its flags.
-  struct Item {
-    std::string key;
-    std::string end;
-    bool interval_end = false;
-  };
-  std::vector<Item> items;
-  const auto value_of = [](const char* data, size_t len) {
-    std::string value;
+  // Each item as the kernel lists it, in one flat run of fixed-width records: its key, then its
+  // end key (concatenated range sets) or a byte saying whether it is an end item (interval sets).
+  const size_t width = interval ? key_len + 1 : 2 * key_len;
+  std::vector<uint8_t> items;
+  bool malformed = false;
+  const auto value_into = [&](const char* data, size_t len, size_t at) {
+    bool found = false;
     ForEachAttr(data, len, [&](uint16_t type, const char* payload, size_t payload_len) {
-      if (type == NFTA_DATA_VALUE) value.assign(payload, payload_len);
+      if (type != NFTA_DATA_VALUE) return;
+      found = payload_len == key_len;
+      if (found) memcpy(items.data() + at, payload, key_len);
     });
-    return value;
+    if (!found) malformed = true;
   };
   result.status = NetlinkRequest(
       NFT_MSG_GETSETELEM, NLM_F_DUMP, "NFT_MSG_GETSETELEM", [](uint8_t) {},
@@ -701,59 +701,71 @@ SetElements ReadSetElements(uint8_t family, const std::string& table, const std:
         if (type != NFTA_SET_ELEM_LIST_ELEMENTS) return true;
         ForEachAttr(data, len, [&](uint16_t elem, const char* element, size_t element_len) {
           if (elem != NFTA_LIST_ELEM) return;
-          Item item;
-          ForEachAttr(
-              element, element_len, [&](uint16_t attr, const char* value, size_t value_len) {
-                if (attr == NFTA_SET_ELEM_KEY) item.key = value_of(value, value_len);
-                if (attr == NFTA_SET_ELEM_KEY_END) item.end = value_of(value, value_len);
-                if (attr == NFTA_SET_ELEM_FLAGS)
-                  item.interval_end = (Be32(value, value_len) & NFT_SET_ELEM_INTERVAL_END) != 0;
-              });
-          items.push_back(std::move(item));
+          const size_t at = items.size();
+          items.resize(at + width, 0);
+          bool has_end = false;
+          ForEachAttr(element, element_len,
+                      [&](uint16_t attr, const char* value, size_t value_len) {
+                        if (attr == NFTA_SET_ELEM_KEY) value_into(value, value_len, at);
+                        if (attr == NFTA_SET_ELEM_KEY_END && !interval) {
+                          value_into(value, value_len, at + key_len);
+                          has_end = true;
+                        }
+                        if (attr == NFTA_SET_ELEM_FLAGS && interval)
+                          items[at + key_len] =
+                              (Be32(value, value_len) & NFT_SET_ELEM_INTERVAL_END) ? 1 : 0;
+                      });
+          if (!interval && !has_end) malformed = true;
         });
         return true;
       },
       family, attrs);
   if (!result.status.ok) return result;
-  const auto fail = [&](const std::string& why) {
-    return SetElements{{false, "set " + set + " of table " + table + ": " + why}, {}};
+  if (malformed)
+    return {{false, "set " + set + " of table " + table + ": an element of an unexpected shape"},
+            {}};
+  const size_t count = items.size() / width;
+  // Sorted by key (the kernel lists some sets backwards); an interval set's end item before a
+  // start item of the same key (adjoining ranges share it): its flag byte inverted in the order.
+  const auto before = [&](size_t a, size_t b) {
+    const uint8_t* x = items.data() + a * width;
+    const uint8_t* y = items.data() + b * width;
+    const int by_key = memcmp(x, y, key_len);
+    if (by_key != 0 || !interval) return by_key < 0 || (by_key == 0 && memcmp(x, y, width) < 0);
+    return x[key_len] > y[key_len];
   };
-  for (const Item& item : items) {
-    if (item.key.size() != key_len) return fail("a key of an unexpected length");
-    if (!interval && item.end.size() != key_len) return fail("an element without its end key");
-  }
+  std::vector<size_t> order(count);
+  for (size_t i = 0; i < count; i++) order[i] = i;
+  if (!std::is_sorted(order.begin(), order.end(), before))
+    std::sort(order.begin(), order.end(), before);
+  result.elements.reserve(count * 2 * key_len);
   if (!interval) {
-    std::sort(items.begin(), items.end(),
-              [](const Item& a, const Item& b) { return a.key < b.key; });
-    for (const Item& item : items) {
-      result.elements.insert(result.elements.end(), item.key.begin(), item.key.end());
-      result.elements.insert(result.elements.end(), item.end.begin(), item.end.end());
-    }
+    for (size_t i : order)
+      result.elements.insert(result.elements.end(), items.data() + i * width,
+                             items.data() + (i + 1) * width);
     return result;
   }
-  // By key, an end item before a start item of the same key (adjacent ranges share it).
-  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
-    if (a.key != b.key) return a.key < b.key;
-    return a.interval_end && !b.interval_end;
-  });
-  for (size_t i = 0; i < items.size(); i++) {
-    const Item& start = items[i];
+  const auto key_of = [&](size_t n) { return items.data() + order[n] * width; };
+  const auto is_end = [&](size_t n) { return key_of(n)[key_len] != 0; };
+  for (size_t n = 0; n < count; n++) {
+    const uint8_t* start = key_of(n);
     // libnftables closes the gap below the first range with an end item at key 0 (and puts one
     // alone in an empty set): no range of its own.
-    if (start.interval_end && i == 0 &&
-        std::all_of(start.key.begin(), start.key.end(), [](char byte) { return byte == 0; }))
+    if (is_end(n) && n == 0 &&
+        std::all_of(start, start + key_len, [](uint8_t b) { return b == 0; }))
       continue;
-    if (start.interval_end) return fail("an end item without its start");
+    if (is_end(n))
+      return {{false, "set " + set + " of table " + table + ": an end item without its start"}, {}};
     std::vector<uint8_t> last(key_len, 0xff);
-    if (i + 1 < items.size() && items[i + 1].interval_end) {
+    if (n + 1 < count && is_end(n + 1)) {
       // One before the end item's key: the range's last key.
-      const std::string& past = items[++i].key;
-      last.assign(past.begin(), past.end());
+      const uint8_t* past = key_of(++n);
+      last.assign(past, past + key_len);
       for (size_t b = key_len; b-- > 0;) {
         if (last[b]-- != 0) break;
       }
     }
-    result.elements.insert(result.elements.end(), start.key.begin(), start.key.end());
+    result.elements.insert(result.elements.end(), start, start + key_len);
     result.elements.insert(result.elements.end(), last.begin(), last.end());
   }
   return result;

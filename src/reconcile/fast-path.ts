@@ -14,9 +14,10 @@ export const ELEMENT_WRITE_AUDIT = 'element-write audit';
 /**
  * How long after an element-only write its audit comes when no other write follows, and at most
  * after the first write of a burst: within the contract's second, the read itself included (the
- * changed sets over netlink, compared on a pool thread: tens of ms at 100 000 elements).
+ * changed sets over netlink, compared on a pool thread: ~80 ms at 100 000 elements), and soon, so
+ * that the read is over by the next edit (a write during it makes the audit read again).
  */
-export const ELEMENT_AUDIT_DELAY_MS = 250;
+export const ELEMENT_AUDIT_DELAY_MS = 50;
 export const ELEMENT_AUDIT_WITHIN_MS = 750;
 
 /** Logs and counts one mismatch of `path`; `details` are the log line's fields. */

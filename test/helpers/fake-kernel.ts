@@ -160,11 +160,15 @@ export class FakeKernel implements Kernel {
     const held = listing ? parseListing(listing).sets.find((s) => s.name === set.name) : undefined;
     if (!held) throw new NftError(`Error: No such file or directory\nset ${set.name}`);
     const suffix = set.key.elementSuffix;
+    // As prefixes: nft lists a single address without its length, as the fake does.
+    const prefix = (e: string) => (e.includes('/') ? e : `${e}/${e.includes(':') ? 128 : 32}`);
     const have = new Set(
-      held.elements.map((e) => (suffix && e.endsWith(suffix) ? e.slice(0, -suffix.length) : e)),
+      held.elements.map((e) =>
+        prefix(suffix && e.endsWith(suffix) ? e.slice(0, -suffix.length) : e),
+      ),
     );
-    const want = new Set(elements);
-    const missing = elements.filter((e) => !have.has(e));
+    const want = new Set(elements.map(prefix));
+    const missing = [...want].filter((e) => !have.has(e));
     const extra = [...have].filter((e) => !want.has(e));
     return {
       held: have.size,
