@@ -5,7 +5,10 @@
 //
 // - The young generation stays at its first size: V8 grows it while allocation is brisk (loading
 //   modules) and keeps its pages afterwards. It grows while a worker does a large piece of work
-//   (holdYoungGrowth): the agent's own thread waits meanwhile, so only the worker's grows.
+//   (holdYoungGrowth): the config worker's whole load of what the agent asked (held on the worker
+//   itself: an edit's splice and the audits' whole loads do without), the changed ranges' worker
+//   (held by the agent's thread, which waits meanwhile). Held any longer, the agent's own thread
+//   grows too: ~24 MiB more along a stream of edits when each load was held (docs/design.md).
 // - The optimizing compiler (TurboFan) is off until work needs it: compiling hot start-up code costs
 //   memory for nothing an idle agent does, which interpreted and baseline code do fast enough.
 //   needOptimizer() turns it on for the rest of the process: a config big enough for the worker
@@ -48,12 +51,21 @@ export function workOnce(): void {
 }
 
 /**
+ * This thread's young generation no longer grows but while held (holdYoungGrowth): for a worker,
+ * whose start set V8's flags back to their defaults. The optimizing compiler stays as it is.
+ */
+export function keepYoungGeneration(): void {
+  growthForGood = false;
+  setYoungGrowth();
+}
+
+/**
  * Lets V8's young generation grow while a worker does a large piece of work (a config's whole
  * parse is ~3× slower in 1 MiB semi-spaces), until the function returned is called. The factor is
- * the process's, not an isolate's: this thread, waiting meanwhile, allocates little, and once the
- * hold ends its young generation no longer grows — a worker's stays as grown (docs/design.md,
- * "Memory"). A worker's start sets V8's flags back to their defaults (growth on): the end of the
- * hold, after the worker's start, sets the factor again.
+ * the process's, not an isolate's: held as briefly as the work, since any thread that collects
+ * meanwhile grows, and once the hold ends no young generation grows further — a grown one stays
+ * as grown (docs/design.md, "Memory"). A worker's start sets V8's flags back to their defaults
+ * (growth on): the end of a hold after it, or keepYoungGeneration on the worker, sets them again.
  */
 export function holdYoungGrowth(): () => void {
   growthHolds++;

@@ -297,8 +297,19 @@ let faultLeft = process.env.IPMASQ_TEST_CORRUPT_FAST_PATH === 'config';
  * (readSourceFiles) and it answers what loadFiles would, with how the sets' lists changed from its
  * last answer when it worked that out from the last load (undefined: a whole load).
  */
+export interface ConfigCacheOptions {
+  /** Runs each whole load (the config worker gives it the young generation's growth: src/memory.ts). */
+  readonly aroundWholeLoad?: <T>(load: () => T) => T;
+}
+
 export class ConfigCache {
   private state: State | undefined;
+  private readonly aroundWholeLoad: <T>(load: () => T) => T;
+
+  constructor(options: ConfigCacheOptions = {}) {
+    this.aroundWholeLoad = options.aroundWholeLoad ?? ((load) => load());
+  }
+
   /** Where the last answer worked out from the one before changed the files (empty: a whole load). */
   lastEdits: readonly EditedRange[] = [];
 
@@ -313,7 +324,7 @@ export class ConfigCache {
     this.state = undefined;
     this.lastEdits = [];
     const facts: TextFacts = { regions: [], fragments: [] };
-    const result = loadFiles(source, files, options, undefined, facts);
+    const result = this.aroundWholeLoad(() => loadFiles(source, files, options, undefined, facts));
     if (result.ok && !options.provenance && result.config.skipped === undefined) {
       const states: FileState[] = [];
       files.forEach((read, i) => {
