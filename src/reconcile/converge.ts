@@ -220,6 +220,8 @@ export class Converger {
       if (known && this.kernelKey === key) return wrote ? 'wrote' : 'in-place';
 
       let drift = false;
+      /** Read back, the kernel was found to hold exactly lastTables (at `base`). */
+      let heldLast = false;
       let found: KernelTables | undefined;
       let held: Table[] | undefined;
       // The generation id the write's change is worked out from; undefined: not known exactly.
@@ -286,6 +288,11 @@ export class Converger {
         const changedUnder = () =>
           this.lastTables.size > 0 && !holds(found!, [...this.lastTables.values()]);
         drift = verdict === 'drift' && !this.ownFault && (this.kernelKey === key || changedUnder());
+        // Another tool committed, elsewhere: the kernel still holds exactly what this process last
+        // wrote, as read at `base`. The change is worked out from that, as when nothing was
+        // committed: an element-only change stays one (libnftables' element commands would download
+        // every plain interval set in the namespace first, README "The everyday edit").
+        heldLast = base !== undefined && !drift && (await this.holdsLast(found));
       }
       const generation = nextGeneration(this.generation);
       if (generation < this.generation) {
@@ -303,7 +310,7 @@ export class Converger {
         logger.warn({ generation }, 'our tables in the kernel drifted from the config; repairing');
       // From what the kernel is known to hold, an element-only change goes over netlink, pinned to
       // the generation it was worked out at; anything else through libnftables.
-      const edit = found === undefined ? this.elementEdit(tables, base) : undefined;
+      const edit = found === undefined || heldLast ? this.elementEdit(tables, base) : undefined;
       const scripts = edit ? [] : await this.scripts(tables, found, held);
       this.lastWrite = edit ? 'netlink' : 'libnftables';
       // Our commits must follow on from `base` one step each (our held replies aside): any other
@@ -329,7 +336,7 @@ export class Converger {
         this.lookForStandIns = true;
         // A change worked out from what the kernel was known to hold, refused ("element does not
         // exist"): someone changed our table under it. Read it back and repair it now.
-        if (known && !last && err instanceof NftError && err.kind === 'error') {
+        if ((known || heldLast) && !last && err instanceof NftError && err.kind === 'error') {
           logger.warn(
             { err: errorText(err) },
             'our change was refused: our table changed under it; reading it back to repair it',
@@ -355,6 +362,15 @@ export class Converger {
       if (chain !== undefined || otherAgent.active || last) return 'wrote';
       // Another tool committed around our write: read back now and repair what it changed.
     }
+  }
+
+  /** Whether the tables read back are exactly those this process last wrote (large sets rendered a slice at a time). */
+  private async holdsLast(found: KernelTables): Promise<boolean> {
+    if (this.lastTables.size === 0) return false;
+    const last = [...this.lastTables.values()];
+    for (const table of last)
+      for (const set of table.sets) await prerenderElements(set, table.family, breathe);
+    return holds(found, last);
   }
 
   /** Whether an element-only write waits for its audit. */
