@@ -171,12 +171,13 @@ export async function httpGet(
 
 export { metricValue } from './prometheus.js';
 
-// Sequential GETs of /healthz, each on a new connection as the kubelet makes them, until stdin closes
-// or a bound is hit; prints "ready", then one JSON line with each request's start (epoch ms) and
-// latency (ms), and the failures.
+// Sequential GETs of /healthz (or of the paths given, in turn), each on a new connection as the
+// kubelet makes them, until stdin closes or a bound is hit; prints "ready", then one JSON line with
+// each request's start (epoch ms) and latency (ms), and the failures.
 const HEALTH_PROBE = `
 import http.client, json, sys, threading, time
 port, max_n, max_s, gap = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+paths = sys.argv[5:] or ["/healthz"]
 stop = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
 samples, failures = [], []
@@ -184,18 +185,19 @@ deadline = time.monotonic() + max_s
 print("ready", flush=True)
 while not stop.is_set() and len(samples) + len(failures) < max_n and time.monotonic() < deadline:
     start, t0 = time.time(), time.perf_counter()
+    path = paths[(len(samples) + len(failures)) % len(paths)]
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        conn.request("GET", "/healthz")
+        conn.request("GET", path)
         response = conn.getresponse()
         response.read()
         conn.close()
         if response.status == 200:
             samples.append([round(start * 1000, 1), round((time.perf_counter() - t0) * 1000, 3)])
         else:
-            failures.append("status %d" % response.status)
+            failures.append("%s: status %d" % (path, response.status))
     except Exception as e:
-        failures.append(repr(e))
+        failures.append("%s: %r" % (path, e))
     time.sleep(gap)
 print(json.dumps({"samples": samples, "failures": failures}), flush=True)
 `;
@@ -207,14 +209,15 @@ export interface HealthProbeResult {
 }
 
 /**
- * Probes /healthz on 127.0.0.1:port inside ns, one request after another (gapS apart), until
- * stop() or a bound; resolves once the prober runs. Killed at teardown.
+ * Probes /healthz (or `paths`, in turn) on 127.0.0.1:port inside ns, one request after another
+ * (gapS apart), until stop() or a bound; resolves once the prober runs. Killed at teardown.
  */
 export async function startHealthProbe(
   t: TapTest,
   ns: string,
   port: number,
   bounds: { maxRequests: number; maxSeconds: number; gapS: number },
+  paths: readonly string[] = [],
 ): Promise<{ stop(): Promise<HealthProbeResult> }> {
   const probe = spawn('ip', [
     'netns',
@@ -227,6 +230,7 @@ export async function startHealthProbe(
     String(bounds.maxRequests),
     String(bounds.maxSeconds),
     String(bounds.gapS),
+    ...paths,
   ]);
   t.teardown(() => probe.kill('SIGKILL'));
   let output = '';

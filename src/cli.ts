@@ -51,8 +51,9 @@ async function once(options: AgentOptions, logger: Logger): Promise<number> {
     logger.fatal(`cannot reach the Kubernetes API: ${errorText(err)}`);
     return 1;
   }
+  let reconciler: ReturnType<typeof makeReconciler> | undefined;
   try {
-    const reconciler = makeReconciler(options, logger, metrics, nftKernel, api);
+    reconciler = makeReconciler(options, logger, metrics, nftKernel, api);
     const deadline = Date.now() + ONCE_API_WAIT_MS;
     for (;;) {
       const outcome = await reconciler.sync();
@@ -69,6 +70,8 @@ async function once(options: AgentOptions, logger: Logger): Promise<number> {
       });
     }
   } finally {
+    // The look at other NAT runs beside the syncs: what it reports is said before the exit.
+    await reconciler?.lookSettled();
     await api?.stop();
   }
 }

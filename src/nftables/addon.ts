@@ -1,7 +1,10 @@
 // The only module that loads the native addon. Each libnftables call runs in a child process the
 // addon forks for it (docs/design.md, "libnftables"): a crash, abort or hang there is an NftError
-// here, never the end of the agent. Calls are serialised: one at a time keeps the libuv pool free
-// for I/O, and the kernel serialises nftables commits per namespace anyway.
+// here, never the end of the agent. Writes and the reads of our own tables are serialised: one at
+// a time keeps the libuv pool free for I/O, and the kernel serialises nftables commits per namespace
+// anyway. Reads that only look (generation ids, netlink dumps, the prints of other tables' chains)
+// are not queued behind them: nothing of ours waits on another table's size (README, "Other NAT on
+// the node"), and no write waits on a look.
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -223,6 +226,14 @@ export async function runNft(script: string, options: RunOptions = {}): Promise<
 }
 
 /**
+ * A libnftables call that only reads (a print of another table's chains), not queued behind our
+ * writes and not holding them back: it runs in a child process of its own beside them.
+ */
+export async function readNft(script: string, options: RunOptions = {}): Promise<string> {
+  return runNative(addon(), script, options, nftTimeoutMs());
+}
+
+/**
  * Commits a script in one libnftables call, with the namespace's generation id read right before
  * and right after it in the same turn of the queue: no other call of ours comes between, so a step
  * other than one is another tool's commit.
@@ -238,35 +249,34 @@ export async function commitNft(script: string): Promise<CommitStep> {
   });
 }
 
-/** The network namespace's nftables generation id; it moves on every committed transaction. */
+/**
+ * The network namespace's nftables generation id; it moves on every committed transaction. Not
+ * queued: a probe asking whether anything was committed must not wait for a write or a look.
+ */
 export async function nftGenerationId(): Promise<number> {
-  const native = addon();
-  return serialised(() => native.generationId());
+  return addon().generationId();
 }
 
-/** Every table in the namespace as the kernel names it, from one netlink dump (no libnftables). */
+/** Every table in the namespace as the kernel names it, from one netlink dump (no libnftables). Not queued. */
 export async function nftTableNames(): Promise<Array<{ family: string; name: string }>> {
-  const native = addon();
-  return serialised(() => native.listTables());
+  return addon().listTables();
 }
 
-/** Every chain in the namespace, with its hook when it has one, from one netlink dump. */
+/** Every chain in the namespace, with its hook when it has one, from one netlink dump. Not queued. */
 export async function nftChains(): Promise<ChainInfo[]> {
-  const native = addon();
-  return serialised(() => native.listChains());
+  return addon().listChains();
 }
 
 /**
  * One chain's rules, each reduced to what its expressions show (native/netlink.h, RuleShape):
- * from the kernel's own rule dump, without libnftables and without any set's elements.
+ * from the kernel's own rule dump, without libnftables and without any set's elements. Not queued.
  */
 export async function nftRuleShapes(
   family: string,
   table: string,
   chain: string,
 ): Promise<RuleShape[]> {
-  const native = addon();
-  return serialised(() => native.listRules(family, table, chain));
+  return addon().listRules(family, table, chain);
 }
 
 /**

@@ -14,6 +14,7 @@ import {
   nftTableNames,
   commitNft,
   editElements,
+  readNft,
   ruleComments,
   runNft,
 } from './addon.js';
@@ -148,9 +149,10 @@ export const nftKernel: Kernel = {
   async listRules(chains) {
     // A call per chain: libnftables 1.0.6 fills its cache for the last of several `list chain`
     // commands only, and fails the others. Names are checked by the caller (nat-chains.ts).
+    // Reads only, beside our writes: never queued before one (README, "Other NAT on the node").
     let text = '';
     for (const c of chains)
-      text += await runNft(`list chain ${c.family} ${c.table} ${c.chain}`, { listing: true });
+      text += await readNft(`list chain ${c.family} ${c.table} ${c.chain}`, { listing: true });
     return text;
   },
   async readable(ref) {

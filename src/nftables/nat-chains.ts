@@ -37,35 +37,51 @@ export interface NatScan {
   readonly chains: readonly NatChain[];
   /** Every chain of the namespace (the original agent's leftover chain is looked for here). */
   readonly all: readonly ChainInfo[];
+  /** The look stopped following jumps at LOOK_CHAINS_MAX: chains beyond were not read. */
+  readonly truncated: boolean;
 }
 
 const SCANNED_FAMILIES = new Set(['ip', 'ip6', 'inet']);
 
+/**
+ * The look's budget (README, "Other NAT on the node"): at most this many chains' rules read per look
+ * (one netlink dump each), over all the base chains; the jumps beyond are not followed.
+ */
+export const LOOK_CHAINS_MAX = 1_000;
+
 interface Printed {
-  readonly rules?: ChainRules;
+  readonly rules?: readonly ListedRule[];
   readonly unreadable?: string;
 }
 
 /**
- * What the last look printed, by table, with the reached chains' rule handles it was printed for:
- * printed again only when they change (a changed rule has a new handle).
+ * What the last look printed, by chain (`FAMILY TABLE CHAIN`), with the rule handles it was printed
+ * for: printed again only when they change (a changed rule has a new handle).
  */
-export type ListingCache = Map<string, { readonly fingerprint: string; readonly printed: Printed }>;
+export type ListingCache = Map<string, { readonly handles: string; readonly printed: Printed }>;
+
+export interface ScanOptions {
+  /** Awaited before each print with libnftables: the agent's writes go first (reconcile/reconciler.ts). */
+  readonly beforePrint?: () => Promise<void>;
+}
 
 /**
  * Finds the base chains of tables other than ours hooked at nat postrouting, follows their jumps and
- * gotos, and prints the rules of those that translate anything: one print per table for all the
- * chains its base chains reach (libnftables downloads the table's sets for each print, README,
- * "Other NAT on the node"), and none while they are as the last look printed them.
+ * gotos (at most LOOK_CHAINS_MAX chains), and prints the rules of the chains that reach a
+ * translating rule: each chain once per distinct content (libnftables downloads the table's sets
+ * for each print, README, "Other NAT on the node"), none while as the last look printed them.
  */
 export async function scanNatChains(
   kernel: Kernel,
   ours: (family: string, table: string) => boolean,
   cache: ListingCache = new Map(),
+  options: ScanOptions = {},
 ): Promise<NatScan> {
   const all = await kernel.chains();
   const bases: Array<{ base: ChainInfo; reached: Map<string, RuleShape[]>; translating: number }> =
     [];
+  let followed = 0;
+  let truncated = false;
   for (const base of all) {
     const hook = base.hook;
     if (!hook || hook.type !== 'nat' || hook.name !== 'postrouting') continue;
@@ -75,6 +91,11 @@ export async function scanNatChains(
     while (pending.length > 0) {
       const name = pending.shift()!;
       if (reached.has(name)) continue;
+      if (followed >= LOOK_CHAINS_MAX) {
+        truncated = true;
+        break;
+      }
+      followed++;
       const shapes = await kernel.ruleShapes(base.family, base.table, name).catch(() => []);
       reached.set(name, shapes);
       for (const shape of shapes) pending.push(...shape.jumps);
@@ -82,7 +103,7 @@ export async function scanNatChains(
     const translating = [...reached.values()].flat().filter((shape) => shape.translates).length;
     bases.push({ base, reached, translating });
   }
-  // Per table, every chain reached from a base chain that translates: printed together, once.
+  // Per table, every chain reached from a base chain that translates, printed where it changed.
   const byTable = new Map<string, { base: ChainInfo; reached: Map<string, RuleShape[]> }>();
   for (const { base, reached, translating } of bases) {
     if (translating === 0) continue;
@@ -91,37 +112,43 @@ export async function scanNatChains(
     for (const [name, shapes] of reached) union.reached.set(name, shapes);
     byTable.set(key, union);
   }
-  const printedByTable = new Map<string, Printed>();
-  for (const [key, { base, reached }] of byTable) {
-    const names = [...reached.keys()].sort();
-    const fingerprint = names.map((name) => `${name}:${handles(reached.get(name)!)}`).join(' ');
-    let printed = cache.get(key)?.fingerprint === fingerprint ? cache.get(key)!.printed : undefined;
-    if (!printed) {
-      printed = await printRules(
-        kernel,
-        base,
-        new Map(names.map((name) => [name, reached.get(name)!])),
-      );
-      cache.set(key, { fingerprint, printed });
+  const keyOf = (base: ChainInfo, chain: string) => `${base.family} ${base.table} ${chain}`;
+  const wanted = new Set<string>();
+  for (const { base, reached } of byTable.values()) {
+    const stale = [...reached]
+      .filter(([name, shapes]) => cache.get(keyOf(base, name))?.handles !== handles(shapes))
+      .map(([name]) => name)
+      .sort();
+    for (const name of reached.keys()) wanted.add(keyOf(base, name));
+    if (stale.length === 0) continue;
+    await options.beforePrint?.();
+    const printed = await printRules(
+      kernel,
+      base,
+      new Map(stale.map((name) => [name, reached.get(name)!])),
+    );
+    for (const name of stale) {
+      const rules = printed.rules?.get(name);
+      cache.set(keyOf(base, name), {
+        handles: handles(reached.get(name)!),
+        printed: rules ? { rules } : { unreadable: printed.unreadable ?? '' },
+      });
     }
-    printedByTable.set(key, printed);
   }
-  for (const key of cache.keys()) if (!byTable.has(key)) cache.delete(key);
+  for (const key of cache.keys()) if (!wanted.has(key)) cache.delete(key);
   const found: NatChain[] = bases.map(({ base, reached, translating }) => {
-    const printed = printedByTable.get(`${base.family} ${base.table}`);
-    if (translating === 0 || !printed) return { ...where(base), rules: new Map(), translating };
-    // This base chain's own reach, out of its table's print.
-    const rules =
-      printed.rules &&
-      new Map([...reached.keys()].map((name) => [name, printed.rules!.get(name) ?? []]));
-    return {
-      ...where(base),
-      rules,
-      ...(printed.unreadable !== undefined ? { unreadable: printed.unreadable } : {}),
-      translating,
-    };
+    if (translating === 0) return { ...where(base), rules: new Map(), translating };
+    const printed = [...reached.keys()].map(
+      (name) => [name, cache.get(keyOf(base, name))!.printed] as const,
+    );
+    const unreadable = printed.find(([, p]) => p.unreadable !== undefined)?.[1].unreadable;
+    if (unreadable !== undefined)
+      return { ...where(base), rules: undefined, unreadable, translating };
+    // This base chain's own reach, out of the table's prints.
+    const rules = new Map(printed.map(([name, p]) => [name, [...(p.rules ?? [])]]));
+    return { ...where(base), rules, translating };
   });
-  return { chains: found, all };
+  return { chains: found, all, truncated };
 }
 
 function where(base: ChainInfo): Pick<NatChain, 'family' | 'table' | 'chain' | 'priority'> {
@@ -140,7 +167,7 @@ async function printRules(
   kernel: Kernel,
   base: ChainInfo,
   reached: ReadonlyMap<string, readonly RuleShape[]>,
-): Promise<Printed> {
+): Promise<{ rules?: ChainRules; unreadable?: string }> {
   // Names come from the kernel: only those nft can take go into a command.
   for (const name of [base.family, base.table, ...reached.keys()]) {
     if (nameProblem(name) && !/^(ip|ip6|inet)$/.test(name))

@@ -12,6 +12,7 @@ import { unmarkedTranslations } from '../nat-rules.js';
 import type { Kernel } from '../nftables/kernel.js';
 import { libnftablesVersion } from '../nftables/kernel.js';
 import {
+  LOOK_CHAINS_MAX,
   positionOf,
   scanNatChains,
   type ListingCache,
@@ -136,6 +137,8 @@ export interface OtherNatDeps {
   readonly readLegacyNat?: LegacyNatReader;
   /** How long a look stays good: the resync interval. */
   readonly intervalMs: () => number;
+  /** Awaited before each print with libnftables: our writes go first. */
+  readonly beforePrint?: () => Promise<void>;
   readonly now?: () => number;
 }
 
@@ -145,6 +148,8 @@ export class OtherNatWatch {
   private reported = new Map<string, OtherNatFinding>();
   private lastLook: number | undefined;
   private lastError: string | undefined;
+  /** The last look stopped at its budget (warned once until a look ends within it). */
+  private truncated = false;
 
   constructor(deps: OtherNatDeps) {
     this.deps = deps;
@@ -173,8 +178,16 @@ export class OtherNatWatch {
     const { kernel, logger, metrics, events } = this.deps;
     let findings: OtherNatFinding[];
     try {
-      const scan = await scanNatChains(kernel, this.deps.ours, this.cache);
+      const scan = await scanNatChains(kernel, this.deps.ours, this.cache, {
+        ...(this.deps.beforePrint ? { beforePrint: this.deps.beforePrint } : {}),
+      });
       this.deps.chainsSeen?.(scan);
+      if (scan.truncated && !this.truncated)
+        logger.warn(
+          { chainsFollowed: LOOK_CHAINS_MAX },
+          `other tables' nat chains reach more than ${LOOK_CHAINS_MAX} chains: the look follows that many and reports what it found in them`,
+        );
+      this.truncated = scan.truncated;
       findings = findingsOf(scan, await (this.deps.readLegacyNat ?? readLegacyNat)());
       if (this.lastError !== undefined) logger.info('other tables’ nat chains can be read again');
       this.lastError = undefined;

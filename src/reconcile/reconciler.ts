@@ -138,6 +138,10 @@ export class Reconciler {
       chainsSeen: (scan) => this.legacy.observe(scan.all),
       intervalMs: () => this.resyncIntervalMs,
       ...(deps.now ? { now: deps.now } : {}),
+      // A print waits for the sync under way, if any: our write goes first.
+      beforePrint: async () => {
+        while (this.syncing) await this.syncing;
+      },
     });
     this.sizes = new SetSizes({
       compileOptions: deps.compileOptions,
@@ -263,14 +267,47 @@ export class Reconciler {
    * path's mismatch the config is read whole (README, "The everyday edit").
    */
   async sync(reason = 'start'): Promise<SyncOutcome> {
+    const once = this.syncOnce(reason);
+    this.syncing = once.then(
+      () => undefined,
+      () => undefined,
+    );
     try {
-      return await this.syncOnce(reason);
+      return await once;
     } finally {
+      this.syncing = undefined;
       // At start and at each resync (periodic or SIGHUP), once the write is made (README, "Other
-      // NAT on the node"): who else translates. Never before our write: it may have to wait for
-      // libnftables to print another table's chains.
-      await this.otherNat.lookIfDue(WHOLE_READS.has(reason) && reason !== FAST_PATH_MISMATCH);
+      // NAT on the node"): who else translates. Beside the syncs, never holding the next one back:
+      // libnftables may take seconds to print another table's chains (it downloads that table's
+      // sets), and a config change must not wait for it.
+      this.lookBeside(WHOLE_READS.has(reason) && reason !== FAST_PATH_MISMATCH);
     }
+  }
+
+  /** The sync under way, if any (settles, never rejects). */
+  private syncing: Promise<void> | undefined;
+  /** The look at other NAT under way, and whether another was asked for meanwhile (and if `now`). */
+  private looking: Promise<void> | undefined;
+  private lookAsked: boolean | undefined;
+
+  private lookBeside(now: boolean): void {
+    if (this.looking) {
+      this.lookAsked = (this.lookAsked ?? false) || now;
+      return;
+    }
+    this.looking = (async () => {
+      let asked: boolean | undefined = now;
+      while (asked !== undefined) {
+        this.lookAsked = undefined;
+        await this.otherNat.lookIfDue(asked).catch(() => undefined);
+        asked = this.lookAsked;
+      }
+    })().finally(() => (this.looking = undefined));
+  }
+
+  /** Resolves when the look at other NAT under way, if any, has ended (tests, one-shot commands). */
+  async lookSettled(): Promise<void> {
+    while (this.looking) await this.looking;
   }
 
   private async syncOnce(reason: string): Promise<SyncOutcome> {

@@ -1,10 +1,15 @@
-// The look at other tables' NAT (src/nftables/nat-chains.ts) prints with libnftables once per table
-// for all the chains its base chains reach, and not at all while their rules are unchanged: four
-// nat postrouting base chains sharing one jumped chain (the red team's case, issue 51) cost one
-// print, then none; a changed rule, one more. Each base chain still gets the rules it reaches.
+// The look at other tables' NAT (src/nftables/nat-chains.ts) prints with libnftables each chain its
+// base chains reach once per distinct content: four nat postrouting base chains sharing one jumped
+// chain (the red team's case, issue 51) cost one print, then none; a changed rule, a print of that
+// chain alone. Each base chain still gets the rules it reaches. A print waits for the caller (the
+// agent's sync under way), and a look reads at most LOOK_CHAINS_MAX chains.
 import t from 'tap';
 import type { Kernel } from '../../src/nftables/kernel.js';
-import { scanNatChains, type ListingCache } from '../../src/nftables/nat-chains.js';
+import {
+  LOOK_CHAINS_MAX,
+  scanNatChains,
+  type ListingCache,
+} from '../../src/nftables/nat-chains.js';
 import type { ChainInfo, RuleShape } from '../../src/nftables/types.js';
 
 function fakeKernel() {
@@ -67,6 +72,60 @@ t.test('one print per table, none while unchanged, one after a change', async (t
   await scanNatChains(kernel, ours, cache);
   t.equal(prints.length, 1, 'unchanged: no print');
   change();
-  await scanNatChains(kernel, ours, cache);
+  const after = await scanNatChains(kernel, ours, cache);
   t.equal(prints.length, 2, 'a rule replaced: printed once more');
+  t.same(prints[1], ['masqit'], 'only the chain that changed');
+  t.match(
+    after.chains[0]?.rules?.get('a')?.[0]?.text,
+    /jump masqit/,
+    'the unchanged chains from the last print',
+  );
+});
+
+t.test('prints wait for what the caller says; the chains followed are bounded', async (t) => {
+  const { kernel, prints } = fakeKernel();
+  const order: string[] = [];
+  let release = () => {};
+  const gate = new Promise<void>((resolve) => (release = resolve));
+  const scan = scanNatChains(kernel, () => false, new Map(), {
+    beforePrint: async () => {
+      order.push('asked');
+      await gate;
+    },
+  });
+  await new Promise((resolve) => setImmediate(resolve));
+  t.same([order, prints.length], [['asked'], 0], 'no print before the caller lets it');
+  release();
+  await scan;
+  t.equal(prints.length, 1, 'then printed');
+
+  // A chain jumping to the next, LOOK_CHAINS_MAX + 10 deep.
+  const deep = {
+    chains: async () => [
+      {
+        family: 'ip',
+        table: 'deep',
+        name: 'c0',
+        hook: { name: 'postrouting', priority: 90, type: 'nat' },
+      },
+    ],
+    ruleShapes: async (_f: string, _t: string, chain: string) => {
+      const n = Number(chain.slice(1));
+      return n > LOOK_CHAINS_MAX + 10
+        ? []
+        : [{ handle: n + 1, translates: false, jumps: [`c${n + 1}`], expressions: ['immediate'] }];
+    },
+    listRules: async () => '',
+  } as unknown as Kernel;
+  let dumps = 0;
+  const counted = {
+    ...deep,
+    ruleShapes: (...args: Parameters<Kernel['ruleShapes']>) => {
+      dumps++;
+      return deep.ruleShapes(...args);
+    },
+  } as unknown as Kernel;
+  const found = await scanNatChains(counted, () => false);
+  t.equal(dumps, LOOK_CHAINS_MAX, `${LOOK_CHAINS_MAX} chains read, no more`);
+  t.ok(found.truncated, 'and the look says it stopped');
 });

@@ -13,6 +13,7 @@ import { listingIs } from '../../src/nftables/listing.js';
 import { compile } from '../../src/compile.js';
 import { AgentMetrics } from '../../src/reconcile/metrics.js';
 import { FakeKernel } from '../helpers/fake-kernel.js';
+import type { Kernel } from '../../src/nftables/kernel.js';
 
 const ip = { family: 'ip', name: 'ipmasq' } as const;
 
@@ -129,6 +130,38 @@ t.test('another tool commits elsewhere: one read, no write, then no reads again'
   t.equal(kernel.reads, reads + 2);
   t.equal(kernel.applies.length, 1);
 });
+
+t.test(
+  'another tool commits elsewhere, then the config changes: still an element-only write, pinned to the read',
+  async (t) => {
+    const { kernel, reconciler, setConfig, logs } = setup();
+    await reconciler.sync();
+    kernel.tamper({ family: 'ip', name: 'other' });
+    setConfig({ ok: true, config: config(['10.0.0.0/8', '192.0.2.0/24']), warnings: [] });
+    const reads = kernel.reads;
+    t.same(await reconciler.sync('config changed'), { ok: true });
+    t.ok(kernel.reads > reads, 'read back first: the generation moved');
+    t.equal(kernel.edits.length, 1, 'then written as elements');
+    t.equal(kernel.edits[0]?.generation, kernel.genId - 1, 'pinned to the generation it read');
+    t.match(
+      logs.filter((l) => l.msg === 'ruleset written to the kernel').at(-1),
+      { via: 'netlink' },
+      'the log says so',
+    );
+    t.notOk(
+      logs.some((l) => /drifted/.test(l.msg)),
+      'not drift: our tables were as we left them',
+    );
+
+    // Our table changed by another tool: no element write from what we last wrote.
+    kernel.tamper({ family: 'ip', name: 'ipmasq' }, (listing) =>
+      listing.replace('192.0.2.0/24', '192.0.2.0/25'),
+    );
+    setConfig({ ok: true, config: config(['10.0.0.0/8', '198.51.100.0/24']), warnings: [] });
+    await reconciler.sync('config changed');
+    t.equal(kernel.edits.length, 1, 'written through libnftables from what it read');
+  },
+);
 
 t.test('drift is repaired, warned about and counted', async (t) => {
   const drifts: Array<[string, (s: string) => string | null]> = [
@@ -923,6 +956,8 @@ t.test(
     kernel.failWrites = new Error('Operation not permitted');
     const { reconciler, logs, metric } = setup(kernel, undefined, { legacy });
     await reconciler.sync();
+    // The look that finds it runs beside the syncs (README, "Other NAT on the node").
+    await reconciler.lookSettled();
     t.ok(kernel.legacy.has('IP-MASQ'), 'kept while our table is not in the kernel');
     t.ok(logs.some((l) => l.level === 40 && /removed once our table is in the kernel/.test(l.msg)));
     t.equal(await metric('ipmasq_legacy_chain_present'), 1);
@@ -1208,3 +1243,86 @@ t.test('Events: another agent writing our table is a ConflictingWriter', async (
   }
   t.same(events, ['ConflictingWriter'], 'once while the conflict lasts');
 });
+
+t.test(
+  'the look at other NAT runs beside the syncs: a print never holds a write back, nor starts during one',
+  async (t) => {
+    const kernel = new FakeKernel();
+    // Another table's nat postrouting chain that masquerades: the look prints it.
+    kernel.chains = async () => [
+      {
+        family: 'ip',
+        table: 'mesh',
+        name: 'post',
+        hook: { name: 'postrouting', priority: 110, type: 'nat' },
+      },
+    ];
+    let handle = 7;
+    let shapesHeld: Promise<void> = Promise.resolve();
+    kernel.ruleShapes = async () => {
+      await shapesHeld;
+      return [{ handle, translates: true, jumps: [], expressions: ['masq'] }];
+    };
+    const listing = () =>
+      `table ip mesh {\n\tchain post {\n\t\tmasquerade # handle ${handle}\n\t}\n}\n`;
+    const prints: string[] = [];
+    let writing = false;
+    let printHeld: Promise<void> = Promise.resolve();
+    const printer = kernel as unknown as { listRules: Kernel['listRules'] };
+    printer.listRules = async (chains) => {
+      prints.push(`${chains.map((c) => c.chain).join()}${writing ? ' during a write' : ''}`);
+      // libnftables downloading a large set: the print ends when the test says.
+      await printHeld;
+      return listing();
+    };
+    const apply = kernel.apply.bind(kernel);
+    let writeHeld: Promise<void> = Promise.resolve();
+    let writeStarted = () => {};
+    kernel.apply = async (script) => {
+      writing = true;
+      writeStarted();
+      try {
+        await writeHeld;
+        return await apply(script);
+      } finally {
+        writing = false;
+      }
+    };
+    const { reconciler, setConfig, logs } = setup(kernel);
+
+    let endPrint = () => {};
+    printHeld = new Promise((resolve) => (endPrint = resolve));
+    t.same(await reconciler.sync(), { ok: true }, 'the first sync written');
+    await new Promise((resolve) => setImmediate(resolve));
+    t.same(prints, ['post'], 'its look prints');
+    const generation = reconciler.status(true).generation;
+    setConfig({ ok: true, config: config(['10.0.0.0/9']), warnings: [] });
+    t.same(await reconciler.sync('config changed'), { ok: true }, 'a change while it prints');
+    t.equal(reconciler.status(true).generation, generation + 1, 'written, not held for the print');
+    endPrint();
+    await reconciler.lookSettled();
+    t.ok(
+      logs.some((l) => l.level === 40 && (l as Record<string, unknown>).table === 'ip mesh'),
+      'the look then reports what it printed',
+    );
+
+    // A look reaching its print while a write is under way waits for that sync to end.
+    handle = 8;
+    let dumped = () => {};
+    shapesHeld = new Promise((resolve) => (dumped = resolve));
+    let endWrite = () => {};
+    writeHeld = new Promise((resolve) => (endWrite = resolve));
+    const started = new Promise<void>((resolve) => (writeStarted = resolve));
+    t.same(await reconciler.sync('SIGHUP'), { ok: true }, 'a resync: its look is due');
+    setConfig({ ok: true, config: config(['10.0.0.0/10']), warnings: [] });
+    const change = reconciler.sync('config changed');
+    await started;
+    dumped(); // the look has what it needs to print, during the write
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    t.same(prints.slice(1), [], 'no print while the write is under way');
+    endWrite();
+    t.same(await change, { ok: true }, 'the change written');
+    await reconciler.lookSettled();
+    t.same(prints.slice(1), ['post'], 'printed once the sync ended');
+  },
+);

@@ -1,0 +1,94 @@
+// Another table never holds our writes back (README, "Other NAT on the node"; the red team's case,
+// issue 51 item 1): one foreign table with a 200 000-element interval set and four nat postrouting
+// base chains sharing one jumped chain, and a writer replacing that chain's rule every second, so
+// that every look (one per resync, here every 2 s) prints it again with libnftables, downloading the
+// set each time. Meanwhile: the first write comes at once, every config change reaches the kernel
+// within a few seconds (the look used to hold them for its prints: 26-97 s), and /readyz and
+// /healthz, probed throughout on fresh connections, always answer 200.
+import t from 'tap';
+import { startAgent, startHealthProbe, waitFor } from '../../harness/agent.js';
+import { inNetns, requireRoot } from '../../harness/netns.js';
+import { agentArgs, generation, makeNode, untilGeneration, writeConfig } from '../helpers/node.js';
+
+const SIZE = 200_000;
+
+/** The foreign table: the set, the jumped chain with its masquerade, four base chains jumping to it. */
+function foreignTable(): string {
+  const elements: string[] = [];
+  for (let i = 0; i < SIZE; i++) {
+    const a = ((172 << 24) | (i * 4)) >>> 0;
+    elements.push(`${a >>> 24}.${(a >>> 16) & 255}.${(a >>> 8) & 255}.${a & 255}/30`);
+  }
+  const bases = [1, 2, 3, 4]
+    .map(
+      (i) =>
+        `  chain p${i} {\n    type nat hook postrouting priority srcnat + ${i}; policy accept;\n    jump masqit\n  }\n`,
+    )
+    .join('');
+  return (
+    `table ip other {\n  set big {\n    type ipv4_addr; flags interval\n` +
+    `    elements = { ${elements.join(',\n')} }\n  }\n` +
+    `  chain masqit {\n    ip saddr 10.244.0.0/16 masquerade\n  }\n${bases}}\n`
+  );
+}
+
+const config = (extra: boolean) =>
+  `resyncInterval: 2s\nnonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16${extra ? ', 198.51.100.0/24' : ''}]\n`;
+
+if (requireRoot(t)) {
+  t.test('a look-heavy foreign table holds back no write and no probe', async (t) => {
+    const node = await makeNode(t, 'nat-beside');
+    await inNetns(node.ns, 'nft', ['-f', '-'], { input: foreignTable(), timeoutMs: 300_000 });
+    writeConfig(node, config(false));
+    const agent = startAgent(t, node.ns, agentArgs(node));
+    // The look comes after the first write, and beside it: the write does not wait for its prints.
+    await untilGeneration(node, 1, 15_000);
+    const warning = await waitFor(
+      'the foreign chain reported',
+      () => agent.logs.find((l) => l.level === 40 && l.table === 'ip other'),
+      120_000,
+    );
+    t.match(warning, { translatingRules: 1 }, 'the look printed the jumped chain and reported it');
+
+    let writing = true;
+    let rewrites = 0;
+    const writer = (async () => {
+      while (writing) {
+        await inNetns(node.ns, 'nft', ['-f', '-'], {
+          input:
+            'flush chain ip other masqit\nadd rule ip other masqit ip saddr 10.244.0.0/16 masquerade\n',
+          timeoutMs: 60_000,
+        });
+        rewrites++;
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+      }
+    })();
+    const probe = await startHealthProbe(
+      t,
+      node.ns,
+      node.port,
+      { maxRequests: 2_000, maxSeconds: 120, gapS: 0.1 },
+      ['/readyz', '/healthz'],
+    );
+    try {
+      for (let change = 1; change <= 6; change++) {
+        // A look is under way or due: the writer keeps the chain's handles moving.
+        await new Promise((resolve) => setTimeout(resolve, 1_500));
+        const before = (await generation(node)) ?? 0;
+        writeConfig(node, config(change % 2 === 1));
+        // Within the second the contract gives it, five times over for a busy machine.
+        await untilGeneration(node, before + 1, 5_000);
+      }
+      t.pass('6 config changes, each in the kernel within 5 s while the looks print');
+    } finally {
+      writing = false;
+      await writer;
+    }
+    const probed = await probe.stop();
+    t.ok(rewrites >= 6, `the foreign chain's rule replaced ${rewrites} times meanwhile`);
+    t.ok(probed.samples.length >= 40, `${probed.samples.length} probes answered`);
+    t.same(probed.failures, [], 'every /readyz and /healthz answered 200');
+    const slowest = Math.max(...probed.samples.map(([, ms]) => ms));
+    t.ok(slowest < 2_000, `none near the DaemonSet's 2 s probe timeout (slowest ${slowest} ms)`);
+  });
+}
