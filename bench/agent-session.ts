@@ -151,6 +151,33 @@ export class AgentSession {
     return answer as unknown as SwapResult;
   }
 
+  /**
+   * Probes `paths` in turn every `intervalMs` for `seconds` from a second client (each request on a
+   * fresh connection, as a kubelet probes), beside whatever this session's own client does:
+   * [path, status (0: no answer within 10 s), ms] each.
+   */
+  async probe(
+    seconds: number,
+    intervalMs: number,
+    paths: readonly string[],
+  ): Promise<Array<[string, number, number]>> {
+    const child = spawn('ip', ['netns', 'exec', this.ns, python, pollerScript, String(PORT)]);
+    child.stdin.on('error', () => undefined);
+    let out = '';
+    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    const done = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    child.stdin.end(`probe ${seconds} ${intervalMs} ${paths.join(' ')}\n`);
+    const timer = setTimeout(() => child.kill('SIGKILL'), (seconds + 30) * 1000);
+    await done;
+    clearTimeout(timer);
+    const answer = JSON.parse(out.trim().split('\n').pop() ?? '{}') as {
+      samples?: Array<[string, number, number]>;
+      error?: string;
+    };
+    if (!answer.samples) throw new Error(`probe: ${answer.error ?? 'no answer'}`);
+    return answer.samples;
+  }
+
   async sampleHealth(count: number, intervalMs: number): Promise<number[]> {
     const answer = await this.command(
       `sample ${count} ${intervalMs}`,

@@ -4,7 +4,8 @@
 // the set in the very table whose nat chain is looked at (its rules printed once, at the first look).
 import { join } from 'node:path';
 import { inNetns, packageRoot } from '../harness/netns.js';
-import { netns, withScope } from './harness.js';
+import { AgentSession } from './agent-session.js';
+import { median, netns, percentile, withScope } from './harness.js';
 
 export interface OtherNatRow {
   readonly setting: string;
@@ -70,6 +71,89 @@ export async function benchOtherNat(size = 100_000, looks = 50): Promise<OtherNa
   }
   return rows;
 }
+
+/** Our writes and probes beside another table's look-heavy NAT (issue 51, item 1). */
+export interface LookBeside {
+  readonly setting: string;
+  /** Start to generation 1 (the agent's start included). */
+  readonly firstWriteMs: number;
+  /** Config changes, each rename → /healthz showing its generation. */
+  readonly changes: number;
+  readonly changeMedianMs: number;
+  readonly changeMaxMs: number;
+  /** /readyz and /healthz probed every 100 ms meanwhile. */
+  readonly probes: number;
+  readonly probeP99Ms: number;
+  readonly probeMaxMs: number;
+  /** Probes answered other than 200, or not within 10 s. */
+  readonly probesFailed: number;
+}
+
+/**
+ * The red team's case: one foreign table with a `size`-element interval set and 4 nat postrouting
+ * base chains sharing one jumped chain, a writer replacing that chain's rule every second (so each
+ * look prints it again, downloading the set), resyncs every 2 s (a look each); meanwhile `changes`
+ * config changes 1.5 s apart and /readyz and /healthz probed every 100 ms.
+ */
+export async function benchLookBeside(size = 200_000, changes = 10): Promise<LookBeside> {
+  const shown = size.toLocaleString('en-US').replace(/,/g, ' ');
+  const bases = [1, 2, 3, 4]
+    .map(
+      (i) =>
+        `  chain p${i} {\n    type nat hook postrouting priority srcnat + ${i}; policy accept;\n    jump masqit\n  }\n`,
+    )
+    .join('');
+  const foreign =
+    bigTable('other', size, false).replace(/}\n$/, '') +
+    `  chain masqit {\n    ip saddr 10.244.0.0/16 masquerade\n  }\n${bases}}\n`;
+  const text = (extra: boolean) =>
+    `resyncInterval: 2s\nnonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16${extra ? ', 198.51.100.0/24' : ''}]\n`;
+  return withScope(async (scope) => {
+    const started = performance.now();
+    const session = await AgentSession.start(scope, 3, [], 300_000, async (ns) => {
+      await inNetns(ns, 'nft', ['-f', '-'], { input: foreign, timeoutMs: 300_000 });
+      return [];
+    });
+    const firstWriteMs = performance.now() - started;
+    await session.swapText(text(false), 60_000);
+    let writing = true;
+    const writer = (async () => {
+      while (writing) {
+        await inNetns(session.ns, 'nft', ['-f', '-'], {
+          input:
+            'flush chain ip other masqit\nadd rule ip other masqit ip saddr 10.244.0.0/16 masquerade\n',
+          timeoutMs: 60_000,
+        });
+        await sleep(1_000);
+      }
+    })();
+    const seconds = changes * 1.5 + 3;
+    const probing = session.probe(seconds, 100, ['/readyz', '/healthz']);
+    const times: number[] = [];
+    for (let i = 1; i <= changes; i++) {
+      await sleep(1_500);
+      times.push((await session.swapText(text(i % 2 === 1), 60_000)).ms);
+    }
+    const samples = await probing;
+    writing = false;
+    await writer;
+    session.close();
+    const latencies = samples.map(([, , ms]) => ms);
+    return {
+      setting: `4 nat base chains sharing a jumped chain in the table of a ${shown}-element interval set, that chain's rule replaced every second`,
+      firstWriteMs,
+      changes,
+      changeMedianMs: median(times),
+      changeMaxMs: Math.max(...times),
+      probes: samples.length,
+      probeP99Ms: percentile(latencies, 99),
+      probeMaxMs: Math.max(...latencies),
+      probesFailed: samples.filter(([, status]) => status !== 200).length,
+    };
+  });
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 if (import.meta.url === `file://${process.argv[1]}`) {
   benchOtherNat().then(

@@ -7,6 +7,9 @@ Reads commands on stdin, answers one JSON line each on stdout:
                                      millisecond until it shows generation >= GEN:
                                      {"ms": write-to-seen, "latencies": [ms per request], "generation"}
   sample COUNT INTERVAL_MS        -> {"latencies": [...]} of COUNT /healthz requests
+  probe SECONDS INTERVAL_MS PATH… -> {"samples": [[path, status, ms], ...]}: the paths in turn, one
+                                     request every INTERVAL_MS for SECONDS (a fresh connection
+                                     each, as a kubelet's probe makes; status 0: no answer in 10 s)
 Exits when stdin closes. Every wait is bounded by its timeout.
 """
 
@@ -71,6 +74,26 @@ def sample(client, count, interval_ms):
     return {"latencies": latencies}
 
 
+def probe(port, seconds, interval_ms, paths):
+    samples = []
+    deadline = time.perf_counter() + seconds
+    turn = 0
+    while time.perf_counter() < deadline:
+        path = paths[turn % len(paths)]
+        turn += 1
+        start = time.perf_counter()
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", path)
+            status = conn.getresponse().status
+            conn.close()
+        except (OSError, http.client.HTTPException):
+            status = 0
+        samples.append([path, status, (time.perf_counter() - start) * 1000])
+        time.sleep(interval_ms / 1000)
+    return {"samples": samples}
+
+
 def main(port):
     client = Client(port)
     for line in sys.stdin:
@@ -81,6 +104,8 @@ def main(port):
                 answer = {"status": status, "body": body}
             elif words[0] == "swap":
                 answer = swap(client, words[1], words[2], int(words[3]), float(words[4]))
+            elif words[0] == "probe":
+                answer = probe(port, min(float(words[1]), 600), float(words[2]), words[3:])
             elif words[0] == "sample":
                 answer = sample(client, min(int(words[1]), 10000), float(words[2]))
             else:

@@ -21,6 +21,7 @@ import type { DecisionsResult } from './decisions.js';
 import type { EditResults, EditRow } from './edit.js';
 import type { NatSampleRow } from './nat-sample.js';
 import { NONE, type NeighbourRow } from './neighbour.js';
+import type { LookBeside } from './other-nat.js';
 import { CONCAT_LAYOUTS } from './scripts.js';
 import type { WriteResults } from './write.js';
 
@@ -46,7 +47,8 @@ export interface BenchResults {
   /** The client against a real API server, beside client-go (bench/kubernetes-real.ts). */
   kubernetesReal?: { rows: RealApiRow[]; date: string };
   /** The look at other tables' nat chains (bench/other-nat.ts), with when it was measured. */
-  otherNat?: { rows: OtherNatRow[]; date: string };
+  /** `beside`: absent in results recorded before it was measured. */
+  otherNat?: { rows: OtherNatRow[]; beside?: LookBeside; date: string };
   /** Decisions counted (bench/decisions.ts), with when it was measured. */
   decisions?: DecisionsResult & { date: string };
   /** The SNAT port sample (bench/nat-sample.ts), with when it was measured. */
@@ -246,6 +248,7 @@ function goals(r: BenchResults): Goal[] {
     ...churnGoals(r.churn),
     ...kubernetesGoals(r.kubernetes),
     ...kubernetesRealGoals(r.kubernetesReal),
+    ...lookBesideGoals(r.otherNat?.beside),
     [
       `/healthz p99 ≤ 50 ms while ${n(r.writes.busyCidrs)} CIDRs apply`,
       'responsiveness',
@@ -264,6 +267,26 @@ function goals(r: BenchResults): Goal[] {
       'no neighbour slowed',
       cross === undefined ? 'never, at the sizes measured' : `from about ${n(cross)} CIDRs`,
       cross === undefined || cross >= AUTO_LAYOUT_CROSSOVER,
+    ],
+  ];
+}
+
+/** Other tables never hold our writes back (issue 51, item 1), from bench/other-nat.ts. */
+function lookBesideGoals(b: LookBeside | undefined): Goal[] {
+  if (!b) return [];
+  const part = 'hardening 5: other tables never hold our writes back';
+  return [
+    [
+      'config change → kernel ≤ 1 s beside a look-heavy foreign table ("The look at other NAT": a large set, 4 base chains, a rule writer)',
+      part,
+      `${ms(b.changeMaxMs)} at most (median ${ms(b.changeMedianMs)}, ${b.changes} changes)`,
+      b.changeMaxMs <= 1_000,
+    ],
+    [
+      '/readyz and /healthz answer within 100 ms throughout',
+      part,
+      `${ms(b.probeMaxMs)} at most (p99 ${ms(b.probeP99Ms)}, ${b.probes} probes, ${b.probesFailed} not 200)`,
+      b.probeMaxMs <= 100 && b.probesFailed === 0,
     ],
   ];
 }
@@ -435,6 +458,33 @@ function values(r: BenchResults): Record<string, string> {
               ms(row.idleCpuP99Ms),
             ]),
           ),
+          ...(o.beside
+            ? [
+                '',
+                `Beside the red team's table (issue 51): ${o.beside.setting}; resyncs every 2 s, so the look prints that chain again at each (libnftables downloading the set). Meanwhile ${o.beside.changes} config changes 1.5 s apart, each rename → \`/healthz\` showing its generation, and \`/readyz\` and \`/healthz\` in turn every 100 ms on fresh connections. The agent's start to its first write: ${ms(o.beside.firstWriteMs)}.`,
+                '',
+                table(
+                  [
+                    'config change → kernel (median)',
+                    'most',
+                    'probes',
+                    'probe p99',
+                    'most',
+                    'not 200',
+                  ],
+                  [
+                    [
+                      ms(o.beside.changeMedianMs),
+                      ms(o.beside.changeMaxMs),
+                      String(o.beside.probes),
+                      ms(o.beside.probeP99Ms),
+                      ms(o.beside.probeMaxMs),
+                      String(o.beside.probesFailed),
+                    ],
+                  ],
+                ),
+              ]
+            : []),
         ].join('\n')
       : '(not measured yet: `npm run bench -- --only other-nat`)',
     kubernetes: k

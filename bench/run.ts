@@ -17,7 +17,7 @@ import { describeMachine } from './harness.js';
 import { benchIdle } from './idle.js';
 import { benchKubernetes } from './kubernetes.js';
 import { benchNeighbour } from './neighbour.js';
-import { benchOtherNat } from './other-nat.js';
+import { benchLookBeside, benchOtherNat } from './other-nat.js';
 import { benchKubernetesReal } from './kubernetes-real.js';
 import { renderMarkdown, writeReport, type BenchResults } from './report.js';
 import { workerRssMiB } from './worker-rss.js';
@@ -76,7 +76,8 @@ async function onlySection(name: string): Promise<void> {
   const results = JSON.parse(await readFile(json, 'utf8')) as BenchResults;
   const date = new Date().toISOString();
   if (name === 'kubernetes') results.kubernetes = { ...(await benchKubernetes()), date };
-  else if (name === 'other-nat') results.otherNat = { rows: await benchOtherNat(), date };
+  else if (name === 'other-nat')
+    results.otherNat = { rows: await benchOtherNat(), beside: await benchLookBeside(), date };
   else if (name === 'decisions') results.decisions = { ...(await benchDecisions()), date };
   else if (name === 'nat-sample') results.natSample = { rows: await benchNatSample(), date };
   else if (name === 'edit') results.edit = { ...(await benchEdit()), date };
@@ -138,6 +139,7 @@ async function main(argv: readonly string[]): Promise<void> {
   }));
   const otherNat = await section('the look at other NAT', async () => ({
     rows: await benchOtherNat(quick ? 10_000 : 100_000, quick ? 10 : 50),
+    beside: await benchLookBeside(quick ? 20_000 : 200_000, quick ? 4 : 10),
     date: new Date().toISOString(),
   }));
   const decisions = await section('decisions counted', async () => ({
