@@ -157,8 +157,31 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
     onError: (err) => logger.debug({ err }, 'sync failed; retrying with backoff'),
   });
 
-  const readiness = new ReadinessCheck({
+  // Another tool's commit to our tables: read back and repaired within the second it came in.
+  const ours = new Set(
+    (enableIPv6 ? ['ip', 'ip6'] : ['ip']).flatMap((family) => [
+      `${family} ${table}`,
+      `${family} ${standInName(table)}`,
+    ]),
+  );
+  const commits = new CommitWatch({
+    open: openCommitMonitor,
+    ours: (name) => ours.has(name),
     unchanged: () => reconciler.kernelUnchanged(),
+    requestSync: (why) => trigger(why),
+    elsewhere: (genId) => reconciler.noteCommitElsewhere(genId),
+    unavailable: (err) =>
+      logger.warn(
+        { err: errorText(err) },
+        'cannot hear nftables notifications: commits by others to our tables are found at the next resync or readiness probe',
+      ),
+  });
+  const readiness = new ReadinessCheck({
+    // What the notifications heard so far say first: another tool's commit elsewhere needs no look.
+    unchanged: async () => {
+      await commits.poll();
+      return reconciler.kernelUnchangedForProbe();
+    },
     requestSync: (reason) => syncs.trigger(reason),
     afterNextSync: () => syncs.afterNextSync(),
     verified: () => reconciler.kernelVerified,
@@ -194,24 +217,6 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
     // Sticky: a trigger for another reason before the sync starts must not hide it.
     reconciler.readWholeNext();
     trigger(FAST_PATH_MISMATCH);
-  });
-  // Another tool's commit to our tables: read back and repaired within the second it came in.
-  const ours = new Set(
-    (enableIPv6 ? ['ip', 'ip6'] : ['ip']).flatMap((family) => [
-      `${family} ${table}`,
-      `${family} ${standInName(table)}`,
-    ]),
-  );
-  const commits = new CommitWatch({
-    open: openCommitMonitor,
-    ours: (name) => ours.has(name),
-    unchanged: () => reconciler.kernelUnchanged(),
-    requestSync: (why) => trigger(why),
-    unavailable: (err) =>
-      logger.warn(
-        { err: errorText(err) },
-        'cannot hear nftables notifications: commits by others to our tables are found at the next resync or readiness probe',
-      ),
   });
   commits.start();
   syncs.start();

@@ -2,7 +2,8 @@
 // nf_tables' own notifications (the netlink group `nft monitor` listens to), and when a commit names
 // one of our tables — or notifications were dropped — it asks whether the kernel is still where it
 // last knew it held our tables; if not, a sync reads them back and repairs them. A commit to other
-// tables costs one drain of the socket: no read, no sync.
+// tables costs one drain of the socket: no read, no sync; its generation step is told on, so that a
+// readiness probe need not read our tables back for it (README, "HTTP").
 import type { CommitsHeard } from '../nftables/addon.js';
 
 export interface CommitWatchDeps {
@@ -14,6 +15,8 @@ export interface CommitWatchDeps {
   readonly unchanged: () => Promise<boolean>;
   /** Asks for the sync that reads back and repairs. */
   readonly requestSync: (reason: string) => void;
+  /** Told of each commit heard that named none of our tables, by the generation id it made. */
+  readonly elsewhere?: (genId: number) => void;
   /** Told once when the socket cannot be made or read: the periodic resync is left. */
   readonly unavailable: (err: unknown) => void;
   /** How often the socket is drained (default POLL_MS). */
@@ -70,7 +73,11 @@ export class CommitWatch {
       this.deps.unavailable(err);
       return;
     }
-    const ours = heard.commits.some((commit) => commit.tables.some((t) => this.deps.ours(t)));
+    let ours = false;
+    for (const commit of heard.commits) {
+      if (commit.tables.some((t) => this.deps.ours(t))) ours = true;
+      else this.deps.elsewhere?.(commit.genId);
+    }
     if (!ours && !heard.overflow) return;
     if (ours) this.touched++;
     // One check at a time: the sync it may ask for reads everything a burst of commits changed.

@@ -28,6 +28,7 @@ import { NftError } from '../nftables/kernel.js';
 import { errorText } from '../errors.js';
 import type { Kernel } from '../nftables/kernel.js';
 import type { AgentMetrics } from './metrics.js';
+import { reportMismatch } from './fast-path.js';
 import { OtherAgentWatch } from './other-agent.js';
 import {
   compareStructure,
@@ -109,6 +110,8 @@ export type ElementAudit =
 
 /** How many of our own commits besides the writes (the flush's held replies) are remembered. */
 const OWN_STEPS_KEPT = 64;
+/** How many other tools' commits elsewhere are remembered (kube-proxy commits often). */
+const ELSEWHERE_STEPS_KEPT = 1_024;
 
 /** The test-only fault: the first added element of the edit left out (once per process). */
 function withFault(edits: ElementEdit['tables']): ElementEdit['tables'] {
@@ -137,6 +140,13 @@ export class Converger {
   private verifiedGenId: number | undefined;
   /** Our own commits that leave the tables' content as it was (held replies): before → after. */
   private readonly ownSteps = new Map<number, number>();
+  /**
+   * Other tools' commits heard from nf_tables' notifications naming none of our tables: before →
+   * after. Trusted by readiness probes only (unchangedForProbe); every sync still reads our tables
+   * back when the generation moved, and finding them changed where these steps said not is a
+   * mismatch of that fast path (README, "HTTP").
+   */
+  private readonly elsewhereSteps = new Map<number, number>();
   /** Families whose table this process has written: ours even if its comment was changed. */
   private readonly written = new Set<TableFamily>();
   /** The tables as this process last wrote them: what the kernel holds while nobody else wrote. */
@@ -201,6 +211,38 @@ export class Converger {
   async unchangedSinceVerified(): Promise<boolean> {
     if (this.verifiedGenId === undefined) return false;
     return this.knownAt(await this.deps.kernel.generationId().catch(() => undefined));
+  }
+
+  /** Another tool's commit, heard, that named none of our tables (commit-watch.ts). */
+  noteCommitElsewhere(genId: number): void {
+    this.elsewhereSteps.set((genId - 1) >>> 0, genId);
+    for (const oldest of this.elsewhereSteps.keys()) {
+      if (this.elsewhereSteps.size <= ELSEWHERE_STEPS_KEPT) break;
+      this.elsewhereSteps.delete(oldest);
+    }
+  }
+
+  /** Whether `genId` is reached from where the kernel was known to hold our tables by steps that left them alone. */
+  private reachedElsewhere(genId: number | undefined): boolean {
+    if (genId === undefined || this.verifiedGenId === undefined || this.lastTables.size === 0)
+      return false;
+    let at = this.verifiedGenId;
+    for (let hop = 0; hop <= ELSEWHERE_STEPS_KEPT + OWN_STEPS_KEPT; hop++) {
+      if (at === genId) return true;
+      const next = this.ownSteps.get(at) ?? this.elsewhereSteps.get(at);
+      if (next === undefined) return false;
+      at = next;
+    }
+    return false;
+  }
+
+  /**
+   * For a readiness probe: whether nothing but our own held replies and other tools' commits that
+   * named none of our tables came since the kernel was last known to hold our tables.
+   */
+  async unchangedForProbe(): Promise<boolean> {
+    if (this.verifiedGenId === undefined) return false;
+    return this.reachedElsewhere(await this.deps.kernel.generationId().catch(() => undefined));
   }
 
   /**
@@ -288,6 +330,13 @@ export class Converger {
         const changedUnder = () =>
           this.lastTables.size > 0 && !holds(found!, [...this.lastTables.values()]);
         drift = verdict === 'drift' && !this.ownFault && (this.kernelKey === key || changedUnder());
+        // The notifications said only others' tables changed, and ours did: a readiness probe
+        // trusted them meanwhile. Not the drift's repair, which follows as ever: counted and logged.
+        if (drift && this.reachedElsewhere(readAt))
+          reportMismatch(logger, metrics, 'commit-notifications', {
+            generation: this.generation,
+            difference: `the notifications heard since generation id ${this.verifiedGenId} named no table of ours, yet ours changed by ${readAt}`,
+          });
         // Another tool committed, elsewhere: the kernel still holds exactly what this process last
         // wrote, as read at `base`. The change is worked out from that, as when nothing was
         // committed: an element-only change stays one (libnftables' element commands would download

@@ -20,6 +20,13 @@ export const ELEMENT_WRITE_AUDIT = 'element-write audit';
 export const ELEMENT_AUDIT_DELAY_MS = 50;
 export const ELEMENT_AUDIT_WITHIN_MS = 750;
 
+/** What each fast path is called in its mismatch's log line. */
+const FAST_PATH_NAMES: Record<FastPath, string> = {
+  config: 'config read from the last load',
+  'element-write': 'element-only write',
+  'commit-notifications': "nftables' notifications that our tables were left alone",
+};
+
 /** Logs and counts one mismatch of `path`; `details` are the log line's fields. */
 export function reportMismatch(
   logger: Logger,
@@ -30,6 +37,6 @@ export function reportMismatch(
   metrics.incFastPathMismatch(path);
   logger.error(
     { path, ...details },
-    `the ${path === 'config' ? 'config read from the last load' : 'element-only write'} disagreed with the whole path; applying the whole path's answer`,
+    `the ${FAST_PATH_NAMES[path]} disagreed with the whole path; applying the whole path's answer`,
   );
 }

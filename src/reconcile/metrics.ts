@@ -31,7 +31,7 @@ const syncDurationBuckets = [
 ];
 
 /** The fast paths the agent audits (README, "The everyday edit"): the `path` label's values. */
-export const FAST_PATHS = ['config', 'element-write'] as const;
+export const FAST_PATHS = ['config', 'element-write', 'commit-notifications'] as const;
 export type FastPath = (typeof FAST_PATHS)[number];
 
 /** Each of the agent's own series, by name, with its help text. */

@@ -244,6 +244,19 @@ export class Reconciler {
     return this.converger.unchangedSinceVerified();
   }
 
+  /**
+   * For readiness: as kernelUnchanged, other tools' commits heard to name none of our tables
+   * aside (noteCommitElsewhere). Every sync still reads back after them.
+   */
+  kernelUnchangedForProbe(): Promise<boolean> {
+    return this.converger.unchangedForProbe();
+  }
+
+  /** Another tool's commit, heard from nf_tables' notifications, that named none of our tables. */
+  noteCommitElsewhere(genId: number): void {
+    this.converger.noteCommitElsewhere(genId);
+  }
+
   /** Whether the last sync found, or made, the kernel hold our tables, and knows it. */
   get kernelVerified(): boolean {
     return this.converger.verified;

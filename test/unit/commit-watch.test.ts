@@ -1,12 +1,14 @@
 // src/reconcile/commit-watch.ts with a scripted notification socket: a commit naming our table (or
 // dropped notifications) makes the generation check, and a sync is asked for only when the kernel
-// is no longer known to hold our tables; commits to other tables cost nothing but the drain.
+// is no longer known to hold our tables; commits to other tables cost nothing but the drain, and
+// are told on (a readiness probe needs no look for them).
 import t from 'tap';
 import type { CommitsHeard } from '../../src/nftables/addon.js';
 import { CommitWatch, FOREIGN_COMMIT } from '../../src/reconcile/commit-watch.js';
 
 function watch(heard: CommitsHeard[], unchanged: boolean) {
   const asked: string[] = [];
+  const elsewhere: number[] = [];
   let checks = 0;
   let closed = false;
   const w = new CommitWatch({
@@ -22,21 +24,32 @@ function watch(heard: CommitsHeard[], unchanged: boolean) {
       return unchanged;
     },
     requestSync: (why) => asked.push(why),
+    elsewhere: (genId) => elsewhere.push(genId),
     unavailable: () => {},
     intervalMs: 3_600_000, // driven by hand below
   });
   w.start();
-  return { w, asked, checks: () => checks, closed: () => closed };
+  return { w, asked, elsewhere, checks: () => checks, closed: () => closed };
 }
 
-t.test('commits to other tables: no check, no sync', async (t) => {
-  const { w, asked, checks } = watch(
-    [{ commits: [{ genId: 5, tables: ['ip kube-proxy', 'inet filter'] }], overflow: false }],
-    false,
+t.test('commits to other tables: no check, no sync; each told on by its generation', async (t) => {
+  const { w, asked, checks, elsewhere } = watch(
+    [
+      {
+        commits: [
+          { genId: 5, tables: ['ip kube-proxy', 'inet filter'] },
+          { genId: 6, tables: ['ip kube-proxy', 'ip ipmasq'] },
+          { genId: 7, tables: ['ip6 nat'] },
+        ],
+        overflow: false,
+      },
+    ],
+    true,
   );
   await w.poll();
-  t.equal(checks(), 0, 'the generation not even read');
+  t.equal(checks(), 1, 'the one naming ours checked');
   t.same(asked, []);
+  t.same(elsewhere, [5, 7], 'those naming none of ours told on, the other not');
   w.stop();
 });
 

@@ -163,6 +163,51 @@ t.test(
   },
 );
 
+t.test(
+  "readiness trusts nftables' notifications of commits elsewhere; a sync still reads back, and a notification that lied is a mismatch",
+  async (t) => {
+    const { kernel, reconciler, logs, metric } = setup();
+    await reconciler.sync();
+    t.ok(await reconciler.kernelUnchangedForProbe(), 'known after the write');
+    kernel.tamper({ family: 'ip', name: 'other' });
+    t.notOk(await reconciler.kernelUnchangedForProbe(), 'a commit not heard of: not known');
+    reconciler.noteCommitElsewhere(kernel.genId);
+    t.ok(
+      await reconciler.kernelUnchangedForProbe(),
+      'heard to name none of ours: known for a probe',
+    );
+    t.notOk(await reconciler.kernelUnchanged(), 'not for a sync');
+    const reads = kernel.reads;
+    await reconciler.sync('resync');
+    t.ok(kernel.reads > reads, 'the sync reads back all the same');
+    t.equal(await metric('ipmasq_fast_path_mismatches_total', { path: 'commit-notifications' }), 0);
+
+    // A notification that said "elsewhere" for a commit that changed our table.
+    kernel.tamper({ family: 'ip', name: 'ipmasq' }, (listing) =>
+      listing.replace('10.0.0.0/8', '10.0.0.0/9'),
+    );
+    reconciler.noteCommitElsewhere(kernel.genId);
+    t.ok(await reconciler.kernelUnchangedForProbe(), 'the probe believes it');
+    await reconciler.sync('resync');
+    t.equal(
+      await metric('ipmasq_fast_path_mismatches_total', { path: 'commit-notifications' }),
+      1,
+      'the read back finds it: counted',
+    );
+    t.ok(
+      logs.some(
+        (l) => l.level === 50 && /notifications that our tables were left alone/.test(l.msg),
+      ),
+      'logged as an error',
+    );
+    t.ok(
+      logs.some((l) => /drifted/.test(l.msg)),
+      'and repaired as drift',
+    );
+    t.match(await kernel.listTable({ family: 'ip', name: 'ipmasq' }), /10\.0\.0\.0\/8/);
+  },
+);
+
 t.test('drift is repaired, warned about and counted', async (t) => {
   const drifts: Array<[string, (s: string) => string | null]> = [
     ['table deleted', () => null],
