@@ -2,9 +2,9 @@
 // addon forks for it (docs/design.md, "libnftables"): a crash, abort or hang there is an NftError
 // here, never the end of the agent. Writes and the reads of our own tables are serialised: one at
 // a time keeps the libuv pool free for I/O, and the kernel serialises nftables commits per namespace
-// anyway. Reads that only look (generation ids, netlink dumps, the prints of other tables' chains)
-// are not queued behind them: nothing of ours waits on another table's size (README, "Other NAT on
-// the node"), and no write waits on a look.
+// anyway. Reads that only look (netlink dumps, the prints of other tables' chains) are not queued
+// behind them: nothing of ours waits on another table's size (README, "Other NAT on the node"), and
+// no write waits on a look.
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -250,11 +250,13 @@ export async function commitNft(script: string): Promise<CommitStep> {
 }
 
 /**
- * The network namespace's nftables generation id; it moves on every committed transaction. Not
- * queued: a probe asking whether anything was committed must not wait for a write or a look.
+ * The network namespace's nftables generation id; it moves on every committed transaction. Queued
+ * with our writes: read while one of ours is in flight (a conntrack flush's held replies), it would
+ * be the step before it, and a change pinned to it refused.
  */
 export async function nftGenerationId(): Promise<number> {
-  return addon().generationId();
+  const native = addon();
+  return serialised(() => native.generationId());
 }
 
 /** Every table in the namespace as the kernel names it, from one netlink dump (no libnftables). Not queued. */
