@@ -110,6 +110,8 @@ export type ElementAudit =
 
 /** How many of our own commits besides the writes (the flush's held replies) are remembered. */
 const OWN_STEPS_KEPT = 64;
+/** How many times the audit of one element-only write is tried when another commit was in its way. */
+const AUDIT_TRIES = 3;
 /** How many other tools' commits elsewhere are remembered (kube-proxy commits often). */
 const ELSEWHERE_STEPS_KEPT = 1_024;
 
@@ -151,8 +153,11 @@ export class Converger {
   private readonly written = new Set<TableFamily>();
   /** The tables as this process last wrote them: what the kernel holds while nobody else wrote. */
   private readonly lastTables = new Map<TableFamily, Table>();
-  /** The last element-only write and the generation id after it, until its audit reads it back. */
-  private unaudited: { genId: number; edit: ElementEdit } | undefined;
+  /**
+   * The last element-only write and the generation id after it, until its audit reads it back;
+   * `tries`: audits that found another commit in the way (at most AUDIT_TRIES).
+   */
+  private unaudited: { genId: number; edit: ElementEdit; tries: number } | undefined;
   /** The last audit found our own write wrong: its repair is not another's drift. */
   private ownFault = false;
 
@@ -222,18 +227,23 @@ export class Converger {
     }
   }
 
-  /** Whether `genId` is reached from where the kernel was known to hold our tables by steps that left them alone. */
-  private reachedElsewhere(genId: number | undefined): boolean {
-    if (genId === undefined || this.verifiedGenId === undefined || this.lastTables.size === 0)
-      return false;
-    let at = this.verifiedGenId;
+  /** Whether `to` is reached from `from` by our held replies and others' commits that named none of our tables. */
+  private leftAlone(from: number, to: number | undefined): boolean {
+    let at = from;
     for (let hop = 0; hop <= ELSEWHERE_STEPS_KEPT + OWN_STEPS_KEPT; hop++) {
-      if (at === genId) return true;
+      if (at === to) return true;
       const next = this.ownSteps.get(at) ?? this.elsewhereSteps.get(at);
       if (next === undefined) return false;
       at = next;
     }
     return false;
+  }
+
+  /** Whether `genId` is reached from where the kernel was known to hold our tables by steps that left them alone. */
+  private reachedElsewhere(genId: number | undefined): boolean {
+    if (genId === undefined || this.verifiedGenId === undefined || this.lastTables.size === 0)
+      return false;
+    return this.leftAlone(this.verifiedGenId, genId);
   }
 
   /**
@@ -407,7 +417,7 @@ export class Converger {
       // While another agent writes our table, read back at every resync: that our write stayed is
       // how the conflict ends.
       this.verifiedGenId = otherAgent.active ? undefined : chain;
-      this.unaudited = edit && chain !== undefined ? { genId: chain, edit } : undefined;
+      this.unaudited = edit && chain !== undefined ? { genId: chain, edit, tries: 0 } : undefined;
       if (chain !== undefined || otherAgent.active || last) return 'wrote';
       // Another tool committed around our write: read back now and repair what it changed.
     }
@@ -440,9 +450,17 @@ export class Converger {
     const pending = this.unaudited;
     this.unaudited = undefined;
     if (pending === undefined) return { verdict: 'none', differences: [] };
-    const moved = { verdict: 'moved' as const, differences: [] };
+    const moved = () => {
+      // Tried again a little later (by then nftables' notifications may say whose commit it was),
+      // unless a newer write is to be audited instead.
+      if (this.unaudited === undefined && pending.tries + 1 < AUDIT_TRIES)
+        this.unaudited = { ...pending, tries: pending.tries + 1 };
+      return { verdict: 'moved' as const, differences: [] };
+    };
+    // Others' commits that named none of our tables (nftables' notifications) leave the write's
+    // sets alone: on a node whose other tools commit often, the write is audited all the same.
     const at = await kernel.generationId().catch(() => undefined);
-    if (at === undefined || this.pastOwnSteps(pending.genId) !== at) return moved;
+    if (at === undefined || !this.leftAlone(pending.genId, at)) return moved();
     const differences: string[] = [];
     try {
       for (const table of pending.edit.tables) {
@@ -475,7 +493,7 @@ export class Converger {
       throw err;
     }
     const readAt = await kernel.generationId().catch(() => undefined);
-    if (readAt !== at) return moved;
+    if (!this.leftAlone(at, readAt)) return moved();
     if (differences.length === 0) return { verdict: 'agrees', differences };
     this.verifiedGenId = undefined;
     this.ownFault = true;

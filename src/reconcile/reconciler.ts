@@ -180,9 +180,9 @@ export class Reconciler {
   /**
    * The element-write audit beside the syncs, not in one: its read of the sets the write changed
    * (over netlink, compared on a pool thread: tens of ms at 100 000 elements) must not hold back the
-   * next edit's write, which runs meanwhile (the audit's calls are not queued behind our writes). A write committed during the read makes
-   * it `moved`: that write is audited in turn. A disagreement asks for a sync, which reads back and
-   * repairs (the converger no longer trusts the kernel).
+   * next edit's write, which runs meanwhile (the audit's calls are not queued behind our writes). A
+   * write committed during the read makes it `moved`: that write is audited in turn. A disagreement
+   * asks for a sync, which reads back and repairs (the converger no longer trusts the kernel).
    */
   private async auditBeside(ask: (reason: string) => void): Promise<void> {
     if (this.auditRunning) {
@@ -198,7 +198,8 @@ export class Reconciler {
     } finally {
       this.auditRunning = false;
     }
-    if (this.auditAgain) {
+    // A newer write, or this one again when another commit was in the way (at most a few times).
+    if (this.auditAgain || this.converger.auditDue) {
       this.auditAgain = false;
       if (this.converger.auditDue) this.auditing?.ask();
     }

@@ -208,6 +208,37 @@ t.test(
   },
 );
 
+t.test(
+  "an element-only write is audited across others' commits heard to name none of our tables",
+  async (t) => {
+    const { kernel, reconciler, setConfig, metric } = setup();
+    await reconciler.sync();
+    setConfig({ ok: true, config: config(['10.0.0.0/8', '192.0.2.0/24']), warnings: [] });
+    await reconciler.sync('config changed');
+    t.equal(kernel.edits.length, 1, 'an element-only write');
+    // Another tool commits elsewhere before the audit reads: heard, its step is left alone.
+    kernel.tamper({ family: 'ip', name: 'kube-proxy' });
+    reconciler.noteCommitElsewhere(kernel.genId);
+    const audits = kernel.audits.length;
+    await reconciler.sync('resync');
+    t.ok(kernel.audits.length > audits, 'audited all the same');
+    t.equal(await metric('ipmasq_fast_path_mismatches_total', { path: 'element-write' }), 0);
+
+    // Not heard: the audit finds another commit in its way and does not read.
+    setConfig({ ok: true, config: config(['10.0.0.0/8']), warnings: [] });
+    await reconciler.sync('config changed');
+    t.equal(kernel.edits.length, 2);
+    kernel.tamper({ family: 'ip', name: 'kube-proxy' });
+    const before = kernel.audits.length;
+    await reconciler.sync('resync');
+    t.equal(
+      kernel.audits.length,
+      before,
+      'not audited while the step is not known to be elsewhere',
+    );
+  },
+);
+
 t.test('drift is repaired, warned about and counted', async (t) => {
   const drifts: Array<[string, (s: string) => string | null]> = [
     ['table deleted', () => null],
