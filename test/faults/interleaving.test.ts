@@ -34,7 +34,12 @@ if (requireRoot(t)) {
     async (t) => {
       const before = (await generation(node)) ?? 0;
       const repairsBefore = (await metric(node, 'ipmasq_drift_repairs_total')) ?? 0;
-      writeConfig(node, 'nonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12]\nresyncInterval: 1s\n');
+      // A change of the rules, not of elements alone: written through libnftables (an element-only
+      // change goes over netlink, in the agent's own process, where no child can be caught).
+      writeConfig(
+        node,
+        'nonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12]\nsnatAddress: 198.18.0.1\nresyncInterval: 1s\n',
+      );
       // The write's libnftables process appears; stop the agent while it runs on and commits.
       const child = await waitFor(
         'the libnftables process of the write',
