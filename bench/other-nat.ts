@@ -3,6 +3,7 @@
 // a Flannel-like chain alone; the same beside another table's 100 000-element plain interval set;
 // the set in the very table whose nat chain is looked at (its rules printed once, at the first look).
 import { join } from 'node:path';
+import { lookHeavyTable, startRuleWriter } from '../harness/foreign-nat.js';
 import { inNetns, packageRoot } from '../harness/netns.js';
 import { AgentSession } from './agent-session.js';
 import { median, netns, percentile, withScope } from './harness.js';
@@ -97,15 +98,7 @@ export interface LookBeside {
  */
 export async function benchLookBeside(size = 200_000, changes = 10): Promise<LookBeside> {
   const shown = size.toLocaleString('en-US').replace(/,/g, ' ');
-  const bases = [1, 2, 3, 4]
-    .map(
-      (i) =>
-        `  chain p${i} {\n    type nat hook postrouting priority srcnat + ${i}; policy accept;\n    jump masqit\n  }\n`,
-    )
-    .join('');
-  const foreign =
-    bigTable('other', size, false).replace(/}\n$/, '') +
-    `  chain masqit {\n    ip saddr 10.244.0.0/16 masquerade\n  }\n${bases}}\n`;
+  const foreign = lookHeavyTable(size);
   const text = (extra: boolean) =>
     `resyncInterval: 2s\nnonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16${extra ? ', 198.51.100.0/24' : ''}]\n`;
   return withScope(async (scope) => {
@@ -116,17 +109,7 @@ export async function benchLookBeside(size = 200_000, changes = 10): Promise<Loo
     });
     const firstWriteMs = performance.now() - started;
     await session.swapText(text(false), 60_000);
-    let writing = true;
-    const writer = (async () => {
-      while (writing) {
-        await inNetns(session.ns, 'nft', ['-f', '-'], {
-          input:
-            'flush chain ip other masqit\nadd rule ip other masqit ip saddr 10.244.0.0/16 masquerade\n',
-          timeoutMs: 60_000,
-        });
-        await sleep(1_000);
-      }
-    })();
+    const writer = startRuleWriter(session.ns);
     const seconds = changes * 1.5 + 3;
     const probing = session.probe(seconds, 100, ['/readyz', '/healthz']);
     const times: number[] = [];
@@ -135,8 +118,7 @@ export async function benchLookBeside(size = 200_000, changes = 10): Promise<Loo
       times.push((await session.swapText(text(i % 2 === 1), 60_000)).ms);
     }
     const samples = await probing;
-    writing = false;
-    await writer;
+    await writer.stop();
     session.close();
     const latencies = samples.map(([, , ms]) => ms);
     return {

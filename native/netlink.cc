@@ -601,21 +601,27 @@ void PutElements(std::vector<char>* batch, uint16_t type, uint16_t flags, uint8_
 }  // namespace
 
 // The rule of `table`'s `chain` whose comment is `mark`, as the kernel holds it.
-Status FindMarked(const TableEdit& table, RawRule* found) {
+// One chain's rules as the kernel holds them (a NFT_MSG_GETRULE dump filtered to the chain).
+static Status ChainRules(uint8_t family, const std::string& table, const std::string& chain,
+                         std::vector<RawRule>* rules) {
   std::vector<char> filter;
   Writer writer(&filter);
-  writer.PutString(NFTA_RULE_TABLE, table.table);
-  writer.PutString(NFTA_RULE_CHAIN, table.chain);
-  std::vector<RawRule> rules;
-  Status listed = NetlinkRequest(
-      NFT_MSG_GETRULE, NLM_F_DUMP, "NFT_MSG_GETRULE", [&](uint8_t) { rules.push_back({}); },
+  writer.PutString(NFTA_RULE_TABLE, table);
+  writer.PutString(NFTA_RULE_CHAIN, chain);
+  return NetlinkRequest(
+      NFT_MSG_GETRULE, NLM_F_DUMP, "NFT_MSG_GETRULE", [&](uint8_t) { rules->push_back({}); },
       [&](uint16_t type, const char* data, size_t len) {
-        if (type == NFTA_RULE_HANDLE) rules.back().handle = Be64(data, len);
-        if (type == NFTA_RULE_EXPRESSIONS) rules.back().expressions.assign(data, len);
-        if (type == NFTA_RULE_USERDATA) rules.back().userdata.assign(data, len);
+        if (type == NFTA_RULE_HANDLE) rules->back().handle = Be64(data, len);
+        if (type == NFTA_RULE_EXPRESSIONS) rules->back().expressions.assign(data, len);
+        if (type == NFTA_RULE_USERDATA) rules->back().userdata.assign(data, len);
         return true;
       },
-      table.family, filter);
+      family, filter);
+}
+
+Status FindMarked(const TableEdit& table, RawRule* found) {
+  std::vector<RawRule> rules;
+  Status listed = ChainRules(table.family, table.table, table.chain, &rules);
   if (!listed.ok) return listed;
   for (const RawRule& rule : rules) {
     if (rule.userdata.empty() || CommentOf(rule.userdata) != table.was_mark) continue;
@@ -756,35 +762,25 @@ SetElements ReadSetElements(uint8_t family, const std::string& table, const std:
       continue;
     if (is_end(n))
       return {{false, "set " + set + " of table " + table + ": an end item without its start"}, {}};
-    std::vector<uint8_t> last(key_len, 0xff);
+    uint8_t last[64];
+    memset(last, 0xff, key_len);
     if (n + 1 < count && is_end(n + 1)) {
       // One before the end item's key: the range's last key.
-      const uint8_t* past = key_of(++n);
-      last.assign(past, past + key_len);
+      memcpy(last, key_of(++n), key_len);
       for (size_t b = key_len; b-- > 0;) {
         if (last[b]-- != 0) break;
       }
     }
     result.elements.insert(result.elements.end(), start, start + key_len);
-    result.elements.insert(result.elements.end(), last.begin(), last.end());
+    result.elements.insert(result.elements.end(), last, last + key_len);
   }
   return result;
 }
 
 Comments RuleComments(uint8_t family, const std::string& table, const std::string& chain) {
-  Comments result{{true, ""}, {}};
-  std::vector<char> filter;
-  Writer writer(&filter);
-  writer.PutString(NFTA_RULE_TABLE, table);
-  writer.PutString(NFTA_RULE_CHAIN, chain);
-  result.status = NetlinkRequest(
-      NFT_MSG_GETRULE, NLM_F_DUMP, "NFT_MSG_GETRULE",
-      [&](uint8_t) { result.comments.emplace_back(); },
-      [&](uint16_t type, const char* data, size_t len) {
-        if (type == NFTA_RULE_USERDATA) result.comments.back() = CommentOf(std::string(data, len));
-        return true;
-      },
-      family, filter);
+  std::vector<RawRule> rules;
+  Comments result{ChainRules(family, table, chain, &rules), {}};
+  for (const RawRule& rule : rules) result.comments.push_back(CommentOf(rule.userdata));
   return result;
 }
 

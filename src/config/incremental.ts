@@ -292,16 +292,16 @@ export function linesText(range: EditedRange): string {
  */
 let faultLeft = process.env.IPMASQ_TEST_CORRUPT_FAST_PATH === 'config';
 
-/**
- * Loads of one config source, each from the last where it can be: give it the files' bytes as read
- * (readSourceFiles) and it answers what loadFiles would, with how the sets' lists changed from its
- * last answer when it worked that out from the last load (undefined: a whole load).
- */
 export interface ConfigCacheOptions {
   /** Runs each whole load (the config worker gives it the young generation's growth: src/memory.ts). */
   readonly aroundWholeLoad?: <T>(load: () => T) => T;
 }
 
+/**
+ * Loads of one config source, each from the last where it can be: give it the files' bytes as read
+ * (readSourceFiles) and it answers what loadFiles would, with how the sets' lists changed from its
+ * last answer when it worked that out from the last load (undefined: a whole load).
+ */
 export class ConfigCache {
   private state: State | undefined;
   private readonly aroundWholeLoad: <T>(load: () => T) => T;

@@ -110,6 +110,13 @@ export type ElementAudit =
 
 /** How many of our own commits besides the writes (the flush's held replies) are remembered. */
 const OWN_STEPS_KEPT = 64;
+/** `COUNT WHAT (first, …)`, or nothing when none: a part of an audit's difference. */
+function named(what: string, count: number, list: readonly string[]): string[] {
+  return count === 0
+    ? []
+    : [`${count} ${what} (${list.join(', ')}${count > list.length ? ', …' : ''})`];
+}
+
 /** How many times the audit of one element-only write is tried when another commit was in its way. */
 const AUDIT_TRIES = 3;
 /** How many other tools' commits elsewhere are remembered (kube-proxy commits often). */
@@ -469,10 +476,6 @@ export class Converger {
           metrics.incKernelReads();
           const found = await kernel.auditSet(ref, set, set.elements);
           if (found.missingCount === 0 && found.extraCount === 0) continue;
-          const named = (what: string, count: number, list: readonly string[]) =>
-            count === 0
-              ? []
-              : [`${count} ${what} (${list.join(', ')}${count > list.length ? ', …' : ''})`];
           differences.push(
             `set ${table.family} ${table.table} ${set.name}: holds ${found.held} elements, the write meant ${found.meant}; ` +
               [

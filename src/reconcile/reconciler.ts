@@ -173,9 +173,8 @@ export class Reconciler {
   private readonly auditing: BoundedDebounce | undefined;
   /** Without requestSync (--once, tests): the next sync audits the last element-only write. */
   private auditAsked = false;
-  /** An audit reading our tables back beside the syncs; another asked meanwhile. */
+  /** An audit reading our tables back beside the syncs. */
   private auditRunning = false;
-  private auditAgain = false;
 
   /**
    * The element-write audit beside the syncs, not in one: its read of the sets the write changed
@@ -185,11 +184,8 @@ export class Reconciler {
    * asks for a sync, which reads back and repairs (the converger no longer trusts the kernel).
    */
   private async auditBeside(ask: (reason: string) => void): Promise<void> {
-    if (this.auditRunning) {
-      // A write since this audit began: audited once this one ends.
-      this.auditAgain = true;
-      return;
-    }
+    // A write since this audit began is audited once this one ends (below).
+    if (this.auditRunning) return;
     if (!this.converger.auditDue) return;
     this.auditRunning = true;
     try {
@@ -199,10 +195,7 @@ export class Reconciler {
       this.auditRunning = false;
     }
     // A newer write, or this one again when another commit was in the way (at most a few times).
-    if (this.auditAgain || this.converger.auditDue) {
-      this.auditAgain = false;
-      if (this.converger.auditDue) this.auditing?.ask();
-    }
+    if (this.converger.auditDue) this.auditing?.ask();
   }
 
   /** The last element-only write read back and compared; a disagreement reported. */

@@ -7,30 +7,9 @@
 // /healthz, probed throughout on fresh connections, always answer 200.
 import t from 'tap';
 import { startAgent, startHealthProbe, waitFor } from '../../harness/agent.js';
+import { lookHeavyTable, startRuleWriter } from '../../harness/foreign-nat.js';
 import { inNetns, requireRoot } from '../../harness/netns.js';
 import { agentArgs, generation, makeNode, untilGeneration, writeConfig } from '../helpers/node.js';
-
-const SIZE = 200_000;
-
-/** The foreign table: the set, the jumped chain with its masquerade, four base chains jumping to it. */
-function foreignTable(): string {
-  const elements: string[] = [];
-  for (let i = 0; i < SIZE; i++) {
-    const a = ((172 << 24) | (i * 4)) >>> 0;
-    elements.push(`${a >>> 24}.${(a >>> 16) & 255}.${(a >>> 8) & 255}.${a & 255}/30`);
-  }
-  const bases = [1, 2, 3, 4]
-    .map(
-      (i) =>
-        `  chain p${i} {\n    type nat hook postrouting priority srcnat + ${i}; policy accept;\n    jump masqit\n  }\n`,
-    )
-    .join('');
-  return (
-    `table ip other {\n  set big {\n    type ipv4_addr; flags interval\n` +
-    `    elements = { ${elements.join(',\n')} }\n  }\n` +
-    `  chain masqit {\n    ip saddr 10.244.0.0/16 masquerade\n  }\n${bases}}\n`
-  );
-}
 
 const config = (extra: boolean) =>
   `resyncInterval: 2s\nnonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16${extra ? ', 198.51.100.0/24' : ''}]\n`;
@@ -38,7 +17,10 @@ const config = (extra: boolean) =>
 if (requireRoot(t)) {
   t.test('a look-heavy foreign table holds back no write and no probe', async (t) => {
     const node = await makeNode(t, 'nat-beside');
-    await inNetns(node.ns, 'nft', ['-f', '-'], { input: foreignTable(), timeoutMs: 300_000 });
+    await inNetns(node.ns, 'nft', ['-f', '-'], {
+      input: lookHeavyTable(200_000),
+      timeoutMs: 300_000,
+    });
     writeConfig(node, config(false));
     const agent = startAgent(t, node.ns, agentArgs(node));
     // The look comes after the first write, and beside it: the write does not wait for its prints.
@@ -50,19 +32,8 @@ if (requireRoot(t)) {
     );
     t.match(warning, { translatingRules: 1 }, 'the look printed the jumped chain and reported it');
 
-    let writing = true;
-    let rewrites = 0;
-    const writer = (async () => {
-      while (writing) {
-        await inNetns(node.ns, 'nft', ['-f', '-'], {
-          input:
-            'flush chain ip other masqit\nadd rule ip other masqit ip saddr 10.244.0.0/16 masquerade\n',
-          timeoutMs: 60_000,
-        });
-        rewrites++;
-        await new Promise((resolve) => setTimeout(resolve, 1_000));
-      }
-    })();
+    const writer = startRuleWriter(node.ns);
+    let rewrites: number;
     const probe = await startHealthProbe(
       t,
       node.ns,
@@ -81,8 +52,7 @@ if (requireRoot(t)) {
       }
       t.pass('6 config changes, each in the kernel within 5 s while the looks print');
     } finally {
-      writing = false;
-      await writer;
+      rewrites = await writer.stop();
     }
     const probed = await probe.stop();
     t.ok(rewrites >= 6, `the foreign chain's rule replaced ${rewrites} times meanwhile`);
