@@ -32,7 +32,18 @@ function watch(heard: CommitsHeard[], unchanged: boolean) {
   return { w, asked, elsewhere, checks: () => checks, closed: () => closed };
 }
 
-t.test('commits to other tables: no check, no sync; each told on by its generation', async (t) => {
+t.test('commits to other tables: no check, no sync', async (t) => {
+  const { w, asked, checks } = watch(
+    [{ commits: [{ genId: 5, tables: ['ip kube-proxy', 'inet filter'] }], overflow: false }],
+    false,
+  );
+  await w.poll();
+  t.equal(checks(), 0, 'the generation not even read');
+  t.same(asked, []);
+  w.stop();
+});
+
+t.test('each commit naming none of our tables is told on by its generation', async (t) => {
   const { w, asked, checks, elsewhere } = watch(
     [
       {
