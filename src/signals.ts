@@ -46,14 +46,23 @@ function tellLauncher(): void {
  * SIGUSR1 makes Node open its inspector on 127.0.0.1:9229, where any process on the node's loopback
  * (a hostNetwork pod) could run code in an agent that holds NET_ADMIN (README, "Signals"). A
  * listener of our own takes the signal from the inspector for the rest of the process's life; one
- * that came in before it, while Node started, may have opened the inspector already, so it is
- * closed here and once more when the loop has run the inspector's pending start.
+ * that came in before it, while Node started, may have opened the inspector already or may open it
+ * later, so it is closed here, once more when the loop has run, and whenever it is found open.
  */
 function refuseDebugger(): void {
   process.on('SIGUSR1', () => {});
   if (asked(process.execArgv) || asked((process.env.NODE_OPTIONS ?? '').split(/\s+/))) return;
   closeInspector();
   setImmediate(closeInspector);
+  // Node's own handler only wakes a watchdog thread, which then asks this thread to open the
+  // inspector; on a busy machine that thread may run well after the two closes above (seen with the
+  // CPU saturated). So the inspector is looked for every 20 ms through the start-up's first seconds,
+  // and every second after that for the life of the process.
+  const early = setInterval(closeInspector, 20).unref();
+  setTimeout(() => {
+    clearInterval(early);
+    setInterval(closeInspector, 1_000).unref();
+  }, 10_000).unref();
 }
 
 /** --inspect, --inspect-brk, --inspect-wait: the operator asked for a debugger. */
