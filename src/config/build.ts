@@ -1,7 +1,14 @@
 // Fragments (one per file) + defaults -> the frozen Config. The only place where files are merged.
 import { createHash } from 'node:crypto';
 import { escapeUnprintable, type Prefix, parseCidr } from '../cidr/index.js';
-import { CONFIG_KEYS, type KeyName, type KeySpec, type MergedKeys, mergedSets } from './keys.js';
+import {
+  CONFIG_KEYS,
+  type KeyName,
+  type KeySpec,
+  type MergedKeys,
+  mergedSets,
+  NODE_WIDE_ONLY,
+} from './keys.js';
 import type { ConfigFragment } from './fragment.js';
 import {
   type Config,
@@ -10,6 +17,7 @@ import {
   type LoadOptions,
   type LoadResult,
   type Origin,
+  type PodPolicy,
   type Provenance,
   type SkippedFile,
 } from './types.js';
@@ -86,7 +94,7 @@ function provenanceOf(
  * table (README, "Two agents in one namespace").
  */
 export function hashOf(
-  sets: Pick<Config, 'nonMasquerade' | 'masquerade' | 'egress' | 'keys'>,
+  sets: Pick<Config, 'nonMasquerade' | 'masquerade' | 'egress' | 'keys' | 'podPolicies'>,
   /** The IPv4 lists' JSON where the caller has it already (config/incremental.ts). */
   v4Json?: { readonly nonMasquerade: Uint8Array; readonly masquerade: Uint8Array },
 ): string {
@@ -104,8 +112,86 @@ export function hashOf(
   // Only a config with egress policy keys hashes more: the hash of one without stays as it was.
   if (sets.egress) hash.update(`,${JSON.stringify(sets.egress)}`);
   if (hashed.length > 0) hash.update(`,${JSON.stringify(hashed)}`);
+  // Likewise the pod policies: what each selects and decides, in order.
+  if (sets.podPolicies) hash.update(`,${JSON.stringify(sets.podPolicies.map(policyMeaning))}`);
   hash.update(']');
   return hash.digest('hex');
+}
+
+/** What of a pod policy reaches the kernel or chooses its pods (its `own` keys are in these). */
+function policyMeaning(policy: PodPolicy): unknown[] {
+  const { file, podSelector, namespaceSelector, nonMasquerade, masquerade, egress, members } =
+    policy;
+  return [
+    file,
+    podSelector ?? null,
+    namespaceSelector ?? null,
+    nonMasquerade,
+    masquerade,
+    egress ?? null,
+    members ?? null,
+  ];
+}
+
+/** A file with podSelector or namespaceSelector: a pod policy (README, "Pod policies"). */
+export function isPodPolicy(fragment: ConfigFragment): boolean {
+  return fragment.podSelector !== undefined || fragment.namespaceSelector !== undefined;
+}
+
+/** The first key a pod policy gives that only a node-wide file may (checked in every file). */
+function podPolicyProblem(fragments: readonly ConfigFragment[]): ConfigError | undefined {
+  for (const fragment of fragments) {
+    if (!isPodPolicy(fragment)) continue;
+    const key = NODE_WIDE_ONLY.find((name) => fragment[name] !== undefined);
+    if (key !== undefined) {
+      return new ConfigError(
+        fragment.file,
+        `${key}: a pod policy (a file with podSelector or namespaceSelector) may not give it; it is the node's as a whole: move it to a file without selectors`,
+      );
+    }
+  }
+  return undefined;
+}
+
+/**
+ * A pod policy's own decision: each key it gives, else the node-wide value (`node`, the merge of
+ * the files without selectors), else the default.
+ */
+function podPolicyOf(
+  fragment: ConfigFragment,
+  node: MergedKeys,
+  options: LoadOptions,
+  origin: string,
+): PodPolicy {
+  const own = mergeKeys([fragment], origin);
+  const masqLinkLocal = own.masqLinkLocal ?? node.masqLinkLocal ?? false;
+  const masqLinkLocalIPv6 = own.masqLinkLocalIPv6 ?? node.masqLinkLocalIPv6 ?? false;
+  const nonMasq =
+    own.nonMasqueradeCIDRs ?? node.nonMasqueradeCIDRs ?? defaultNonMasqueradeCIDRs(options);
+  const masq = own.masqueradeCIDRs ?? node.masqueradeCIDRs ?? [];
+  const linkLocal = linkLocalPrefixes({ masqLinkLocal, masqLinkLocalIPv6 }, options);
+  // sourceCIDRs is never a pod policy's own (NODE_WIDE_ONLY): the node's applies.
+  const egress = egressOf({ ...node, ...own, sourceCIDRs: node.sourceCIDRs });
+  return Object.freeze({
+    file: fragment.file,
+    ...(fragment.podSelector ? { podSelector: fragment.podSelector } : {}),
+    ...(fragment.namespaceSelector ? { namespaceSelector: fragment.namespaceSelector } : {}),
+    nonMasquerade: mergedSets(nonMasq.concat(linkLocal)),
+    masquerade: mergedSets(masq),
+    masqLinkLocal,
+    masqLinkLocalIPv6,
+    ...(egress ? { egress } : {}),
+    own: carriedKeys(own),
+  });
+}
+
+/** Every merged key but those the sets carry. */
+function carriedKeys(keys: MergedKeys): MergedKeys {
+  return Object.freeze(
+    Object.fromEntries(
+      Object.entries(keys).filter(([name]) => !('bySets' in CONFIG_KEYS[name as KeyName])),
+    ),
+  ) as MergedKeys;
 }
 
 /** The link-local prefixes the non-masquerade set gets: unless masqLinkLocal (masqLinkLocalIPv6). */
@@ -237,11 +323,28 @@ export function buildConfig(
 ): LoadResult {
   const invalid = (error: ConfigError): LoadResult =>
     Object.freeze({ ok: false, error, warnings: Object.freeze([...warnings]) });
+  // Checked in every file, whatever node it is for: a pod policy's keys.
+  const policyProblem = podPolicyProblem(allFragments);
+  if (policyProblem) return invalid(policyProblem);
   const scoped = scope(allFragments, options);
   if ('error' in scoped) return invalid(scoped.error);
-  const fragments = scoped.applies;
+  const applying = scoped.applies;
+  // The node-wide config is the files without selectors; each pod policy is decided apart.
+  const fragments = applying.filter((f) => !isPodPolicy(f));
+  const policyFragments = applying.filter(isPodPolicy);
+  const describing = options.scoping === 'describe';
+  if (policyFragments.length > 0 && !describing && !options.kubernetes) {
+    const file = policyFragments[0]!;
+    const key = file.podSelector !== undefined ? 'podSelector' : 'namespaceSelector';
+    return invalid(
+      new ConfigError(
+        file.file,
+        `${key}: a pod policy selects pods by their labels, which the agent reads from the API server: start it with --kubernetes (or --kubeconfig)`,
+      ),
+    );
+  }
   const podCidrs = fragments.find((f) => f.nonMasqueradeNodePodCIDRs === true);
-  if (podCidrs && options.scoping !== 'describe' && !options.kubernetes) {
+  if (podCidrs && !describing && !options.kubernetes) {
     return invalid(
       new ConfigError(
         podCidrs.file,
@@ -250,8 +353,10 @@ export function buildConfig(
     );
   }
   let keys: MergedKeys;
+  let podPolicies: PodPolicy[];
   try {
     keys = mergeKeys(fragments, origin);
+    podPolicies = policyFragments.map((f) => podPolicyOf(f, keys, options, origin));
   } catch (err) {
     if (err instanceof ConfigError) return invalid(err);
     throw err;
@@ -259,24 +364,26 @@ export function buildConfig(
   const egress = egressOf(keys);
   const nonMasq = keys.nonMasqueradeCIDRs ?? defaultNonMasqueradeCIDRs(options);
   const masq = keys.masqueradeCIDRs ?? [];
-  const cidrLimit = keys.cidrLimit ?? DEFAULT_CIDR_LIMIT;
+  // cidrLimit bounds every entry of the files that apply, pod policies' included.
+  const limits = policyFragments.flatMap((f) => (f.cidrLimit === undefined ? [] : [f.cidrLimit]));
+  const cidrLimit = Math.max(keys.cidrLimit ?? DEFAULT_CIDR_LIMIT, ...limits);
   const resyncIntervalMs = keys.resyncInterval ?? DEFAULT_RESYNC_INTERVAL_MS;
   const masqLinkLocal = keys.masqLinkLocal ?? false;
   const masqLinkLocalIPv6 = keys.masqLinkLocalIPv6 ?? false;
 
-  const entries = nonMasq.length + masq.length;
+  const policyEntries = policyFragments.reduce(
+    (sum, f) => sum + (f.nonMasqueradeCIDRs?.length ?? 0) + (f.masqueradeCIDRs?.length ?? 0),
+    0,
+  );
+  const entries = nonMasq.length + masq.length + policyEntries;
   if (entries > cidrLimit) {
-    const where = fragments.length > 1 ? ` across ${fragments.length} files` : '';
+    const where = applying.length > 1 ? ` across ${applying.length} files` : '';
     const message = `cidrLimit: ${cidrLimit} is less than the ${entries} entries of nonMasqueradeCIDRs + masqueradeCIDRs${where} (raise cidrLimit to at least ${entries}, or list fewer CIDRs)`;
     return invalid(new ConfigError(origin, message));
   }
 
   const linkLocal = linkLocalPrefixes({ masqLinkLocal, masqLinkLocalIPv6 }, options);
   const effectiveNonMasq = nonMasq.concat(linkLocal);
-  // Every merged key but those the sets carry, for whoever reads one (compile, say).
-  const carried = Object.fromEntries(
-    Object.entries(keys).filter(([name]) => !('bySets' in CONFIG_KEYS[name as KeyName])),
-  ) as MergedKeys;
   const meaning = {
     nonMasquerade: mergedSets(effectiveNonMasq),
     masquerade: mergedSets(masq),
@@ -284,13 +391,15 @@ export function buildConfig(
     masqLinkLocalIPv6,
     cidrLimit,
     resyncIntervalMs,
-    keys: Object.freeze(carried),
+    // Every merged key but those the sets carry, for whoever reads one (compile, say).
+    keys: carriedKeys(keys),
     ...(egress ? { egress } : {}),
+    ...(podPolicies.length > 0 ? { podPolicies: Object.freeze(podPolicies) } : {}),
   };
   const config: Config = Object.freeze({
     ...meaning,
     hash: hashOf(meaning),
-    sources: Object.freeze(fragments.map((f) => f.file)),
+    sources: Object.freeze(applying.map((f) => f.file)),
     ...(scoped.skipped.length > 0 ? { skipped: Object.freeze(scoped.skipped) } : {}),
     ...(podCidrs ? { nodePodCIDRs: true as const } : {}),
     ...(options.provenance
@@ -326,9 +435,14 @@ export function withNodePodCIDRs(config: Config, nodes: ReadonlyMap<string, Node
       if (config.provenance) origins.push({ kind: 'node', node, prefix });
     }
   }
-  const current = [...config.nonMasquerade.ipv4, ...config.nonMasquerade.ipv6].map(parseCidr);
-  const nonMasquerade = mergedSets(current.concat(pods));
-  const meaning = { ...config, nonMasquerade };
+  const joined = (sets: Config['nonMasquerade']) =>
+    mergedSets([...sets.ipv4, ...sets.ipv6].map(parseCidr).concat(pods));
+  const nonMasquerade = joined(config.nonMasquerade);
+  // Each pod policy's non-masquerade set takes them too (README, "Pod policies").
+  const podPolicies = config.podPolicies?.map((policy) =>
+    Object.freeze({ ...policy, nonMasquerade: joined(policy.nonMasquerade) }),
+  );
+  const meaning = { ...config, nonMasquerade, ...(podPolicies ? { podPolicies } : {}) };
   const { provenance } = config;
   return Object.freeze({
     ...meaning,

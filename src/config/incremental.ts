@@ -325,7 +325,13 @@ export class ConfigCache {
     this.lastEdits = [];
     const facts: TextFacts = { regions: [], fragments: [] };
     const result = this.aroundWholeLoad(() => loadFiles(source, files, options, undefined, facts));
-    if (result.ok && !options.provenance && result.config.skipped === undefined) {
+    // Only the node-wide lists are edited in place: a config with pod policies loads whole.
+    if (
+      result.ok &&
+      !options.provenance &&
+      result.config.skipped === undefined &&
+      result.config.podPolicies === undefined
+    ) {
       const states: FileState[] = [];
       files.forEach((read, i) => {
         if (!('bytes' in read)) return;

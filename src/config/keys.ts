@@ -23,6 +23,7 @@ import {
   snatText,
   ValueError,
 } from './egress.js';
+import { type LabelSelector, parseSelector, SelectorError } from './selector.js';
 import { type CidrSets, ConfigError, type LoadOptions } from './types.js';
 
 /** A value that is not what its key takes: the message names the key (and index) and the value. */
@@ -201,6 +202,21 @@ const selector = scalar((value): Array<[string, string]> => {
   });
 });
 
+/**
+ * podSelector / namespaceSelector: a label selector (selector.ts). Given as null it is still given:
+ * the file is a pod policy whose selector selects everything, as `{}` does.
+ */
+const labelSelector =
+  (key: 'podSelector' | 'namespaceSelector') =>
+  (value: unknown): LabelSelector => {
+    try {
+      return parseSelector(value);
+    } catch (err) {
+      if (err instanceof SelectorError) throw new Invalid(`${key}: ${err.message}`);
+      throw err;
+    }
+  };
+
 const cidrLimit = scalar((value): number => {
   if (typeof value === 'number' && Number.isSafeInteger(value) && value >= 0) return value;
   throw new Invalid(`cidrLimit: expected a whole number of 0 or more, got ${describe(value)}`);
@@ -317,7 +333,19 @@ export const CONFIG_KEYS = {
   nodeNames: spec({ parse: stringList('nodeNames', 'node name', parseNodeName) }),
   nodeSelector: spec({ parse: selector }),
   nonMasqueradeNodePodCIDRs: spec({ parse: boolean('nonMasqueradeNodePodCIDRs'), merge: any }),
+  podSelector: spec({ parse: labelSelector('podSelector') }),
+  namespaceSelector: spec({ parse: labelSelector('namespaceSelector') }),
 };
+
+/**
+ * Keys a pod policy may not give (README, "Pod policies"): they are about the node's traffic as a
+ * whole, not a pod's.
+ */
+export const NODE_WIDE_ONLY: readonly KeyName[] = [
+  'sourceCIDRs',
+  'resyncInterval',
+  'nonMasqueradeNodePodCIDRs',
+];
 
 export type KeyName = keyof typeof CONFIG_KEYS;
 

@@ -2,6 +2,7 @@
 import { escapeUnprintable, type Prefix } from '../cidr/index.js';
 import type { SnatRange } from './egress.js';
 import type { MergedKeys } from './keys.js';
+import type { LabelSelector } from './selector.js';
 
 export type { SnatRange } from './egress.js';
 
@@ -42,6 +43,36 @@ export interface Config {
   readonly nodePodCIDRs?: true;
   /** The Nodes' pod CIDRs are joined in (withNodePodCIDRs). */
   readonly nodesJoined?: true;
+  /**
+   * The pod policies that apply on this node, in file-name order (README, "Pod policies"); absent:
+   * none. The fields above are the node-wide config: the files without selectors.
+   */
+  readonly podPolicies?: readonly PodPolicy[];
+}
+
+/**
+ * One pod policy: a file with podSelector and/or namespaceSelector, and what it decides for the
+ * flows of the pods it selects. A key it leaves out has the node-wide value, so each field is its
+ * own decision as whole as the node-wide one (decision.ts reads it as it reads a Config).
+ */
+export interface PodPolicy {
+  readonly file: string;
+  /** Absent: every pod (of the namespaces namespaceSelector selects). */
+  readonly podSelector?: LabelSelector;
+  /** Absent: every namespace. */
+  readonly namespaceSelector?: LabelSelector;
+  readonly nonMasquerade: CidrSets;
+  readonly masquerade: CidrSets;
+  readonly masqLinkLocal: boolean;
+  readonly masqLinkLocalIPv6: boolean;
+  readonly egress?: EgressPolicy;
+  /** The keys this file gives itself (merged as one file), beside the node-wide ones it inherits. */
+  readonly own: MergedKeys;
+  /**
+   * The addresses this policy decides (withPodMembers): of the pods on this node it selects and no
+   * earlier policy does, as full-length prefixes formatted by src/cidr. Absent: not joined yet.
+   */
+  readonly members?: CidrSets;
 }
 
 /** What the egress policy keys add to the decision; each left out when no file that applies gives it. */
