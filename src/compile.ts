@@ -1,7 +1,8 @@
 // Config + flags → the agent's desired tables (pure). README, "What it does".
 import { snatText } from './config/egress.js';
 import { decisionOf, type ListStep, type Step } from './decision.js';
-import type { Config, SnatRange } from './config/types.js';
+import { basename } from 'node:path';
+import type { Config, PodPolicy, SnatRange } from './config/types.js';
 import { markText, TABLE_COMMENT, type WriteMark } from './nftables/ownership.js';
 import {
   BASE_CHAIN,
@@ -13,8 +14,12 @@ import {
   lateRepliesSet,
   MASQ_SET,
   NONMASQ_SET,
+  POD_POLICY_MAP,
+  podPolicyChain,
+  podPolicyPrefix,
   SOURCES_SET,
 } from './nftables/objects.js';
+import { safeComment } from './nftables/render.js';
 import {
   frozenElements,
   type Chain,
@@ -154,12 +159,77 @@ function stepRules(
   family: TableFamily,
   layout: 'interval' | 'concat',
   translate: readonly string[],
+  prefix = '',
 ): string[] {
   if (step.field === undefined) return [...translate];
   const match = `${stepSet(step, family, layout).key.expression} ${step.takes === 'listed' ? '' : '!= '}@${step.set}`;
   return step.outcome === 'translated'
     ? translate.map((statement) => `${match} ${statement}`)
-    : [`${match} ${countIn(step.outcome)} return`];
+    : [`${match} ${countIn(step.outcome, prefix)} return`];
+}
+
+/** The family's key of the verdict map: a pod's source address. */
+const podPolicyKey = (family: TableFamily): SetKey => ({
+  expression: `${family} saddr`,
+  elementSuffix: '',
+});
+
+/**
+ * A pod policy's name in the kernel and in metrics (README, "Pod policies"): its file's name.
+ */
+export function podPolicyName(policy: Pick<PodPolicy, 'file'>): string {
+  return basename(policy.file);
+}
+
+/**
+ * The verdict map's elements: each selected address, as a full-length prefix, to the chain of the
+ * policy that decides it. Each address once (the membership gives each to one policy), sorted.
+ */
+function podPolicyElements(config: Config, family: 'ipv4' | 'ipv6'): readonly string[] {
+  const elements: string[] = [];
+  for (const [index, policy] of (config.podPolicies ?? []).entries()) {
+    for (const address of policy.members?.[family] ?? [])
+      elements.push(`${address} : goto ${podPolicyChain(index)}`);
+  }
+  return elements.sort();
+}
+
+/**
+ * A pod policy's objects: its chain (its decision's rules, each step over a set of its own, its
+ * own counters) and its sets, each commented with the policy's file name.
+ */
+function podPolicyObjects(
+  policy: PodPolicy,
+  index: number,
+  family: TableFamily,
+  options: CompileOptions,
+  layout: 'interval' | 'concat',
+): { chain: Chain; sets: NamedSet[]; counters: string[] } {
+  const prefix = podPolicyPrefix(index);
+  const decision = decisionOf(policy, family === 'ip' ? 'ipv4' : 'ipv6');
+  const steps = decision.steps.map((step) =>
+    step.field === undefined ? step : { ...step, set: `${prefix}${step.set}` },
+  );
+  const translate = masqueradeRules(
+    options.randomFully,
+    options.toPorts,
+    decision.snat ? { family, to: decision.snat } : undefined,
+    countIn('translated', prefix),
+  );
+  const comment = safeComment(podPolicyName(policy));
+  const sets = steps
+    .filter((step): step is ListStep => step.field !== undefined)
+    .map((step) => ({ ...stepSet(step, family, layout), comment }))
+    .sort((a, b) => a.name.localeCompare(b.name));
+  return {
+    chain: {
+      name: podPolicyChain(index),
+      comment,
+      rules: steps.flatMap((step) => stepRules(step, family, layout, translate, prefix)),
+    },
+    sets,
+    counters: DECISION_COUNTERS.map((counter) => `${prefix}${counter}`),
+  };
 }
 
 /** The sets in the order a table declares them (README, "Reading `nft list table ip ipmasq`"). */
@@ -183,17 +253,38 @@ function compileFamily(
   const sets = listed
     .map((step) => stepSet(step, family, layout))
     .sort((a, b) => SET_ORDER.indexOf(a.name) - SET_ORDER.indexOf(b.name));
+  const policies = (config.podPolicies ?? []).map((policy, index) =>
+    podPolicyObjects(policy, index, family, options, layout),
+  );
+  // With pod policies, a flow from a selected address goes to its policy's chain first (README,
+  // "Pod policies"): one lookup, whatever their number.
+  const dispatch = policies.length > 0 ? [`${family} saddr vmap @${POD_POLICY_MAP}`] : [];
   const chain: Chain = {
     name: options.masqChain,
-    rules: decision.steps.flatMap((step) => stepRules(step, family, layout, translate)),
+    rules: [
+      ...dispatch,
+      ...decision.steps.flatMap((step) => stepRules(step, family, layout, translate)),
+    ],
   };
+  const podMap: NamedSet[] =
+    policies.length > 0
+      ? [
+          {
+            name: POD_POLICY_MAP,
+            key: podPolicyKey(family),
+            map: 'verdict',
+            flags: ['interval'],
+            elements: frozenElements(podPolicyElements(config, family === 'ip' ? 'ipv4' : 'ipv6')),
+          },
+        ]
+      : [];
   return {
     family,
     name: options.table,
     // What the table carries for good: whose it is; the jump rule carries every write's mark.
     comment: TABLE_COMMENT,
-    counters: DECISION_COUNTERS,
-    sets: [...sets, lateRepliesSet(family)],
+    counters: [...DECISION_COUNTERS, ...policies.flatMap((p) => p.counters)],
+    sets: [...sets, ...policies.flatMap((p) => p.sets), ...podMap, lateRepliesSet(family)],
     chains: [
       {
         name: BASE_CHAIN,
@@ -201,6 +292,7 @@ function compileFamily(
         rules: [jumpRule(options, mark)],
       },
       chain,
+      ...policies.map((p) => p.chain),
       lateRepliesChain(family),
     ],
   };

@@ -60,7 +60,7 @@ export function renderInPlace(
     if (set.transient || !held.has(set.name)) continue;
     const before = old?.sets.find((s) => s.name === set.name);
     if (!before || setChange(set, before) === 'refill') {
-      lines.push(`flush set ${family} ${name} ${set.name}`);
+      lines.push(`flush ${set.map ? 'map' : 'set'} ${family} ${name} ${set.name}`);
       if (set.elements.length > 0) additions.push(...setBlock(set, family));
       continue;
     }
@@ -135,6 +135,8 @@ export function setChange(
   // nft 1.0.6 cannot delete a wildcard interface name ("element does not exist"): names are few,
   // and a flush and refill opens no window either.
   if (set.key.elements === 'names') return 'refill';
+  // The pod policies' verdict map: pods come and go a few at a time, each an element edit.
+  if (set.map) return before ? 'delta' : 'refill';
   const concat = set.key.elementSuffix !== '';
   const size = set.elements.length;
   if (!before) return concat && size > REFILL_CONCAT_MAX ? 'rebuild' : 'refill';
@@ -235,10 +237,11 @@ export function renderKeyChange(
 ): string[] {
   validateTable(next);
   const { family, name } = next;
-  const keyed = next.sets.filter((set) => !set.transient);
+  // The pod policies' verdict map is keyed by source address whatever the layout: it stays.
+  const keyed = next.sets.filter((set) => !set.transient && !set.map);
   // Every set of ours the kernel holds goes in step 2: those `next` keeps come back in step 3.
-  const transient = new Set(next.sets.filter((set) => set.transient).map((set) => set.name));
-  const held = [...presentSets(next, undefined, present)].filter((set) => !transient.has(set));
+  const kept = new Set(next.sets.filter((set) => set.transient || set.map).map((set) => set.name));
+  const held = [...presentSets(next, undefined, present)].filter((set) => !kept.has(set));
   const temporary = keyed.map((set) => ({ ...set, name: nextSetName(set.name) }));
   const toTemporary = (rule: string) =>
     keyed.reduce(
@@ -360,9 +363,11 @@ export function elementEdit(next: Table, old: Table): TableElementEdit | undefin
       set.transient === before.transient;
     if (!sameShape) return undefined;
     if (set.transient) continue; // its elements are the flush's, never the config's
+    if (Boolean(set.map) !== Boolean(before.map)) return undefined;
     const { head, endBefore, endAfter } = listWindow(before.elements, set.elements);
     if (head === endBefore && head === endAfter) continue;
-    if (set.key.elements === 'names') return undefined;
+    // Names, and a verdict map's elements, are written by libnftables.
+    if (set.key.elements === 'names' || set.map) return undefined;
     // A plain set: interval sets of prefixes (start and end elements, netlink.h), never emptied or
     // filled from empty (libnftables puts a marker element in an empty interval set).
     if (set.key.elementSuffix === '') {

@@ -103,7 +103,7 @@ function declarations(listing: string): Map<string, string> {
     .replace(/ comment "[^"]*"/g, '');
   const byName = new Map<string, string>();
   for (const object of objectsOf(flat)) {
-    const name = /^(set|chain) \S+/.exec(object)?.[0];
+    const name = /^(set|map|chain) \S+/.exec(object)?.[0];
     if (name) byName.set(name, object);
   }
   return byName;
@@ -127,7 +127,7 @@ function structure(listing: string): Map<string, string> {
   const objects = new Map<string, string[]>();
   let current: string[] | undefined;
   for (const line of listing.split('\n')) {
-    const header = /^\t((?:set|chain) [A-Za-z0-9_-]+) \{$/.exec(line);
+    const header = /^\t((?:set|map|chain) [A-Za-z0-9_-]+) \{$/.exec(line);
     if (header) objects.set(header[1]!, (current = [line.trim()]));
     else if (/^\t\t(typeof|flags|type) /.test(line)) current?.push(line.trim());
   }
@@ -137,7 +137,8 @@ function structure(listing: string): Map<string, string> {
 /** The names of the sets a listing of one of our tables holds. */
 export function listedSetNames(listing: string): Set<string> {
   const names = new Set<string>();
-  for (const match of listing.matchAll(/^\tset ([A-Za-z0-9_-]+) \{$/gm)) names.add(match[1]!);
+  for (const match of listing.matchAll(/^\t(?:set|map) ([A-Za-z0-9_-]+) \{$/gm))
+    names.add(match[1]!);
   return names;
 }
 
@@ -157,7 +158,7 @@ export function compareStructure(listing: string, table: Table): 'same' | 'key' 
   const transient = transientNames(table);
   const compared = [...names].filter(
     (name) =>
-      !transient.has(name) && (!name.startsWith('set ') || (found.has(name) && wanted.has(name))),
+      !transient.has(name) && (!/^(set|map) /.test(name) || (found.has(name) && wanted.has(name))),
   );
   const differ = (strip: (text: string) => string) =>
     compared.some((name) => strip(found.get(name) ?? '') !== strip(wanted.get(name) ?? ''));

@@ -24,6 +24,11 @@ const objectNames = {
   LATE_REPLIES_SET: 'late-replies',
   /** The raw prerouting base chain (before conntrack) that lets what the late-replies set holds through untracked. */
   LATE_REPLIES_CHAIN: 'prerouting',
+  /**
+   * The verdict map from a pod's source address to its pod policy's chain (README, "Pod policies"):
+   * one lookup, whatever the number of policies. Declared only while some pod policy applies.
+   */
+  POD_POLICY_MAP: 'pod-policies',
 } as const;
 
 export const {
@@ -34,7 +39,23 @@ export const {
   EGRESS_INTERFACES_SET,
   LATE_REPLIES_SET,
   LATE_REPLIES_CHAIN,
+  POD_POLICY_MAP,
 } = objectNames;
+
+/**
+ * The prefix of pod policy `index`'s objects (its chain, its sets, its counters), by its place in
+ * file-name order: `pod-policy-0-`. Each carries the policy's file name as a comment.
+ */
+export const podPolicyPrefix = (index: number) => `pod-policy-${index}-`;
+
+/** The chain of pod policy `index`: its decision, reached from the verdict map. */
+export const podPolicyChain = (index: number) => `pod-policy-${index}`;
+
+/** Which pod policy an object of ours belongs to, by its name: its index, or undefined (node-wide). */
+export function podPolicyIndex(name: string): { index: number; rest: string } | undefined {
+  const match = /^pod-policy-(\d{1,4})-(.+)$/.exec(name);
+  return match ? { index: Number(match[1]), rest: match[2]! } : undefined;
+}
 
 /**
  * The named counters of the decision chain's outcomes (README, "What the node's NAT does"): each step
@@ -44,8 +65,9 @@ export const {
 export const DECISION_COUNTERS = ['translated', 'exempt', 'skipped'] as const;
 export type DecisionCounter = (typeof DECISION_COUNTERS)[number];
 
-/** The statement counting a flow in one of them. */
-export const countIn = (counter: DecisionCounter) => `counter name "${counter}"`;
+/** The statement counting a flow in one of them (a pod policy's own, with its prefix). */
+export const countIn = (counter: DecisionCounter, prefix = '') =>
+  `counter name "${prefix}${counter}"`;
 
 /** A UDP reply's addresses and ports, from the remote to the pod, as the late-replies set keys them. */
 export function lateReplyKey(family: TableFamily): string {

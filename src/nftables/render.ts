@@ -24,9 +24,26 @@ export function validateTable(table: Table): void {
     const problem = nameProblem(name);
     if (problem) throw new Error(`invalid nftables name ${JSON.stringify(name)}: ${problem}`);
   }
-  if (!/^[A-Za-z0-9 .:_-]{0,128}$/.test(table.comment)) {
-    throw new Error(`invalid table comment ${JSON.stringify(table.comment)}`);
+  for (const comment of [
+    table.comment,
+    ...table.sets.map((s) => s.comment),
+    ...table.chains.map((c) => c.comment),
+  ]) {
+    if (comment !== undefined && !COMMENT.test(comment))
+      throw new Error(`invalid comment ${JSON.stringify(comment)}`);
   }
+}
+
+/** What an object's comment may hold: nothing that could close its quotes or break a line. */
+const COMMENT = /^[A-Za-z0-9 .:_/+=@-]{0,128}$/;
+
+/**
+ * Text made fit for an object's comment: characters outside COMMENT become `_`, and a long text
+ * keeps its end (a file's name is at the end of its path), 128 characters at most.
+ */
+export function safeComment(text: string): string {
+  const safe = text.replace(/[^A-Za-z0-9 .:_/+=@-]/g, '_');
+  return safe.length <= 128 ? safe : `...${safe.slice(-125)}`;
 }
 
 function integer(n: number): string {
@@ -83,9 +100,26 @@ function addressList(
 /** Element lists rendered ahead of a write (prerenderElements), by list, family and suffix. */
 const rendered = new WeakMap<Elements, Map<string, string>>();
 
+/**
+ * A verdict map's elements (`PREFIX : goto CHAIN`) as nft text: each prefix checked as addressList
+ * checks one, each chain as a name.
+ */
+function verdictList(set: NamedSet, elements: readonly string[], family: TableFamily): string {
+  return elements
+    .map((element) => {
+      const at = element.indexOf(' : goto ');
+      const chain = at < 0 ? '' : element.slice(at + 8);
+      if (at < 0 || nameProblem(chain))
+        throw new Error(`map ${set.name}: ${JSON.stringify(element)} is not PREFIX : goto CHAIN`);
+      return `${addressList(set, [element.slice(0, at)], family, '')} : goto ${chain}`;
+    })
+    .join(', ');
+}
+
 /** The elements as nft text, each with the set's suffix; throws on anything but address characters. */
 export function elementList(set: NamedSet, elements: Elements, family: TableFamily): string {
   if (set.key.elements === 'names') return nameList(set, elements);
+  if (set.map === 'verdict') return verdictList(set, elements, family);
   const { elementSuffix } = set.key;
   return (
     rendered.get(elements)?.get(`${family}${elementSuffix}`) ??
@@ -127,11 +161,14 @@ export function setBlock(
   family: TableFamily,
   elements: Elements = set.elements,
 ): string[] {
-  const lines = [`\tset ${set.name} {`, `\t\ttypeof ${set.key.expression}`];
+  const lines = set.map
+    ? [`\tmap ${set.name} {`, `\t\ttypeof ${set.key.expression} : ${set.map}`]
+    : [`\tset ${set.name} {`, `\t\ttypeof ${set.key.expression}`];
   // In the order nft lists them (1.0.6 and 1.1.x alike); a timeout implies its flag.
   if (set.size !== undefined) lines.push(`\t\tsize ${integer(set.size)}`);
   if (set.flags.length > 0) lines.push(`\t\tflags ${set.flags.join(',')}`);
   if (set.timeoutS !== undefined) lines.push(`\t\ttimeout ${integer(set.timeoutS)}s`);
+  if (set.comment !== undefined) lines.push(`\t\tcomment "${set.comment}"`);
   if (elements.length > 0) lines.push(`\t\telements = { ${elementList(set, elements, family)} }`);
   lines.push('\t}');
   return lines;
@@ -143,6 +180,7 @@ export function renderChain(chain: Chain): string[] {
     const { type, hook, priority, policy } = chain.base;
     lines.push(`\t\ttype ${type} hook ${hook} priority ${priority}; policy ${policy};`);
   }
+  if (chain.comment !== undefined) lines.push(`\t\tcomment "${chain.comment}"`);
   for (const rule of chain.rules) lines.push(`\t\t${rule}`);
   lines.push('\t}');
   return lines;

@@ -54,6 +54,13 @@ export interface NamedSet {
    * with the table's content, changed by a write or compared with a read-back.
    */
   readonly transient?: true;
+  /**
+   * A verdict map (`map NAME { typeof KEY : verdict }`): each element is a prefix, ` : goto `, and a
+   * chain of the table (`10.244.1.5/32 : goto pod-policy-0`). Written by libnftables only.
+   */
+  readonly map?: 'verdict';
+  /** Written as the object's comment: text the agent made safe (objects.ts, safeComment). */
+  readonly comment?: string;
 }
 
 export interface BaseChainHook {
@@ -73,6 +80,8 @@ export interface Chain {
    * transient sets, wherever the kernel's differs from it (an older release's).
    */
   readonly transient?: true;
+  /** Written as the chain's comment (not a base chain's). */
+  readonly comment?: string;
 }
 
 export interface Table {
