@@ -179,7 +179,7 @@ export async function agentKubeconfig(t: TapTest, plane: ControlPlane): Promise<
 }
 
 /**
- * A pod of `node` with these addresses, as the scheduler and the kubelet would leave it: the
+ * A pod of `node` with these addresses (and labels), as the scheduler and the kubelet would leave it: the
  * namespace and its default ServiceAccount first (no controller-manager makes them here), then the
  * pod bound to the Node, then its addresses in its status.
  */
@@ -189,6 +189,7 @@ export async function createPod(
   name: string,
   node: string,
   ips: readonly string[],
+  options: { labels?: Record<string, string>; hostNetwork?: boolean } = {},
 ): Promise<void> {
   await plane.kubectl(['create', 'namespace', namespace]).catch(() => undefined);
   await plane
@@ -197,10 +198,11 @@ export async function createPod(
   const pod = {
     apiVersion: 'v1',
     kind: 'Pod',
-    metadata: { name, namespace },
+    metadata: { name, namespace, labels: options.labels ?? {} },
     spec: {
       nodeName: node,
       automountServiceAccountToken: false,
+      ...(options.hostNetwork ? { hostNetwork: true } : {}),
       containers: [{ name: 'c', image: 'registry.invalid/none' }],
     },
   };

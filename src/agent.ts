@@ -134,13 +134,15 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
     });
     sampler.start();
   }
-  metrics.decisions(async () =>
-    Promise.all(
-      (enableIPv6 ? (['ip', 'ip6'] as const) : (['ip'] as const)).map(async (family) => ({
-        family: family === 'ip' ? ('ipv4' as const) : ('ipv6' as const),
-        counters: await nftKernel.counters({ family, name: table }),
-      })),
-    ),
+  metrics.decisions(
+    async () =>
+      Promise.all(
+        (enableIPv6 ? (['ip', 'ip6'] as const) : (['ip'] as const)).map(async (family) => ({
+          family: family === 'ip' ? ('ipv4' as const) : ('ipv6' as const),
+          counters: await nftKernel.counters({ family, name: table }),
+        })),
+      ),
+    () => reconciler.podPolicyNames(),
   );
   const memory = new MemoryPolicy();
   memory.start();

@@ -3,7 +3,15 @@
 // last known data stays while the API is away. Pod CIDRs are parsed here: only prefixes the agent
 // formatted itself go further.
 import type { Logger } from 'pino';
-import { escapeUnprintable, formatPrefix, parseCidr, type Prefix } from '../cidr/index.js';
+import {
+  escapeUnprintable,
+  formatAddress,
+  formatPrefix,
+  parseAddress,
+  parseCidr,
+  type Prefix,
+} from '../cidr/index.js';
+import type { PodFacts } from '../config/pods.js';
 import { DEFAULT_WIDEST_NODE_POD_CIDR, type WidestPodCIDR } from '../options.js';
 import { errorText } from '../errors.js';
 import { record } from '../record.js';
@@ -88,11 +96,73 @@ export function labelsOf(node: Record<string, unknown>): ReadonlyMap<string, str
   return labels;
 }
 
+/** A pod has one address per family; more is not a pod the API server would store. */
+const MAX_POD_IPS = 8;
+
+/**
+ * What the pod policies need of a pod of this node (README, "Pod policies"): its namespace, name,
+ * labels and addresses, while it is Pending or Running and not on the host's network; undefined
+ * otherwise (the pod is then as gone). Addresses are parsed strictly and formatted by the agent;
+ * IPv6 ones only with --enable-ipv6.
+ */
+export function podOf(pod: Record<string, unknown>, enableIPv6: boolean): PodFacts | undefined {
+  const metadata = record(pod.metadata);
+  const spec = record(pod.spec);
+  const status = record(pod.status);
+  if (spec.hostNetwork === true) return undefined;
+  const phase = status.phase;
+  if (phase !== undefined && phase !== 'Pending' && phase !== 'Running') return undefined;
+  const { name, namespace, creationTimestamp } = metadata;
+  if (typeof name !== 'string' || typeof namespace !== 'string') return undefined;
+  let texts: unknown[] = [];
+  if (Array.isArray(status.podIPs)) texts = (status.podIPs as unknown[]).map((e) => record(e).ip);
+  else if (typeof status.podIP === 'string') texts = [status.podIP];
+  const addresses: string[] = [];
+  for (const text of texts.slice(0, MAX_POD_IPS)) {
+    if (typeof text !== 'string' || text.length > 64) continue;
+    try {
+      const { family, addr } = parseAddress(text);
+      if (family === 6 && !enableIPv6) continue;
+      const formatted = formatAddress(family, addr);
+      if (!addresses.includes(formatted)) addresses.push(formatted);
+    } catch {
+      // not an address: the pod has none the agent can use
+    }
+  }
+  return {
+    namespace,
+    name,
+    labels: labelsOf(pod),
+    addresses,
+    created: typeof creationTimestamp === 'string' ? creationTimestamp.slice(0, 64) : '',
+  };
+}
+
+const samePod = (a: PodFacts, b: PodFacts) =>
+  a.created === b.created &&
+  a.addresses.length === b.addresses.length &&
+  a.addresses.every((address, i) => address === b.addresses[i]) &&
+  sameLabels(a.labels, b.labels);
+
 function sameLabels(a: ReadonlyMap<string, string> | undefined, b: ReadonlyMap<string, string>) {
   if (!a || a.size !== b.size) return false;
   for (const [key, value] of b) if (a.get(key) !== value) return false;
   return true;
 }
+
+/** How failures and recoveries name each watch. */
+const WHOSE = {
+  own: "this Node's",
+  nodes: "the Nodes'",
+  pods: "this node's pods'",
+  namespaces: "the namespaces'",
+} as const;
+const WATCHED = {
+  own: 'this Node',
+  nodes: 'the Nodes',
+  pods: "this node's pods",
+  namespaces: 'the namespaces',
+} as const;
 
 export class Cluster {
   private readonly own: Reflector<ReadonlyMap<string, string>>;
@@ -103,7 +173,12 @@ export class Cluster {
   podCIDRsVersion = 0;
   private readonly warned = new Map<string, string>();
   private readonly lastError = new Map<string, string>();
-  private readonly up = { own: false, nodes: false };
+  private readonly up = { own: false, nodes: false, pods: false, namespaces: false };
+  /** This node's pods, and every namespace's labels: watched only while a pod policy asks. */
+  private podWatch: Reflector<PodFacts> | undefined;
+  private namespaceWatch: Reflector<ReadonlyMap<string, string>> | undefined;
+  /** Moves whenever pods() or namespaces() may answer differently. */
+  podsVersion = 0;
 
   constructor(private readonly options: ClusterOptions) {
     const timings = options.timings ?? DEFAULT_TIMINGS;
@@ -154,7 +229,85 @@ export class Cluster {
   }
 
   async stop(): Promise<void> {
-    await Promise.all([this.own.stop(), this.nodes?.stop()]);
+    await Promise.all([
+      this.own.stop(),
+      this.nodes?.stop(),
+      this.podWatch?.stop(),
+      this.namespaceWatch?.stop(),
+    ]);
+  }
+
+  /**
+   * Whether the config has pod policies (`pods`), and whether one selects by namespace labels
+   * (`namespaces`): each list and watch runs only while asked for, and what it kept is forgotten
+   * when no longer.
+   */
+  wantPods(want: { readonly pods: boolean; readonly namespaces: boolean }): void {
+    const { options } = this;
+    const timings = options.timings ?? DEFAULT_TIMINGS;
+    if (want.pods && !this.podWatch) {
+      const pods: Reflector<PodFacts> = new Reflector({
+        client: options.client,
+        path: '/api/v1/pods',
+        fieldSelector: `spec.nodeName=${options.nodeName}`,
+        timings,
+        extract: (pod) => podOf(pod, options.enableIPv6),
+        // Most pod updates are status (conditions, containers): they change nothing kept here.
+        same: samePod,
+        onChange: () => {
+          if (this.podWatch !== pods) return;
+          this.podsVersion += 1;
+          options.onChange();
+        },
+        onError: (op, err) => this.failed(`this node's pods' ${op}`, op, err),
+        onUp: (up) => {
+          if (this.podWatch === pods) this.setUp('pods', up);
+        },
+      });
+      this.podWatch = pods;
+      pods.start();
+    } else if (!want.pods && this.podWatch) {
+      void this.podWatch.stop();
+      this.podWatch = undefined;
+      this.podsVersion += 1;
+      this.setUp('pods', false);
+    }
+    const namespaces = want.pods && want.namespaces;
+    if (namespaces && !this.namespaceWatch) {
+      const watch: Reflector<ReadonlyMap<string, string>> = new Reflector({
+        client: options.client,
+        path: '/api/v1/namespaces',
+        timings,
+        extract: labelsOf,
+        same: (a, b) => sameLabels(a, b),
+        onChange: () => {
+          if (this.namespaceWatch !== watch) return;
+          this.podsVersion += 1;
+          options.onChange();
+        },
+        onError: (op, err) => this.failed(`the namespaces' ${op}`, op, err),
+        onUp: (up) => {
+          if (this.namespaceWatch === watch) this.setUp('namespaces', up);
+        },
+      });
+      this.namespaceWatch = watch;
+      watch.start();
+    } else if (!namespaces && this.namespaceWatch) {
+      void this.namespaceWatch.stop();
+      this.namespaceWatch = undefined;
+      this.podsVersion += 1;
+      this.setUp('namespaces', false);
+    }
+  }
+
+  /** This node's pods (by `namespace/name`); undefined until asked for (wantPods) and first listed. */
+  pods(): ReadonlyMap<string, PodFacts> | undefined {
+    return this.podWatch?.listed ? this.podWatch.items : undefined;
+  }
+
+  /** Every namespace's labels; undefined until asked for and first listed. */
+  namespaces(): ReadonlyMap<string, ReadonlyMap<string, string>> | undefined {
+    return this.namespaceWatch?.listed ? this.namespaceWatch.items : undefined;
   }
 
   /**
@@ -211,16 +364,18 @@ export class Cluster {
     );
   }
 
-  private setUp(which: 'own' | 'nodes', up: boolean): void {
+  private setUp(which: keyof Cluster['up'], up: boolean): void {
     this.up[which] = up;
-    const whose = which === 'own' ? "this Node's" : "the Nodes'";
+    const whose = WHOSE[which];
     if (up && [...this.lastError.keys()].some((what) => what.startsWith(whose))) {
       for (const op of ['list', 'watch']) this.lastError.delete(`${whose} ${op}`);
-      this.options.logger.info(
-        `Kubernetes API: watching ${which === 'own' ? 'this Node' : 'the Nodes'} again`,
-      );
+      this.options.logger.info(`Kubernetes API: watching ${WATCHED[which]} again`);
     }
-    const live = this.up.own && (!this.nodes || this.up.nodes);
+    const live =
+      this.up.own &&
+      (!this.nodes || this.up.nodes) &&
+      (!this.podWatch || this.up.pods) &&
+      (!this.namespaceWatch || this.up.namespaces);
     this.options.metrics.setUp(live);
   }
 }

@@ -47,9 +47,12 @@ export interface ReflectorOptions<T> {
   readonly random?: () => number;
 }
 
+/** An object's key among the items: its name, `namespace/name` for a namespaced one (a Pod). */
 function nameOf(object: Record<string, unknown>): string | undefined {
-  const name = record(object.metadata).name;
-  return typeof name === 'string' ? name : undefined;
+  const metadata = record(object.metadata);
+  const { name, namespace } = metadata;
+  if (typeof name !== 'string') return undefined;
+  return typeof namespace === 'string' && namespace !== '' ? `${namespace}/${name}` : name;
 }
 
 function resourceVersionOf(object: unknown): string | undefined {

@@ -1,9 +1,17 @@
 // Reads the config at each sync and keeps the last good one: an invalid config is reported, never
 // applied (README, "Configuration"). Each distinct error and set of warnings is logged once.
 import type { Logger } from 'pino';
+import { escapeUnprintable } from '../cidr/index.js';
 import { withNodePodCIDRs, type NodePrefixes } from '../config/build.js';
 import type { Loader, ReadMode } from '../config/loader.js';
+import {
+  podMembership,
+  withPodMembers,
+  type PodFacts,
+  type PodMembership,
+} from '../config/pods.js';
 import type { Config, LoadOptions } from '../config/types.js';
+import { podPolicyName } from '../compile.js';
 import type { NodeEvents } from '../kubernetes/events.js';
 import type { AgentMetrics } from './metrics.js';
 
@@ -17,6 +25,14 @@ export interface ClusterData {
   wantPodCIDRs(want: boolean): void;
   /** Moves whenever podCIDRs() may answer differently. */
   readonly podCIDRsVersion: number;
+  /** This node's pods; undefined until wanted and first listed. */
+  pods(): ReadonlyMap<string, PodFacts> | undefined;
+  /** Every namespace's labels; undefined until wanted and first listed. */
+  namespaces(): ReadonlyMap<string, ReadonlyMap<string, string>> | undefined;
+  /** Whether the valid config has pod policies, and whether one selects by namespace. */
+  wantPods(want: { readonly pods: boolean; readonly namespaces: boolean }): void;
+  /** Moves whenever pods() or namespaces() may answer differently. */
+  readonly podsVersion: number;
 }
 
 export interface ConfigReaderDeps {
@@ -41,6 +57,10 @@ export class ConfigReader {
   private options:
     { labels: ReadonlyMap<string, string> | undefined; load: LoadOptions } | undefined;
   private joined: { from: Config; version: number; config: Config } | undefined;
+  private members:
+    { from: Config; version: number; config: Config; membership: PodMembership } | undefined;
+  /** Pods selected by more than one policy, warned of once while they are. */
+  private overlapping = new Set<string>();
   private lastLoggedError: string | undefined;
   /** The warnings of the last read: only new ones are logged. */
   private lastWarnings: ReadonlySet<string> = new Set();
@@ -67,18 +87,83 @@ export class ConfigReader {
     return this.options.load;
   }
 
-  /** The files' config with the Nodes' pod CIDRs joined, or why it must wait for them. */
-  private withCluster(config: Config): Config | string {
+  /**
+   * The files' config with the Nodes' pod CIDRs and the pod policies' members joined, or why it
+   * must wait for them.
+   */
+  private withCluster(files: Config): Config | string {
     const { cluster } = this.deps;
-    cluster?.wantPodCIDRs(config.nodePodCIDRs === true);
-    if (!config.nodePodCIDRs || !cluster) return config;
-    const nodes = cluster.podCIDRs();
-    if (!nodes)
-      return 'nonMasqueradeNodePodCIDRs: waiting for the first list of Nodes from the API server';
-    const version = cluster.podCIDRsVersion;
-    if (this.joined?.from !== config || this.joined.version !== version)
-      this.joined = { from: config, version, config: withNodePodCIDRs(config, nodes) };
-    return this.joined.config;
+    const policies = files.podPolicies ?? [];
+    cluster?.wantPodCIDRs(files.nodePodCIDRs === true);
+    cluster?.wantPods({
+      pods: policies.length > 0,
+      namespaces: policies.some((policy) => policy.namespaceSelector !== undefined),
+    });
+    let config = files;
+    if (config.nodePodCIDRs && cluster) {
+      const nodes = cluster.podCIDRs();
+      if (!nodes)
+        return 'nonMasqueradeNodePodCIDRs: waiting for the first list of Nodes from the API server';
+      const version = cluster.podCIDRsVersion;
+      if (this.joined?.from !== config || this.joined.version !== version)
+        this.joined = { from: config, version, config: withNodePodCIDRs(config, nodes) };
+      config = this.joined.config;
+    }
+    if (policies.length === 0 || !cluster) {
+      this.publishMembership(undefined);
+      return config;
+    }
+    const pods = cluster.pods();
+    if (!pods)
+      return "pod policies: waiting for the first list of this node's pods from the API server";
+    const namespaces = cluster.namespaces();
+    if (policies.some((policy) => policy.namespaceSelector !== undefined) && !namespaces)
+      return 'pod policies: waiting for the first list of namespaces from the API server';
+    const version = cluster.podsVersion;
+    if (this.members?.from !== config || this.members.version !== version) {
+      const membership = podMembership(config.podPolicies ?? [], pods.values(), namespaces);
+      this.members = {
+        from: config,
+        version,
+        config: withPodMembers(config, membership),
+        membership,
+      };
+      this.publishMembership(this.members);
+    }
+    return this.members.config;
+  }
+
+  /** Each policy's pods in the metrics; a warning once per pod more than one policy selects. */
+  private publishMembership(
+    joined: { config: Config; membership: PodMembership } | undefined,
+  ): void {
+    const { logger, metrics } = this.deps;
+    if (!joined) {
+      if (this.overlapping.size > 0 || this.members) metrics.setPodPolicies([], 0);
+      this.members = undefined;
+      this.overlapping.clear();
+      return;
+    }
+    const { config, membership } = joined;
+    const policies = config.podPolicies ?? [];
+    metrics.setPodPolicies(
+      policies.map((policy, i) => ({
+        policy: podPolicyName(policy),
+        pods: membership.pods[i] ?? 0,
+      })),
+      membership.overlaps.length,
+    );
+    const now = new Set<string>();
+    for (const { pod, decides, others } of membership.overlaps) {
+      const key = `${pod}\u0000${decides}\u0000${others.join('\u0000')}`;
+      now.add(key);
+      if (this.overlapping.has(key)) continue;
+      logger.warn(
+        { pod: escapeUnprintable(pod), policy: decides, alsoSelectedBy: others },
+        `pod ${escapeUnprintable(pod)} is selected by more than one pod policy: ${decides} decides (the first in file-name order), not ${others.join(', ')}`,
+      );
+    }
+    this.overlapping = now;
   }
 
   /**

@@ -2,9 +2,16 @@
 // decision for some flows, the conntrack entries of exactly those flows are deleted, so that each
 // one's next packet is decided by the new rules; every other entry stays. Never fatal to the write.
 import type { Logger } from 'pino';
-import { parseAddress, type Range } from '../cidr/index.js';
+import {
+  inRanges,
+  normalise,
+  parseAddress,
+  parseCidr,
+  type Range,
+  subtract,
+} from '../cidr/index.js';
 import type { AddressFamily, Config } from '../config/types.js';
-import { decisionOf, setRanges, type ListStep } from '../decision.js';
+import { decisionOf, setRanges, type Decisive, type ListStep } from '../decision.js';
 import { LATE_REPLIES_SET, LATE_REPLIES_SIZE } from '../nftables/objects.js';
 import type { CommitStep, FlowPlan, FlowPolicy } from '../nftables/types.js';
 import type { Kernel } from '../nftables/kernel.js';
@@ -60,7 +67,7 @@ const JUDGED_ORDER = /^(oifname,)?(saddr,)?daddr,daddr,,$/;
  * evaluates them in the decision's order (interface, source, then the destination's outcome),
  * which is checked here.
  */
-export function flowPolicy(config: Config, family: AddressFamily): FlowPolicy {
+export function flowPolicy(config: Decisive, family: AddressFamily): FlowPolicy {
   const decision = decisionOf(config, family);
   const order = decision.steps.map((step) => `${step.field ?? ''},`).join('');
   if (!JUDGED_ORDER.test(order))
@@ -87,6 +94,74 @@ export function samePolicy(a: FlowPolicy, b: FlowPolicy): boolean {
     same(a.interfaces, b.interfaces) &&
     same(a.snat, b.snat)
   );
+}
+
+/**
+ * Sources judged alike by one decision before a change and one after (README, "Pod policies"): the
+ * node-wide config's, or a pod policy's. `only`: just these addresses; `except`: every address
+ * but these; absent: every source (a config without pod policies, before and after).
+ */
+export interface SourceGroup {
+  readonly before: Decisive;
+  readonly after: Decisive;
+  readonly only?: readonly bigint[];
+  readonly except?: readonly bigint[];
+}
+
+/**
+ * A family's sources grouped by which decision had them before a change and which has them after:
+ * each address a pod policy decides before or after in a group of its own pair of deciders, and
+ * every other address in the node-wide group.
+ */
+export function sourceGroups(before: Config, after: Config, family: AddressFamily): SourceGroup[] {
+  const deciders = (config: Config) => {
+    const byAddress = new Map<string, number>();
+    config.podPolicies?.forEach((policy, index) => {
+      for (const member of policy.members?.[family] ?? []) byAddress.set(member, index);
+    });
+    return byAddress;
+  };
+  const was = deciders(before);
+  const now = deciders(after);
+  if (was.size === 0 && now.size === 0) return [{ before, after }];
+  const pairs = new Map<string, { x: number; y: number; addresses: bigint[] }>();
+  const all: bigint[] = [];
+  for (const member of new Set([...was.keys(), ...now.keys()])) {
+    const x = was.get(member) ?? -1;
+    const y = now.get(member) ?? -1;
+    const address = parseCidr(member).addr;
+    all.push(address);
+    const key = `${x},${y}`;
+    const pair = pairs.get(key) ?? { x, y, addresses: [] };
+    pair.addresses.push(address);
+    pairs.set(key, pair);
+  }
+  const decider = (config: Config, index: number): Decisive =>
+    index < 0 ? config : config.podPolicies![index]!;
+  return [
+    { before, after, except: all },
+    ...[...pairs.values()].map(({ x, y, addresses }) => ({
+      before: decider(before, x),
+      after: decider(after, y),
+      only: addresses,
+    })),
+  ];
+}
+
+/** A policy whose sources are cut to a group's (only those, or all but those). */
+export function restricted(
+  policy: FlowPolicy,
+  family: AddressFamily,
+  group: Pick<SourceGroup, 'only' | 'except'>,
+): FlowPolicy {
+  if (!group.only && !group.except) return policy;
+  const max = (1n << (family === 'ipv4' ? 32n : 128n)) - 1n;
+  const base = (policy.sources as readonly Range[] | null) ?? [[0n, max] as Range];
+  const points = (addresses: readonly bigint[]) => normalise(addresses.map((a) => [a, a] as Range));
+  const sources = group.only
+    ? points(group.only.filter((a) => inRanges(base, a)))
+    : subtract(base, points(group.except ?? []));
+  return { ...policy, sources };
 }
 
 const big = (_key: string, value: unknown) => (typeof value === 'bigint' ? String(value) : value);
@@ -122,36 +197,51 @@ export class ConntrackFlush {
   }
 
   private async flush(before: Config, after: Config, generation: number): Promise<void> {
-    const { logger, metrics } = this.deps;
+    const { logger } = this.deps;
     const started = performance.now();
     const families: AddressFamily[] = this.deps.enableIPv6 ? ['ipv4', 'ipv6'] : ['ipv4'];
-    const policies = new Map(
-      families.map((family) => [
-        family,
-        { before: flowPolicy(before, family), after: flowPolicy(after, family) },
-      ]),
-    );
-    const policyChanged = families.filter((f) => {
-      const p = policies.get(f)!;
-      return !samePolicy(p.before, p.after);
-    });
-    const changes = await decisionChangesOffThread(before, after, families, policyChanged).catch(
-      (err: unknown) => {
-        metrics.incConntrackFlushFailures();
-        logger.error(
-          { err, generation },
-          'could not work out which flows changed their decision; no conntrack entry deleted',
-        );
-        return [] as DecisionChange[];
-      },
-    );
     const deleted: Record<string, Record<string, number>> = {};
     const summary = { lateRepliesHeld: 0, inFlight: 0, unjudged: 0 };
+    // Each group of sources by what decided them before and after (pod policies, README "Pod
+    // policies"); without pod policies, one group of every source per family, as before them.
+    for (const family of families) {
+      for (const group of sourceGroups(before, after, family)) {
+        await this.flushGroup(family, group, generation, deleted, summary);
+      }
+    }
+    logger.info(
+      { generation, deleted, ...summary, durationMs: Math.round(performance.now() - started) },
+      'deleted the conntrack entries of flows whose masquerade decision changed',
+    );
+  }
+
+  private async flushGroup(
+    label: AddressFamily,
+    group: SourceGroup,
+    generation: number,
+    deleted: Record<string, Record<string, number>>,
+    summary: { lateRepliesHeld: number; inFlight: number; unjudged: number },
+  ): Promise<void> {
+    const { logger, metrics } = this.deps;
+    const old = restricted(flowPolicy(group.before, label), label, group);
+    const now = restricted(flowPolicy(group.after, label), label, group);
+    const policyChanged = samePolicy(old, now) ? [] : [label];
+    const changes = await decisionChangesOffThread(
+      group.before,
+      group.after,
+      [label],
+      policyChanged,
+    ).catch((err: unknown) => {
+      metrics.incConntrackFlushFailures();
+      logger.error(
+        { err, generation },
+        'could not work out which flows changed their decision; no conntrack entry deleted',
+      );
+      return [] as DecisionChange[];
+    });
     for (const change of changes) {
-      const label: AddressFamily = change.family === 4 ? 'ipv4' : 'ipv6';
       if (change.exemptAfter === null && change.lost.length === 0 && change.gained.length === 0)
         continue;
-      const { before: old, after: now } = policies.get(label)!;
       try {
         const plan = await this.deps.kernel.judgeFlows({
           family: change.family,
@@ -179,10 +269,6 @@ export class ConntrackFlush {
         );
       }
     }
-    logger.info(
-      { generation, deleted, ...summary, durationMs: Math.round(performance.now() - started) },
-      'deleted the conntrack entries of flows whose masquerade decision changed',
-    );
   }
 
   /** Counts a deletion's entries in `into` and the metrics; a failure is thrown once counted. */

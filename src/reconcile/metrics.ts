@@ -5,6 +5,7 @@ import { nftFailureKinds, type CounterValue, type NftFailureKind } from '../nfta
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { readConntrackHealth, type ConntrackHealth } from './conntrack-health.js';
 import type { Headroom } from '../flows.js';
+import { podPolicyIndex } from '../nftables/objects.js';
 
 export type SyncResult = 'applied' | 'unchanged' | 'error';
 
@@ -56,7 +57,11 @@ const helpTexts = {
   ipmasq_other_nat_rules:
     "Rules of another table's nat postrouting chain that may translate traffic this agent leaves alone, by table, chain and whether that chain runs before or after ours.",
   ipmasq_flows_total:
-    'New flows our decision chain decided, by family and decision: translated, exempt (the non-masquerade set) or skipped (the egress policy). Counted in the kernel.',
+    'New flows our decision chain decided, by family, decision (translated, exempt: the non-masquerade set, or skipped: the egress policy) and policy (the pod policy that decided, "" for node-wide). Counted in the kernel.',
+  ipmasq_pod_policy_pods:
+    'Pods on this node that each pod policy decides for (the first in file-name order that selects them), by policy (its file name).',
+  ipmasq_pod_policy_overlaps:
+    'Pods on this node selected by more than one pod policy (the first decides).',
   ipmasq_snat_port_usage_ratio:
     'The busiest (translated address, destination, port) of the family and protocol: its translated flows divided by the source ports the translation can use. Sampled from conntrack every --nat-stats-interval.',
   ipmasq_snat_flows:
@@ -106,6 +111,8 @@ export class AgentMetrics {
   private readonly conflictingWriter: Gauge;
   private readonly conntrackFlushed: Counter<'family' | 'protocol'>;
   private readonly conntrackFlushFailures: Counter;
+  private readonly podPolicyPods: Gauge<'policy'>;
+  private readonly podPolicyOverlaps: Gauge;
   /** The process and runtime series, the costly ones to collect: cached for EXPOSITION_MAX_AGE_MS. */
   readonly runtime: Registry;
   private cached: { at: number; text: Promise<string> } | undefined;
@@ -152,6 +159,11 @@ export class AgentMetrics {
     });
     this.conntrackFlushFailures = new Counter(this.series('ipmasq_conntrack_flush_failures_total'));
     this.kernelReads = new Counter(this.series('ipmasq_kernel_reads_total'));
+    this.podPolicyPods = new Gauge({
+      ...this.series('ipmasq_pod_policy_pods'),
+      labelNames: ['policy'],
+    });
+    this.podPolicyOverlaps = new Gauge(this.series('ipmasq_pod_policy_overlaps'));
     this.nftFailures = new Counter({
       ...this.series('ipmasq_libnftables_failures_total'),
       labelNames: ['kind'],
@@ -199,20 +211,37 @@ export class AgentMetrics {
     read: () => Promise<
       ReadonlyArray<{ family: AddressFamily; counters: readonly CounterValue[] }>
     >,
+    /** The pod policies' names, by their index (nftables/objects.ts, podPolicyPrefix). */
+    policyNames: () => readonly string[] = () => [],
   ): void {
     let last: { at: number; value: ReturnType<typeof read> } | undefined;
     new Counter({
       ...this.series('ipmasq_flows_total'),
-      labelNames: ['family', 'decision'],
+      labelNames: ['family', 'decision', 'policy'],
       async collect() {
         const now = Date.now();
         if (!last || now - last.at >= 1_000) last = { at: now, value: read().catch(() => []) };
         const tables = await last.value;
+        const names = policyNames();
         this.reset();
-        for (const { family, counters } of tables)
-          for (const { name, packets } of counters) this.inc({ family, decision: name }, packets);
+        for (const { family, counters } of tables) {
+          for (const { name, packets } of counters) {
+            const own = podPolicyIndex(name);
+            // A pod policy's counters the config no longer names (a write on its way) are left out.
+            const policy = own ? names[own.index] : '';
+            if (policy === undefined) continue;
+            this.inc({ family, decision: own ? own.rest : name, policy }, packets);
+          }
+        }
       },
     });
+  }
+
+  /** Each pod policy's pods on this node, and the pods more than one selects. */
+  setPodPolicies(rows: ReadonlyArray<{ policy: string; pods: number }>, overlaps: number): void {
+    this.podPolicyPods.reset();
+    for (const { policy, pods } of rows) this.podPolicyPods.set({ policy }, pods);
+    this.podPolicyOverlaps.set(overlaps);
   }
 
   /**

@@ -1,7 +1,7 @@
 // One sync: read the config, converge the kernel on it, record the facts the status is derived
 // from (status.ts), and log what an operator needs once. README, "What it does" and "When it writes".
 import type { Logger } from 'pino';
-import type { CompileOptions } from '../compile.js';
+import { podPolicyName, type CompileOptions } from '../compile.js';
 import { DEFAULT_RESYNC_INTERVAL_MS } from '../config/build.js';
 import type { Loader } from '../config/loader.js';
 import {
@@ -222,6 +222,11 @@ export class Reconciler {
   private scheduleAudit(): void {
     if (this.auditing) this.auditing.ask();
     else this.auditAsked = true; // audited by the next sync (--once, tests)
+  }
+
+  /** The pod policies' names, in order, of the config last read valid (README, "Pod policies"). */
+  podPolicyNames(): string[] {
+    return (this.config.good?.podPolicies ?? []).map(podPolicyName);
   }
 
   get resyncIntervalMs(): number {

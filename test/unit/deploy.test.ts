@@ -556,9 +556,10 @@ t.test(
       role.rules?.map((r) => [r.apiGroups, r.resources, [...(r.verbs ?? [])].sort()]),
       [
         [[''], ['nodes'], ['get', 'list', 'watch']],
-        [[''], ['pods'], ['list']],
+        [[''], ['pods'], ['list', 'watch']],
+        [[''], ['namespaces'], ['list', 'watch']],
       ],
-      'cluster-wide: exactly get/list/watch on nodes, and list on pods (--flows)',
+      'cluster-wide: exactly get/list/watch on nodes, list/watch on pods (--flows, pod policies) and on namespaces (namespaceSelector)',
     );
     // Events are written in one namespace (src/kubernetes/events.ts): granted there alone.
     const events = api.find((d) => d.kind === 'Role') as unknown as IRole;

@@ -11,6 +11,7 @@ import { parseCidr, type Prefix } from '../../src/cidr/index.js';
 import { configLoader } from '../../src/config/loader.js';
 import { loadConfig } from '../../src/config/index.js';
 import { withNodePodCIDRs } from '../../src/config/build.js';
+import type { PodFacts } from '../../src/config/pods.js';
 import { explain } from '../../src/explain.js';
 import { ConfigReader, type ClusterData } from '../../src/reconcile/config-reader.js';
 import { AgentMetrics } from '../../src/reconcile/metrics.js';
@@ -38,6 +39,29 @@ class StandIn implements ClusterData {
   }
   wantPodCIDRs(want: boolean) {
     this.wanted.push(want);
+  }
+  podsMap: Map<string, PodFacts> | undefined;
+  namespacesMap: Map<string, ReadonlyMap<string, string>> | undefined;
+  podsVersion = 0;
+  wantedPods: Array<{ pods: boolean; namespaces: boolean }> = [];
+  pods() {
+    return this.podsMap;
+  }
+  namespaces() {
+    return this.namespacesMap;
+  }
+  wantPods(want: { pods: boolean; namespaces: boolean }) {
+    this.wantedPods.push(want);
+  }
+  setPods(pods: PodFacts[]) {
+    this.podsMap = new Map(pods.map((pod) => [`${pod.namespace}/${pod.name}`, pod]));
+    this.podsVersion++;
+  }
+  setNamespaces(entries: Record<string, Record<string, string>>) {
+    this.namespacesMap = new Map(
+      Object.entries(entries).map(([name, labels]) => [name, new Map(Object.entries(labels))]),
+    );
+    this.podsVersion++;
   }
   setNodes(entries: Record<string, string[]>) {
     this.nodes = new Map(
@@ -195,5 +219,84 @@ t.test(
     const explainIt = parseArgs(['--kubeconfig', '/k', '--explain', '10.0.0.1'], noEnv);
     t.ok(explainIt.ok && explainIt.options.kubeconfig === '/k');
     t.equal(parseArgs(['--kubeconfig='], noEnv).ok, false, 'an empty path');
+  },
+);
+
+t.test(
+  'pod policies: wait for the pods (and namespaces), then each address to the first policy that selects its pod',
+  async (t) => {
+    const dir = configDir(t, {
+      'ip-masq-agent': 'nonMasqueradeCIDRs: [10.0.0.0/8]\n',
+      'ip-masq-a-db': 'podSelector: {matchLabels: {app: db}}\nsnatAddress: 192.0.2.10\n',
+      'ip-masq-b-open':
+        'namespaceSelector: {matchLabels: {egress: open}}\nnonMasqueradeCIDRs: [0.0.0.0/0]\n',
+    });
+    const cluster = new StandIn();
+    cluster.labels = new Map();
+    const { reader: r, metrics } = reader(dir, cluster);
+    t.equal(await r.read(), false);
+    t.match(r.waiting, /pod policies: waiting for the first list of this node's pods/);
+    t.same(cluster.wantedPods.at(-1), { pods: true, namespaces: true });
+    const pod = (
+      namespace: string,
+      name: string,
+      labels: Record<string, string>,
+      addresses: string[],
+      created = '2026-01-01T00:00:00Z',
+    ) => ({
+      namespace,
+      name,
+      labels: new Map(Object.entries(labels)),
+      addresses,
+      created,
+    });
+    cluster.setPods([
+      pod('shop', 'db-0', { app: 'db' }, ['10.244.1.5']),
+      pod('lab', 'db-1', { app: 'db' }, ['10.244.1.6']),
+      pod('lab', 'web', { app: 'web' }, ['10.244.1.7']),
+      pod('shop', 'web', { app: 'web' }, ['10.244.1.8']),
+    ]);
+    t.equal(await r.read(), false);
+    t.match(r.waiting, /waiting for the first list of namespaces/);
+    cluster.setNamespaces({ lab: { egress: 'open' }, shop: {} });
+    t.equal(await r.read(), true);
+    const [db, open] = r.good?.podPolicies ?? [];
+    t.same(db?.members?.ipv4, ['10.244.1.5/32', '10.244.1.6/32'], 'app=db, in any namespace');
+    t.same(
+      open?.members?.ipv4,
+      ['10.244.1.7/32'],
+      "lab/db-1 is db's: the first in file order decides",
+    );
+    const exposition = await metrics.exposition();
+    t.match(exposition, /ipmasq_pod_policy_pods\{policy="ip-masq-a-db"\} 2/);
+    t.match(exposition, /ipmasq_pod_policy_pods\{policy="ip-masq-b-open"\} 1/);
+    t.match(exposition, /ipmasq_pod_policy_overlaps 1/);
+
+    // A label change, a namespace's label change, an address reused by a newer pod of another policy.
+    const first = r.good!;
+    cluster.setPods([
+      pod('shop', 'db-0', { app: 'web' }, ['10.244.1.5']),
+      pod('lab', 'db-1', { app: 'db' }, ['10.244.1.6']),
+      pod('lab', 'web', { app: 'web' }, ['10.244.1.7']),
+      pod('shop', 'web', { app: 'web' }, ['10.244.1.8']),
+      pod('shop', 'db-2', { app: 'db' }, ['10.244.1.7'], '2026-01-02T00:00:00Z'),
+    ]);
+    cluster.setNamespaces({ lab: {}, shop: { egress: 'open' } });
+    await r.read();
+    const [db2, open2] = r.good?.podPolicies ?? [];
+    t.same(
+      db2?.members?.ipv4,
+      ['10.244.1.6/32', '10.244.1.7/32'],
+      'the reused address goes with the newer pod',
+    );
+    t.same(open2?.members?.ipv4, ['10.244.1.5/32', '10.244.1.8/32']);
+    t.not(r.good?.hash, first.hash, 'the hash follows the membership');
+
+    // No policy any more: the watches are let go.
+    writeFileSync(join(dir, 'ip-masq-a-db'), 'masqueradeCIDRs: []\n');
+    writeFileSync(join(dir, 'ip-masq-b-open'), 'masqueradeCIDRs: []\n');
+    t.equal(await r.read(), true);
+    t.same(cluster.wantedPods.at(-1), { pods: false, namespaces: false });
+    t.equal(r.good?.podPolicies, undefined);
   },
 );
