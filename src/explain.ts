@@ -14,7 +14,9 @@ import {
 } from './cidr/index.js';
 import type { CompileOptions } from './compile.js';
 import { snatText } from './config/egress.js';
-import type { AddressFamily, Config, Origin } from './config/types.js';
+import { selectingPolicies } from './config/pods.js';
+import { selectorText } from './config/selector.js';
+import type { AddressFamily, Config, Origin, PodPolicy } from './config/types.js';
 import {
   decide,
   decisionOf,
@@ -51,6 +53,23 @@ export interface Explanation {
   readonly ports: PortPolicy | null;
   /** The egress policy's steps, where the config has the keys. */
   readonly policy?: PolicyAnswer;
+  /** Where the config has pod policies and the flow's source is given: which one decides. */
+  readonly podPolicy?: PodPolicyAnswer;
+}
+
+/**
+ * Which pod policy decides a flow from a pod (README, "Pod policies"): `decides` names the first,
+ * in file-name order, that selects the pod, `shadowed` those that also select it; neither when
+ * none does. `judged: false` when the pod's labels were not given (the node-wide config answers).
+ */
+export interface PodPolicyAnswer {
+  readonly judged: boolean;
+  readonly decides?: { readonly file: string; readonly selects: string };
+  readonly shadowed: readonly string[];
+  /** How the pod was found: the labels given, or (--live) the kernel's verdict map. */
+  readonly by: 'labels' | 'kernel';
+  /** The pod's name, where known (--live with the API). */
+  readonly pod?: string;
 }
 
 /**
@@ -76,11 +95,63 @@ export interface PolicyStep {
 export interface FlowContext {
   readonly from?: string;
   readonly via?: string;
+  /** The labels of the pod that holds `from`, and of its namespace (--pod-labels, --namespace-labels). */
+  readonly podLabels?: ReadonlyMap<string, string>;
+  readonly namespaceLabels?: ReadonlyMap<string, string>;
+  /** The pod policy the kernel's verdict map gives `from` (--live): its index, or null for none. */
+  readonly podPolicyIndex?: number | null;
+}
+
+/** What decides a flow: the node-wide config, or a pod policy (with what explain says of it). */
+function deciderOf(
+  config: Config,
+  context: FlowContext,
+): { decider: Config | PodPolicy; answer?: PodPolicyAnswer } {
+  const policies = config.podPolicies ?? [];
+  if (policies.length === 0 || context.from === undefined) return { decider: config };
+  const describe = (policy: PodPolicy) => {
+    const parts = [
+      ...(policy.podSelector ? [`podSelector ${selectorText(policy.podSelector)}`] : []),
+      ...(policy.namespaceSelector
+        ? [`namespaceSelector ${selectorText(policy.namespaceSelector)}`]
+        : []),
+    ];
+    return { file: policy.file, selects: parts.join(', ') || 'every pod' };
+  };
+  if (context.podPolicyIndex !== undefined) {
+    const policy = context.podPolicyIndex === null ? undefined : policies[context.podPolicyIndex];
+    return {
+      decider: policy ?? config,
+      answer: {
+        judged: true,
+        by: 'kernel',
+        shadowed: [],
+        ...(policy ? { decides: describe(policy) } : {}),
+      },
+    };
+  }
+  if (context.podLabels === undefined)
+    return { decider: config, answer: { judged: false, by: 'labels', shadowed: [] } };
+  const selecting = selectingPolicies(
+    policies,
+    { labels: context.podLabels },
+    context.namespaceLabels ?? new Map(),
+  );
+  const first = selecting[0] === undefined ? undefined : policies[selecting[0]];
+  return {
+    decider: first ?? config,
+    answer: {
+      judged: true,
+      by: 'labels',
+      shadowed: selecting.slice(1).map((i) => policies[i]!.file),
+      ...(first ? { decides: describe(first) } : {}),
+    },
+  };
 }
 
 /** What the decision's policy steps say of this flow, with the entries that list it. */
 function policyAnswer(
-  config: Config,
+  config: Pick<Config, 'egress' | 'provenance'>,
   decision: Decision,
   flow: Flow,
   from: ReturnType<typeof parseAddress> | undefined,
@@ -160,9 +231,10 @@ interface OriginIndex {
   /** Prefix lengths in use, each with its origins by network, each list in file and entry order. */
   readonly byLength: Map<number, Map<bigint, Array<{ order: number; origin: Origin }>>>;
 }
-const originCache = new WeakMap<Config, Map<Family, OriginIndex>>();
+type Provenanced = Pick<Config, 'provenance'>;
+const originCache = new WeakMap<Provenanced, Map<Family, OriginIndex>>();
 
-function originIndex(config: Config, family: Family): OriginIndex {
+function originIndex(config: Provenanced, family: Family): OriginIndex {
   let byFamily = originCache.get(config);
   if (!byFamily) originCache.set(config, (byFamily = new Map()));
   let index = byFamily.get(family);
@@ -181,7 +253,7 @@ function originIndex(config: Config, family: Family): OriginIndex {
   return index;
 }
 
-function matching(config: Config, family: Family, addr: bigint): Origin[] {
+function matching(config: Provenanced, family: Family, addr: bigint): Origin[] {
   const found: Array<{ order: number; origin: Origin }> = [];
   for (const [len, networks] of originIndex(config, family).byLength) {
     const network = addr & ~hostMask(family, len);
@@ -210,7 +282,9 @@ export function explain(
   context: FlowContext = {},
 ): Explanation {
   const { family, addr } = parseAddress(address.trim());
-  const decision = decisionOf(config, familyName(family));
+  // A flow from a pod a pod policy selects is that policy's to decide (README, "Pod policies").
+  const { decider, answer: podPolicy } = deciderOf(config, context);
+  const decision = decisionOf(decider, familyName(family));
   const from = context.from === undefined ? undefined : parseAddress(context.from.trim());
   // A source of the other family is no flow to this destination: not judged.
   const flow: Flow = {
@@ -218,11 +292,12 @@ export function explain(
     ...(from !== undefined && from.family === family ? { saddr: from.addr } : {}),
     ...(context.via !== undefined ? { oifname: context.via } : {}),
   };
-  const policy = policyAnswer(config, decision, flow, from);
+  const policy = policyAnswer(decider, decision, flow, from);
   const base = {
     address: address.trim(),
     family: familyName(family),
     ...(policy ? { policy } : {}),
+    ...(podPolicy ? { podPolicy } : {}),
   };
   const alone = { masqueraded: false, decidedBy: [], overridden: [], ports: null };
   if (family === 6 && !options.enableIPv6) return { ...base, ...alone, reason: 'not managed' };
@@ -233,7 +308,7 @@ export function explain(
     case 'sourceCIDRs':
       return { ...base, ...alone, reason: step.key };
     case 'masqueradeCIDRs': {
-      const origins = matching(config, family, addr);
+      const origins = matching(decider, family, addr);
       const isMasq = (o: Origin) => o.kind === 'entry' && o.key === 'masqueradeCIDRs';
       return {
         ...base,
@@ -245,7 +320,7 @@ export function explain(
       };
     }
     case 'nonMasqueradeCIDRs': {
-      const by = matching(config, family, addr).filter(
+      const by = matching(decider, family, addr).filter(
         (o) => o.kind !== 'entry' || o.key === 'nonMasqueradeCIDRs',
       );
       const first = by[0];
@@ -335,5 +410,31 @@ export function explanationText(e: Explanation): string {
     if (e.ports) lines.push(`  ${portText(e.ports)}`);
   }
   if (e.reason !== 'not managed') lines.push(...policyLines(e));
+  lines.push(...podPolicyLines(e));
   return lines.join('\n');
+}
+
+/** Which pod policy decides, and which would have but for file order. */
+function podPolicyLines(e: Explanation): string[] {
+  const answer = e.podPolicy;
+  if (!answer) return [];
+  if (!answer.judged)
+    return [
+      "  pod policies not judged: give the pod's labels (--pod-labels, and --namespace-labels) or --live; the node-wide config answered",
+    ];
+  const pod = answer.pod ? `pod ${escapeUnprintable(answer.pod)}` : 'the pod';
+  if (!answer.decides)
+    return [
+      answer.by === 'kernel'
+        ? `  no pod policy decides for ${pod} in the kernel: the node-wide config answered`
+        : `  no pod policy selects ${pod}: the node-wide config answered`,
+    ];
+  const lines = [
+    `  decided by pod policy ${escapeUnprintable(answer.decides.file)} (${answer.decides.selects})${answer.by === 'kernel' ? ', as the kernel holds it' : ''}`,
+  ];
+  for (const file of answer.shadowed)
+    lines.push(
+      `  ${escapeUnprintable(file)} also selects ${pod}, but comes later in file-name order`,
+    );
+  return lines;
 }

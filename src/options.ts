@@ -61,6 +61,9 @@ export interface AgentOptions {
   readonly via: string;
   /** --node-labels: the node's labels --explain and --diff evaluate with (null when not given). */
   readonly nodeLabels: readonly (readonly [string, string])[] | null;
+  /** --pod-labels, --namespace-labels: the --from pod's and its namespace's labels (null when not given). */
+  readonly podLabels: readonly (readonly [string, string])[] | null;
+  readonly namespaceLabels: readonly (readonly [string, string])[] | null;
   /** --kubernetes: read the cluster from the API server with the pod's service account. */
   readonly kubernetes: boolean;
   /** --kubeconfig: as --kubernetes with this kubeconfig ('' when not given). */

@@ -229,18 +229,20 @@ function parseVia(text: string): string {
   return checked('via', () => parseInterfaceName(text));
 }
 
-/** --node-labels K=V,…: each checked as a nodeSelector label is. */
-function parseNodeLabels(text: string): ReadonlyArray<readonly [string, string]> {
-  return Object.freeze(
-    text.split(',').map((pair) => {
-      const eq = pair.indexOf('=');
-      if (eq <= 0) throw new FlagError(`--node-labels: ${JSON.stringify(pair)} is not KEY=VALUE`);
-      const label: readonly [string, string] = [pair.slice(0, eq), pair.slice(eq + 1)];
-      checked('node-labels', () => parseLabel(...label));
-      return label;
-    }),
-  );
-}
+/** --node-labels K=V,… (and --pod-labels, --namespace-labels): each checked as a label is. */
+const parseLabels =
+  (flag: 'node-labels' | 'pod-labels' | 'namespace-labels') =>
+  (text: string): ReadonlyArray<readonly [string, string]> =>
+    Object.freeze(
+      // Given empty: no labels at all (a pod or namespace without any).
+      (text === '' ? [] : text.split(',')).map((pair) => {
+        const eq = pair.indexOf('=');
+        if (eq <= 0) throw new FlagError(`--${flag}: ${JSON.stringify(pair)} is not KEY=VALUE`);
+        const label: readonly [string, string] = [pair.slice(0, eq), pair.slice(eq + 1)];
+        checked(flag, () => parseLabel(...label));
+        return label;
+      }),
+    );
 
 export const FLAGS: readonly Flag[] = [
   value(
@@ -425,10 +427,20 @@ export const FLAGS: readonly Flag[] = [
     section: 'modes',
     help: 'with --explain or --diff: the egress interface to evaluate egressInterfaces with',
   }),
-  value('node-labels', 'nodeLabels', null, parseNodeLabels, {
+  value('node-labels', 'nodeLabels', null, parseLabels('node-labels'), {
     arg: 'K=V,...',
     section: 'modes',
     help: "with --explain or --diff: the node's labels, for files with nodeSelector",
+  }),
+  value('pod-labels', 'podLabels', null, parseLabels('pod-labels'), {
+    arg: 'K=V,...',
+    section: 'modes',
+    help: "with --explain and --from: the labels of the pod that holds --from, for the pod policies' podSelector",
+  }),
+  value('namespace-labels', 'namespaceLabels', null, parseLabels('namespace-labels'), {
+    arg: 'K=V,...',
+    section: 'modes',
+    help: "with --explain and --from: the labels of that pod's namespace, for the pod policies' namespaceSelector",
   }),
   mode('cleanup', "delete the agent's ip/ip6 tables, exit"),
   mode('version', 'print the version, exit'),
@@ -593,6 +605,10 @@ export function parseArgs(
     for (const flag of ['via', 'node-labels'] as const) {
       if (given.has(flag) && !draft.modes.some((m) => m === 'explain' || m === 'diff'))
         throw new FlagError(`--${flag} goes with --explain or --diff`);
+    }
+    for (const flag of ['pod-labels', 'namespace-labels'] as const) {
+      if (given.has(flag) && !(draft.modes.includes('explain') && given.has('from')))
+        throw new FlagError(`--${flag} goes with --explain and --from (the pod's address)`);
     }
     if (given.has('from') && !draft.modes.some((m) => ['explain', 'diff', 'flows'].includes(m)))
       throw new FlagError('--from goes with --explain, --diff or --flows');

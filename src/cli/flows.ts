@@ -48,7 +48,7 @@ async function portsInKernel(kernel: Kernel, options: AgentOptions): Promise<num
 }
 
 /** The pods of this Node by canonical address, or why they cannot be named (said once). */
-async function podNames(
+export async function podNames(
   options: AgentOptions,
 ): Promise<{ pods?: Map<string, string>; problem?: string }> {
   if (!usesApi(options)) return {};

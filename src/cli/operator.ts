@@ -7,6 +7,8 @@ import { decisionOf, type ListStep } from '../decision.js';
 import type { Table } from '../nftables/types.js';
 import { objectDrift } from '../nftables/listing.js';
 import { standInName, tableOwner } from '../nftables/ownership.js';
+import { POD_POLICY_MAP, podPolicyChainIndex } from '../nftables/objects.js';
+import { podNames } from './flows.js';
 import { scanNatChains } from '../nftables/nat-chains.js';
 import { verdictFor, type NatFlow, type OtherNatVerdict } from '../nat-rules.js';
 import {
@@ -101,13 +103,32 @@ export async function explainCommand(
   if (!(await present(stages.configPath, options.configGiven, '--config'))) return 2;
   const config = await load(stages.configPath, stages.load, options);
   if (!config) return 1;
+  let podPolicyIndex: number | null | undefined;
+  let pod: string | undefined;
+  if (options.live && kernel && options.from && config.podPolicies) {
+    // Which pod policy the kernel's verdict map gives the source (README, "Pod policies").
+    try {
+      podPolicyIndex = await livePodPolicy(await kernel(), stages.compile.table, options.from);
+    } catch (e) {
+      err(`--live: cannot read the kernel's tables: ${errorText(e)}`);
+      return 1;
+    }
+    const named = await podNames(options);
+    if (named.problem) err(`note: ${named.problem}`);
+    const source = parseAddress(options.from.trim());
+    pod = named.pods?.get(formatAddress(source.family, source.addr));
+  }
   const flow = {
     ...(options.from ? { from: options.from } : {}),
     ...(options.via ? { via: options.via } : {}),
+    ...(options.podLabels ? { podLabels: new Map(options.podLabels) } : {}),
+    ...(options.namespaceLabels ? { namespaceLabels: new Map(options.namespaceLabels) } : {}),
+    ...(podPolicyIndex !== undefined ? { podPolicyIndex } : {}),
   };
-  const explanations = options.explain.map((address) =>
-    explain(config, stages.compile, address, flow),
-  );
+  const explanations = options.explain.map((address) => {
+    const e = explain(config, stages.compile, address, flow);
+    return pod && e.podPolicy ? { ...e, podPolicy: { ...e.podPolicy, pod } } : e;
+  });
   const skipped = config.skipped ?? [];
   let live: Awaited<ReturnType<typeof liveAnswers>> | undefined;
   if (options.live && kernel) {
@@ -164,6 +185,29 @@ export async function explainCommand(
     );
   }
   return 0;
+}
+
+/**
+ * The pod policy our table's verdict map sends `from` to: its index (by its chain's name), null when
+ * the map does not hold it, undefined when there is no map (no table, or no pod policy in it).
+ */
+async function livePodPolicy(
+  kernel: Kernel,
+  table: string,
+  from: string,
+): Promise<number | null | undefined> {
+  const { family, addr } = parseAddress(from.trim());
+  const listing = await kernel.listTable({ family: family === 4 ? 'ip' : 'ip6', name: table });
+  const block = new RegExp(
+    `map ${POD_POLICY_MAP} \\{[^}]*?(?:elements = \\{([^}]*)\\})?\\s*\\}`,
+  ).exec(listing ?? '');
+  if (!block) return undefined;
+  const wanted = formatAddress(family, addr);
+  for (const element of (block[1] ?? '').split(',')) {
+    const match = /^\s*([0-9a-f.:]+) : goto (\S+)\s*$/.exec(element);
+    if (match?.[1] === wanted) return podPolicyChainIndex(match[2]!) ?? null;
+  }
+  return null;
 }
 
 interface LiveAnswer {

@@ -162,6 +162,8 @@ function podPolicyOf(
   node: MergedKeys,
   options: LoadOptions,
   origin: string,
+  /** The node-wide files, for the provenance of what the policy inherits (explain). */
+  nodeFiles?: readonly ConfigFragment[],
 ): PodPolicy {
   const own = mergeKeys([fragment], origin);
   const masqLinkLocal = own.masqLinkLocal ?? node.masqLinkLocal ?? false;
@@ -182,7 +184,46 @@ function podPolicyOf(
     masqLinkLocalIPv6,
     ...(egress ? { egress } : {}),
     own: carriedKeys(own),
+    ...(nodeFiles
+      ? { provenance: podPolicyProvenance(fragment, nodeFiles, options, linkLocal) }
+      : {}),
   });
+}
+
+/**
+ * Where a pod policy's prefixes come from: each list from the policy's own file where it gives
+ * it, else from the node-wide files (or the built-in list) it inherits.
+ */
+function podPolicyProvenance(
+  fragment: ConfigFragment,
+  nodeFiles: readonly ConfigFragment[],
+  options: LoadOptions,
+  linkLocal: readonly Prefix[],
+): Provenance {
+  const from = (key: 'nonMasqueradeCIDRs' | 'masqueradeCIDRs') =>
+    fragment[key] !== undefined ? [fragment] : nodeFiles;
+  const lists = (key: 'nonMasqueradeCIDRs' | 'masqueradeCIDRs') =>
+    from(key).map((f) => ({
+      file: f.file,
+      [key]: f[key],
+      written: { [key]: f.written?.[key] },
+    })) as ConfigFragment[];
+  const nonMasq = lists('nonMasqueradeCIDRs');
+  const defaults = nonMasq.every((f) => f.nonMasqueradeCIDRs === undefined);
+  const { origins } = provenanceOf(
+    [...nonMasq, ...lists('masqueradeCIDRs')],
+    options,
+    defaults,
+    linkLocal,
+  );
+  const node = provenanceOf(nodeFiles, options, false, []);
+  const interfaces = fragment.egressInterfaces !== undefined ? [fragment] : nodeFiles;
+  const own = provenanceOf(interfaces, options, false, []);
+  const sourceCIDRs = node.policy?.sourceCIDRs ?? [];
+  const egressInterfaces = own.policy?.egressInterfaces ?? [];
+  return sourceCIDRs.length + egressInterfaces.length > 0
+    ? { origins, policy: { sourceCIDRs, egressInterfaces } }
+    : { origins };
 }
 
 /** Every merged key but those the sets carry. */
@@ -356,7 +397,9 @@ export function buildConfig(
   let podPolicies: PodPolicy[];
   try {
     keys = mergeKeys(fragments, origin);
-    podPolicies = policyFragments.map((f) => podPolicyOf(f, keys, options, origin));
+    podPolicies = policyFragments.map((f) =>
+      podPolicyOf(f, keys, options, origin, options.provenance ? fragments : undefined),
+    );
   } catch (err) {
     if (err instanceof ConfigError) return invalid(err);
     throw err;

@@ -68,6 +68,8 @@ export interface PodPolicy {
   readonly egress?: EgressPolicy;
   /** The keys this file gives itself (merged as one file), beside the node-wide ones it inherits. */
   readonly own: MergedKeys;
+  /** Where each of its effective prefixes came from; only when loaded with `provenance`. */
+  readonly provenance?: Provenance;
   /**
    * The addresses this policy decides (withPodMembers): of the pods on this node it selects and no
    * earlier policy does, as full-length prefixes formatted by src/cidr. Absent: not joined yet.

@@ -51,6 +51,12 @@ export const podPolicyPrefix = (index: number) => `pod-policy-${index}-`;
 /** The chain of pod policy `index`: its decision, reached from the verdict map. */
 export const podPolicyChain = (index: number) => `pod-policy-${index}`;
 
+/** The index of a pod policy's chain, by its name; undefined for any other chain. */
+export function podPolicyChainIndex(chain: string): number | undefined {
+  const match = /^pod-policy-(\d{1,4})$/.exec(chain);
+  return match ? Number(match[1]) : undefined;
+}
+
 /** Which pod policy an object of ours belongs to, by its name: its index, or undefined (node-wide). */
 export function podPolicyIndex(name: string): { index: number; rest: string } | undefined {
   const match = /^pod-policy-(\d{1,4})-(.+)$/.exec(name);

@@ -47,6 +47,8 @@ t.test('defaults', async (t) => {
       natStatsIntervalMs: 30_000,
       via: '',
       nodeLabels: null,
+      podLabels: null,
+      namespaceLabels: null,
       kubernetes: false,
       kubeconfig: '',
       widestNodePodCIDR: { ipv4: 16, ipv6: 48 },

@@ -9,6 +9,7 @@ import fc from 'fast-check';
 import t, { type Test } from 'tap';
 import { type LoadOptions, loadConfig, parseConfigText } from '../../src/config/index.js';
 import { parseSelector, selects, selectorText } from '../../src/config/selector.js';
+import { explain, explanationText } from '../../src/explain.js';
 import { error, ok } from '../helpers/results.js';
 
 const AGENT: LoadOptions = { enableIPv6: false, nomasqAllReservedRanges: false, kubernetes: true };
@@ -252,4 +253,85 @@ t.test("cidrLimit counts the pod policies' entries too", async (t) => {
     error(t, await loadConfig(dir, AGENT)),
     /cidrLimit: 3 is less than the 4 entries .* across 2 files/,
   );
+});
+
+t.test('--explain names the pod policy that decides, and the one file order shadows', async (t) => {
+  const dir = await directory(t, {
+    'ip-masq-agent': 'nonMasqueradeCIDRs: [10.0.0.0/8]\n',
+    'ip-masq-db':
+      'podSelector: {matchLabels: {app: db}}\nsnatAddress: 192.0.2.10\nmasqueradeCIDRs: [10.9.0.0/16]\n',
+    'ip-masq-open':
+      'namespaceSelector: {matchLabels: {egress: open}}\nnonMasqueradeCIDRs: [0.0.0.0/0]\n',
+  });
+  const config = ok(
+    t,
+    await loadConfig(dir, { ...AGENT, kubernetes: false, scoping: 'describe', provenance: true }),
+  );
+  const options = {
+    table: 'ipmasq',
+    masqChain: 'ip-masq',
+    randomFully: false,
+    toPorts: [],
+    enableIPv6: false,
+  };
+  const labels = (o: Record<string, string>) => new Map(Object.entries(o));
+  const db = explain(config, options, '198.51.100.1', {
+    from: '10.244.1.5',
+    podLabels: labels({ app: 'db' }),
+  });
+  t.equal(db.masqueraded, true);
+  t.equal(db.podPolicy?.decides?.file, join(dir, 'ip-masq-db'));
+  t.same(db.podPolicy?.shadowed, []);
+  const text = explanationText(db);
+  t.match(text, /decided by pod policy .*ip-masq-db \(podSelector app=db\)/);
+  t.match(text, /translated to 192\.0\.2\.10 \(snatAddress\)/);
+  const masq = explain(config, options, '10.9.1.1', {
+    from: '10.244.1.5',
+    podLabels: labels({ app: 'db' }),
+  });
+  t.equal(masq.reason, 'masqueradeCIDRs');
+  t.match(
+    masq.decidedBy[0]?.text,
+    /ip-masq-db masqueradeCIDRs\[0\] "10\.9\.0\.0\/16"/,
+    "the policy's own entry",
+  );
+  const inherited = explain(config, options, '10.1.1.1', {
+    from: '10.244.1.5',
+    podLabels: labels({ app: 'db' }),
+  });
+  t.equal(inherited.masqueraded, false);
+  t.match(
+    inherited.decidedBy[0]?.text,
+    /ip-masq-agent nonMasqueradeCIDRs\[0\]/,
+    'inherited from the node-wide file',
+  );
+
+  const both = explain(config, options, '198.51.100.1', {
+    from: '10.244.1.5',
+    podLabels: labels({ app: 'db' }),
+    namespaceLabels: labels({ egress: 'open' }),
+  });
+  t.equal(both.podPolicy?.decides?.file, join(dir, 'ip-masq-db'), 'the first in file order');
+  t.same(both.podPolicy?.shadowed, [join(dir, 'ip-masq-open')]);
+  t.match(
+    explanationText(both),
+    /ip-masq-open also selects the pod, but comes later in file-name order/,
+  );
+  const open = explain(config, options, '198.51.100.1', {
+    from: '10.244.1.5',
+    podLabels: labels({ app: 'web' }),
+    namespaceLabels: labels({ egress: 'open' }),
+  });
+  t.equal(open.masqueraded, false, "the open namespace's policy exempts everything");
+  const none = explain(config, options, '198.51.100.1', {
+    from: '10.244.1.5',
+    podLabels: labels({}),
+  });
+  t.equal(none.podPolicy?.decides, undefined);
+  t.match(explanationText(none), /no pod policy selects the pod: the node-wide config answered/);
+  const unjudged = explain(config, options, '198.51.100.1', { from: '10.244.1.5' });
+  t.equal(unjudged.podPolicy?.judged, false);
+  t.match(explanationText(unjudged), /pod policies not judged: give the pod's labels/);
+  const noFrom = explain(config, options, '198.51.100.1');
+  t.equal(noFrom.podPolicy, undefined, 'no source, no pod');
 });
