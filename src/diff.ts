@@ -1,9 +1,16 @@
 // What a proposed config changes (README, "Explain, diff, check"): every address range whose
 // decision flips, as the fewest CIDRs, its direction, and the entries responsible on each side.
-import { formatAddress, formatPrefix, rangesToPrefixes, type Range } from './cidr/index.js';
-import type { CompileOptions } from './compile.js';
+import {
+  escapeUnprintable,
+  formatAddress,
+  formatPrefix,
+  rangesToPrefixes,
+  type Range,
+} from './cidr/index.js';
+import { podPolicyName, type CompileOptions } from './compile.js';
 import { CONFIG_KEYS, type KeyName, type KeySpec } from './config/keys.js';
-import type { AddressFamily, Config } from './config/types.js';
+import { selectorText } from './config/selector.js';
+import type { AddressFamily, Config, PodPolicy } from './config/types.js';
 import { flippedRanges } from './decision.js';
 import { explain, type Explanation } from './explain.js';
 
@@ -43,6 +50,25 @@ export interface Diff {
   readonly changes: readonly ChangedRange[];
   readonly summary: readonly DiffSummary[];
   readonly policy: readonly PolicyChange[];
+  /** The pod policies (README, "Pod policies") added, removed or changed, by file. */
+  readonly podPolicies: readonly PodPolicyChange[];
+}
+
+/** A pod policy that the proposed config adds, removes or changes (for the pods it selects). */
+export interface PodPolicyChange {
+  /** Its file's name (the two configs may be read from two directories). */
+  readonly file: string;
+  readonly change: 'added' | 'removed' | 'changed';
+  /** What it selects now and proposed ('' where the policy is not there). */
+  readonly selects: { readonly current: string; readonly proposed: string };
+  /** Destinations whose decision flips for its pods, as CIDRs (changed policies). */
+  readonly flips: ReadonlyArray<{
+    readonly family: AddressFamily;
+    readonly direction: Direction;
+    readonly cidrs: readonly string[];
+  }>;
+  /** Its egress policy keys that differ (its own or inherited). */
+  readonly keys: readonly PolicyChange[];
 }
 
 /** The keys --diff shows (keys.ts, `shown`: the egress policy's), with how. */
@@ -52,9 +78,12 @@ const SHOWN = (Object.keys(CONFIG_KEYS) as KeyName[]).flatMap((key) => {
 });
 
 /** The egress policy keys that differ between the two configs. */
-function policyChanges(current: Config, proposed: Config): PolicyChange[] {
+function policyChanges(
+  current: Pick<Config, 'keys'>,
+  proposed: Pick<Config, 'keys'>,
+): PolicyChange[] {
   return SHOWN.flatMap(({ key, shown }) => {
-    const side = (config: Config) => {
+    const side = (config: Pick<Config, 'keys'>) => {
       const merged = config.keys[key];
       return merged === undefined ? [] : [...shown.as(merged)];
     };
@@ -107,7 +136,79 @@ export function diffConfigs(current: Config, proposed: Config, options: CompileO
     changes: changes.map(({ at: _at, ...change }) => change),
     summary,
     policy: policyChanges(current, proposed),
+    podPolicies: podPolicyChanges(current, proposed, families),
   };
+}
+
+/** What a pod policy selects, in words. */
+function selectsText(policy: PodPolicy | undefined): string {
+  if (!policy) return '';
+  const parts = [
+    ...(policy.podSelector ? [`podSelector ${selectorText(policy.podSelector)}`] : []),
+    ...(policy.namespaceSelector
+      ? [`namespaceSelector ${selectorText(policy.namespaceSelector)}`]
+      : []),
+  ];
+  return parts.join(', ') || 'every pod';
+}
+
+/** A pod policy's keys as --diff compares them: its own over the node-wide ones it inherits. */
+const effectiveKeys = (config: Config, policy: PodPolicy | undefined): Pick<Config, 'keys'> => ({
+  keys: policy ? { ...config.keys, sourceCIDRs: config.keys.sourceCIDRs, ...policy.own } : {},
+});
+
+/** The pod policies by file, each side's compared: added, removed, or what changed in it. */
+function podPolicyChanges(
+  current: Config,
+  proposed: Config,
+  families: readonly AddressFamily[],
+): PodPolicyChange[] {
+  const byFile = (config: Config) =>
+    new Map((config.podPolicies ?? []).map((policy) => [podPolicyName(policy), policy]));
+  const now = byFile(current);
+  const next = byFile(proposed);
+  const files = [...new Set([...now.keys(), ...next.keys()])].sort();
+  return files.flatMap((file): PodPolicyChange[] => {
+    const a = now.get(file);
+    const b = next.get(file);
+    const selects = { current: selectsText(a), proposed: selectsText(b) };
+    if (!a || !b) {
+      return [{ file, change: a ? 'removed' : 'added', selects, flips: [], keys: [] }];
+    }
+    const flips = flippedRanges(a, b, families).flatMap(({ family, lost, gained }) => {
+      const name: AddressFamily = family === 4 ? 'ipv4' : 'ipv6';
+      return [
+        ['not masqueraded → masqueraded', lost] as const,
+        ['masqueraded → not masqueraded', gained] as const,
+      ].flatMap(([direction, ranges]) =>
+        ranges.length === 0
+          ? []
+          : [
+              {
+                family: name,
+                direction,
+                cidrs: rangesToPrefixes(family, ranges).map(formatPrefix),
+              },
+            ],
+      );
+    });
+    const keys = policyChanges(effectiveKeys(current, a), effectiveKeys(proposed, b));
+    if (selects.current === selects.proposed && flips.length === 0 && keys.length === 0) return [];
+    return [{ file, change: 'changed', selects, flips, keys }];
+  });
+}
+
+function podPolicyText(change: PodPolicyChange): string[] {
+  const name = `pod policy ${escapeUnprintable(change.file)}`;
+  if (change.change === 'added') return [`${name}: added (selects ${change.selects.proposed})`];
+  if (change.change === 'removed')
+    return [`${name}: removed (its pods go back to the node-wide config)`];
+  const lines = [`${name}: changed, for the pods it selects`];
+  if (change.selects.current !== change.selects.proposed)
+    lines.push(`  selects: ${change.selects.current} → ${change.selects.proposed}`);
+  for (const key of change.keys) lines.push(`  ${policyText(key)}`);
+  for (const flip of change.flips) lines.push(`  ${flip.cidrs.join(' ')}: ${flip.direction}`);
+  return lines;
 }
 
 function policyText(change: PolicyChange): string {
@@ -119,7 +220,7 @@ function policyText(change: PolicyChange): string {
 }
 
 export function diffText(diff: Diff): string {
-  const policy = diff.policy.map(policyText);
+  const policy = [...diff.policy.map(policyText), ...diff.podPolicies.flatMap(podPolicyText)];
   if (diff.changes.length === 0)
     return [...policy, 'no destination changes its decision'].join('\n') + '\n';
   const lines: string[] = [...policy];

@@ -7,7 +7,7 @@ import { decisionOf, type ListStep } from '../decision.js';
 import type { Table } from '../nftables/types.js';
 import { objectDrift } from '../nftables/listing.js';
 import { standInName, tableOwner } from '../nftables/ownership.js';
-import { POD_POLICY_MAP, podPolicyChainIndex } from '../nftables/objects.js';
+import { POD_POLICY_MAP, podPolicyChainIndex, podPolicyPrefix } from '../nftables/objects.js';
 import { podNames } from './flows.js';
 import { scanNatChains } from '../nftables/nat-chains.js';
 import { verdictFor, type NatFlow, type OtherNatVerdict } from '../nat-rules.js';
@@ -142,6 +142,7 @@ export async function explainCommand(
         stages.legacy.chains,
         options.from,
         options.via,
+        podPolicyIndex,
       );
     } catch (e) {
       err(
@@ -260,6 +261,8 @@ async function liveAnswers(
   legacyNames: readonly string[],
   from: string,
   via: string,
+  /** The pod policy the verdict map gives `from` (livePodPolicy). */
+  podPolicyIndex: number | null | undefined,
 ): Promise<{ answers: LiveAnswer[]; legacyChains: string[] }> {
   const answers: LiveAnswer[] = [];
   const ours = options.table;
@@ -331,13 +334,19 @@ async function liveAnswers(
     // The decision's destination steps in order, each asked of the kernel's set (the element as
     // the agent formats it, as the set's layout looks it up); the first that holds it decides.
     const parsed = parseAddress(e.address);
+    // A pod policy's decision where the kernel's verdict map sends the source to one (its sets
+    // carry its prefix).
+    const index = podPolicyIndex ?? null;
+    const policy = index === null ? undefined : config.podPolicies?.[index];
+    const prefix = policy ? podPolicyPrefix(index!) : '';
     let decided: ListStep | undefined;
-    for (const step of decisionOf(config, e.family).steps) {
+    for (const step of decisionOf(policy ?? config, e.family).steps) {
       if (step.field !== 'daddr') continue;
-      const probe = table?.sets.find((set) => set.name === step.set)?.key.probeSuffix ?? '';
+      const name = `${prefix}${step.set}`;
+      const probe = table?.sets.find((set) => set.name === name)?.key.probeSuffix ?? '';
       const element = formatAddress(parsed.family, parsed.addr) + probe;
-      if (await kernel.setHas(ref, step.set, element)) {
-        decided = step;
+      if (await kernel.setHas(ref, name, element)) {
+        decided = { ...step, set: name };
         break;
       }
     }
@@ -391,7 +400,9 @@ export async function diffCommand(options: AgentOptions): Promise<number> {
   const diff = diffConfigs(current, proposed, stages.compile);
   if (options.output === 'json') json(diff);
   else out(diffText(diff));
-  return diff.changes.length === 0 && diff.policy.length === 0 ? 0 : 1;
+  return diff.changes.length === 0 && diff.policy.length === 0 && diff.podPolicies.length === 0
+    ? 0
+    : 1;
 }
 
 export async function checkCommand(options: AgentOptions): Promise<number> {

@@ -207,6 +207,53 @@ if (requireRoot(t)) {
         'ipmasq_flows_total{family="ipv4",decision="exempt",policy="ip-masq-untranslated"}',
       );
       t.ok((exempt ?? 0) >= 1, `the untranslated policy's exemptions counted (${exempt})`);
+
+      // --explain --live: the policy from the kernel's verdict map, the pod named by the API.
+      const explained = async (from: string) =>
+        runAgentOnce(topo.node, [
+          '--explain',
+          TO,
+          '--from',
+          from,
+          '--live',
+          '--config',
+          dir,
+          '--kubeconfig',
+          kubeconfig,
+          '--node-name',
+          SELF,
+        ]);
+      const db = await explained(DB);
+      t.equal(db.code, 0, db.stderr);
+      t.match(
+        db.stdout,
+        /masqueraded: no entry exempts it\n[^]*translated to 192\.0\.2\.10 \(snatAddress\)[^]*live: generation \d+ in the kernel masquerades it \(in neither set\)/,
+      );
+      t.match(
+        db.stdout,
+        /decided by pod policy .*ip-masq-db \(podSelector app=db\), as the kernel holds it/,
+      );
+      const web = await explained(WEB);
+      t.match(web.stdout, /no pod policy decides for pod shop\/web in the kernel/);
+      // To a destination the untranslated policy exempts and the node-wide config does not: the
+      // live answer reads the policy's own set.
+      const lab = await runAgentOnce(topo.node, [
+        '--explain',
+        TO,
+        '--from',
+        LAB,
+        '--live',
+        '--config',
+        dir,
+        '--kubeconfig',
+        kubeconfig,
+        '--node-name',
+        SELF,
+      ]);
+      t.match(
+        lab.stdout,
+        /not masqueraded[^]*decided by pod policy .*ip-masq-untranslated[^]*live: generation \d+ in the kernel does not masquerade it \(in the pod-policy-1-nonmasq set\)/,
+      );
     });
 
     t.test('a label change moves a running UDP stream to its new decision', async (t) => {

@@ -9,6 +9,7 @@ import fc from 'fast-check';
 import t, { type Test } from 'tap';
 import { type LoadOptions, loadConfig, parseConfigText } from '../../src/config/index.js';
 import { parseSelector, selects, selectorText } from '../../src/config/selector.js';
+import { diffConfigs, diffText } from '../../src/diff.js';
 import { explain, explanationText } from '../../src/explain.js';
 import { error, ok } from '../helpers/results.js';
 
@@ -334,4 +335,59 @@ t.test('--explain names the pod policy that decides, and the one file order shad
   t.match(explanationText(unjudged), /pod policies not judged: give the pod's labels/);
   const noFrom = explain(config, options, '198.51.100.1');
   t.equal(noFrom.podPolicy, undefined, 'no source, no pod');
+});
+
+t.test('--diff says which pod policies a proposed config adds, removes or changes', async (t) => {
+  const options = {
+    table: 'ipmasq',
+    masqChain: 'ip-masq',
+    randomFully: false,
+    toPorts: [],
+    enableIPv6: false,
+  };
+  const load = async (files: Record<string, string>) =>
+    ok(
+      t,
+      await loadConfig(await directory(t, files), {
+        ...AGENT,
+        kubernetes: false,
+        scoping: 'describe',
+        provenance: true,
+      }),
+    );
+  const base = 'nonMasqueradeCIDRs: [10.0.0.0/8]\n';
+  const current = await load({
+    'ip-masq-agent': base,
+    'ip-masq-db': 'podSelector: {matchLabels: {app: db}}\nsnatAddress: 192.0.2.10\n',
+    'ip-masq-old': 'podSelector: {matchLabels: {app: old}}\n',
+  });
+  const proposed = await load({
+    'ip-masq-agent': base,
+    'ip-masq-db':
+      'podSelector: {matchLabels: {app: pg}}\nsnatAddress: 192.0.2.11\nnonMasqueradeCIDRs: [10.0.0.0/8, 198.51.100.0/24]\n',
+    'ip-masq-new': 'namespaceSelector: {}\n',
+  });
+  const diff = diffConfigs(current, proposed, options);
+  t.same(diff.changes, [], 'the node-wide config is the same');
+  const byName = (name: string) => diff.podPolicies.find((p) => p.file.endsWith(name));
+  t.equal(byName('ip-masq-old')?.change, 'removed');
+  t.equal(byName('ip-masq-new')?.change, 'added');
+  const db = byName('ip-masq-db');
+  t.equal(db?.change, 'changed');
+  t.same(db?.selects, { current: 'podSelector app=db', proposed: 'podSelector app=pg' });
+  t.same(db?.flips, [
+    { family: 'ipv4', direction: 'masqueraded → not masqueraded', cidrs: ['198.51.100.0/24'] },
+  ]);
+  t.same(
+    db?.keys.map((k) => [k.key, k.current, k.proposed]),
+    [['snatAddress', ['192.0.2.10'], ['192.0.2.11']]],
+  );
+  const text = diffText(diff);
+  t.match(
+    text,
+    /pod policy .*ip-masq-db: changed, for the pods it selects\n  selects: podSelector app=db → podSelector app=pg/,
+  );
+  t.match(text, /pod policy .*ip-masq-new: added \(selects namespaceSelector everything\)/);
+  t.match(text, /pod policy .*ip-masq-old: removed/);
+  t.same(diffConfigs(current, current, options).podPolicies, [], 'the same config: nothing');
 });
