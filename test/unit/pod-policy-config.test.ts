@@ -385,7 +385,7 @@ t.test('--diff says which pod policies a proposed config adds, removes or change
   const text = diffText(diff);
   t.match(
     text,
-    /pod policy .*ip-masq-db: changed, for the pods it selects\n  selects: podSelector app=db → podSelector app=pg/,
+    /pod policy .*ip-masq-db: changed, for the pods it selects\n {2}selects: podSelector app=db → podSelector app=pg/,
   );
   t.match(text, /pod policy .*ip-masq-new: added \(selects namespaceSelector everything\)/);
   t.match(text, /pod policy .*ip-masq-old: removed/);
