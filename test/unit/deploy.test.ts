@@ -503,6 +503,39 @@ t.test('the egress policy example renders and checks as the agent would mount it
   t.ok(args.includes('--config=/etc/config'), 'the agent reads the directory');
 });
 
+t.test(
+  'the pod policy example renders, checks, and asks the API for what its policies need',
+  async (t) => {
+    const docs = await kustomize(t, 'deploy/examples/pod-policy');
+    if (!docs) return;
+    for (const doc of docs) validateManifest(doc);
+    const dir = mkdtempSync(join(tmpdir(), 'ipmasq-example-'));
+    t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+    const file = join(dir, 'rendered.yaml');
+    writeFileSync(file, docs.map((doc) => JSON.stringify(doc)).join('\n---\n'));
+    const outcome = await checkPath(
+      file,
+      { enableIPv6: false, nomasqAllReservedRanges: false, scoping: 'describe' },
+      { configMaps: ['kube-system/ip-masq-agent'], named: false },
+    );
+    t.same(outcome.errors, [], 'valid');
+    t.match(
+      outcome.checked.join(),
+      /as a directory of 3 ip-masq\* files/,
+      'mounted as a directory',
+    );
+    const daemonSet = docs.find((d) => d.kind === 'DaemonSet') as unknown as IDaemonSet;
+    const args = daemonSet.spec?.template.spec?.containers[0]?.args ?? [];
+    t.ok(args.includes('--kubernetes'), 'pod policies need the API');
+    t.ok(args.includes('--config=/etc/config'), 'the agent reads the directory');
+    const role = docs.find((d) => d.kind === 'ClusterRole') as unknown as IClusterRole;
+    const granted = (resource: string) =>
+      role.rules?.find((r) => r.resources?.includes(resource))?.verbs ?? [];
+    t.same([...granted('pods')].sort(), ['list', 'watch']);
+    t.same([...granted('namespaces')].sort(), ['list', 'watch']);
+  },
+);
+
 /** `kubectl kustomize DIR`, parsed; undefined where no kubectl is installed (a failure under CI). */
 async function kustomize(t: Test, dir: string): Promise<Manifest[] | undefined> {
   const kubectl = ['/usr/bin/kubectl', '/usr/local/bin/kubectl'].find((p) => existsSync(p));
