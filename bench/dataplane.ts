@@ -96,7 +96,7 @@ function layouts(): Layout[] {
   ];
 }
 
-class Sender {
+export class Sender {
   private nextPort = 10_000;
   constructor(
     private readonly topo: Topology,

@@ -19,6 +19,7 @@ import { benchKubernetes } from './kubernetes.js';
 import { benchNeighbour } from './neighbour.js';
 import { benchLookBeside, benchOtherNat } from './other-nat.js';
 import { benchKubernetesReal } from './kubernetes-real.js';
+import { benchPodPolicies } from './pod-policies.js';
 import { renderMarkdown, writeReport, type BenchResults } from './report.js';
 import { workerRssMiB } from './worker-rss.js';
 import { benchWrites } from './write.js';
@@ -67,7 +68,7 @@ async function section<T>(name: string, fn: () => Promise<T>): Promise<T> {
 }
 
 /**
- * `--only kubernetes`, `other-nat`, `decisions`, `nat-sample`, `edit` or `kubernetes-real`: measures that section alone and puts it into
+ * `--only kubernetes`, `other-nat`, `decisions`, `nat-sample`, `edit`, `kubernetes-real` or `pod-policies`: measures that section alone and puts it into
  * docs/bench.json beside the other sections' figures from their own run (each such section says
  * when it was measured).
  */
@@ -83,9 +84,10 @@ async function onlySection(name: string): Promise<void> {
   else if (name === 'edit') results.edit = { ...(await benchEdit()), date };
   else if (name === 'kubernetes-real')
     results.kubernetesReal = { rows: await benchKubernetesReal(), date };
+  else if (name === 'pod-policies') results.podPolicies = { ...(await benchPodPolicies()), date };
   else
     throw new Error(
-      `--only: no section ${name} (kubernetes, other-nat, decisions, nat-sample, edit, kubernetes-real)`,
+      `--only: no section ${name} (kubernetes, other-nat, decisions, nat-sample, edit, kubernetes-real, pod-policies)`,
     );
   const style = { ...(await resolveConfig(json)), parser: 'json' as const };
   await writeFile(json, await format(JSON.stringify(results), style));
