@@ -5,7 +5,7 @@
 //   with no RBAC cache between (the real server's refusals are in the real file's RBAC test);
 // - the API server away while its Nodes change: a real one cannot change while it is down;
 // - bad input from the API: objects no real server would store (hostile names, CIDRs, sizes).
-import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
@@ -15,7 +15,6 @@ import {
   listTable,
   metricValue,
   runAgentOnce,
-  startAgent,
   waitFor,
   type RunningAgent,
 } from '../../harness/agent.js';
@@ -28,6 +27,7 @@ import {
   type Topology,
 } from '../../harness/topology.js';
 import { nonMasqSet, seenFromPod } from '../helpers/nonmasq.js';
+import { agentOnApi } from '../helpers/node.js';
 import { startFakeApiServerInNetns, type RemoteFake } from '../../harness/fake-apiserver-remote.js';
 
 // Two other Nodes' pod CIDRs, routed to the remote in this topology; neither is exempt by default.
@@ -58,28 +58,11 @@ async function setup(
   await fake.call('setNode', 'node-a', { podCIDRs: [NODE_A_PODS] });
   await fake.call('setNode', 'node-b', { podCIDRs: [NODE_B_PODS] });
   if (before) await before(fake, topo.node);
-  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-kube-'));
-  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  const put = (name: string, text: string) => {
-    writeFileSync(join(dir, `.${name}.tmp`), text);
-    renameSync(join(dir, `.${name}.tmp`), join(dir, name));
-  };
-  for (const [name, text] of Object.entries(files)) put(name, text);
-  const agent = startAgent(
-    t,
-    topo.node,
-    [
-      '--config',
-      dir,
-      '--listen',
-      '127.0.0.1:9410',
-      '--kubeconfig',
-      fake.kubeconfig,
-      '--node-name',
-      SELF,
-    ],
-    ['env', `IPMASQ_KUBERNETES_TIMINGS=${TIMINGS}`],
-  );
+  const { agent, dir, put } = agentOnApi(t, topo.node, files, {
+    kubeconfig: fake.kubeconfig,
+    nodeName: SELF,
+    timings: TIMINGS,
+  });
   const generation = async () => generationOf(await listTable(topo.node, 'ip')) ?? 0;
   return { topo, fake, agent, dir, put, generation };
 }

@@ -7,7 +7,7 @@
 // deleted pod's address reused by a pod of another policy; two policies on one pod: the first
 // decides, said once and counted; the API server stopped: nothing changes, and once it is back the
 // changes made meanwhile apply; an invalid selector is refused, the last good config kept.
-import { mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
@@ -17,7 +17,6 @@ import {
   listTable,
   metricValue,
   runAgentOnce,
-  startAgent,
   waitFor,
   type RunningAgent,
 } from '../../harness/agent.js';
@@ -27,7 +26,8 @@ import {
   startControlPlane,
   type ControlPlane,
 } from '../../harness/control-plane.js';
-import { inNetns, requireRoot } from '../../harness/netns.js';
+import { inNetns, requireRoot, tempDir } from '../../harness/netns.js';
+import { agentOnApi } from '../helpers/node.js';
 import {
   makeTopology,
   NODE_IPV4,
@@ -139,7 +139,7 @@ if (requireRoot(t)) {
     // The agent reaches the API server through a port of its own (7443, DNAT to 6443), so that the
     // server can be taken from it alone while kubectl goes on changing things on 6443.
     const direct = await agentKubeconfig(t, plane);
-    const kubeconfig = join(mkdtempSync(join(tmpdir(), 'ipmasq-pod-policy-kc-')), 'kubeconfig');
+    const kubeconfig = join(tempDir(t, 'pod-policy-kubeconfig'), 'kubeconfig');
     writeFileSync(kubeconfig, readFileSync(direct, 'utf8').replace(':6443', `:${AGENT_PORT}`));
     await apiReachable(topo, true);
     await plane.kubectl(['create', 'namespace', 'lab']);
@@ -157,28 +157,11 @@ if (requireRoot(t)) {
       labels: { app: 'db' },
     });
 
-    const dir = mkdtempSync(join(tmpdir(), 'ipmasq-pod-policy-'));
-    t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-    const put = (name: string, text: string) => {
-      writeFileSync(join(dir, `.${name}.tmp`), text);
-      renameSync(join(dir, `.${name}.tmp`), join(dir, name));
-    };
-    for (const [name, text] of Object.entries(FILES)) put(name, text);
-    const agent = startAgent(
-      t,
-      topo.node,
-      [
-        '--config',
-        dir,
-        '--listen',
-        '127.0.0.1:9410',
-        '--kubeconfig',
-        kubeconfig,
-        '--node-name',
-        SELF,
-      ],
-      ['env', `IPMASQ_KUBERNETES_TIMINGS=${TIMINGS}`],
-    );
+    const { agent, dir, put } = agentOnApi(t, topo.node, FILES, {
+      kubeconfig,
+      nodeName: SELF,
+      timings: TIMINGS,
+    });
     const s: Setup = { topo, plane, agent, put, dir };
     await untilMapped(s, DB, 'pod-policy-0', 'the db pod in its policy');
     await untilMapped(s, LAB, 'pod-policy-1', "the lab namespace's pod in its policy");
@@ -237,19 +220,7 @@ if (requireRoot(t)) {
       t.match(web.stdout, /no pod policy decides for pod shop\/web in the kernel/);
       // To a destination the untranslated policy exempts and the node-wide config does not: the
       // live answer reads the policy's own set.
-      const lab = await runAgentOnce(topo.node, [
-        '--explain',
-        TO,
-        '--from',
-        LAB,
-        '--live',
-        '--config',
-        dir,
-        '--kubeconfig',
-        kubeconfig,
-        '--node-name',
-        SELF,
-      ]);
+      const lab = await explained(LAB);
       t.match(
         lab.stdout,
         /not masqueraded[^]*decided by pod policy .*ip-masq-untranslated[^]*live: generation \d+ in the kernel does not masquerade it \(in the pod-policy-1-nonmasq set\)/,

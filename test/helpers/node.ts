@@ -271,6 +271,34 @@ export async function agentInTopology(
   return { agent, node, write };
 }
 
+/**
+ * The agent in namespace `ns` on a config directory of these files, reading its cluster with
+ * `kubeconfig` as node `nodeName` (`timings`: IPMASQ_KUBERNETES_TIMINGS); put() renames a file in,
+ * as a ConfigMap update does.
+ */
+export function agentOnApi(
+  t: TapTest,
+  ns: string,
+  files: Record<string, string>,
+  api: { kubeconfig: string; nodeName: string; timings: string },
+) {
+  const dir = mkdtempSync(join(tmpdir(), 'ipmasq-api-agent-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const put = (name: string, text: string) => {
+    writeFileSync(join(dir, `.${name}.tmp`), text);
+    renameSync(join(dir, `.${name}.tmp`), join(dir, name));
+  };
+  for (const [name, text] of Object.entries(files)) put(name, text);
+  const args = ['--config', dir, '--listen', '127.0.0.1:9410'];
+  const agent = startAgent(
+    t,
+    ns,
+    [...args, '--kubeconfig', api.kubeconfig, '--node-name', api.nodeName],
+    ['env', `IPMASQ_KUBERNETES_TIMINGS=${api.timings}`],
+  );
+  return { agent, dir, put };
+}
+
 /** A generation mark as the kernel announced it, and when this process heard of it. */
 export interface MarkSeen {
   generation: number;

@@ -13,6 +13,14 @@ import { diffConfigs, diffText } from '../../src/diff.js';
 import { explain, explanationText } from '../../src/explain.js';
 import { error, ok } from '../helpers/results.js';
 
+/** How --explain and --diff compile (the defaults but the chain's name). */
+const OPTIONS = {
+  table: 'ipmasq',
+  masqChain: 'ip-masq',
+  randomFully: false,
+  toPorts: [],
+  enableIPv6: false,
+};
 const AGENT: LoadOptions = { enableIPv6: false, nomasqAllReservedRanges: false, kubernetes: true };
 const parse = (text: string, options: LoadOptions = AGENT) => parseConfigText(text, 'cfg', options);
 
@@ -268,15 +276,8 @@ t.test('--explain names the pod policy that decides, and the one file order shad
     t,
     await loadConfig(dir, { ...AGENT, kubernetes: false, scoping: 'describe', provenance: true }),
   );
-  const options = {
-    table: 'ipmasq',
-    masqChain: 'ip-masq',
-    randomFully: false,
-    toPorts: [],
-    enableIPv6: false,
-  };
   const labels = (o: Record<string, string>) => new Map(Object.entries(o));
-  const db = explain(config, options, '198.51.100.1', {
+  const db = explain(config, OPTIONS, '198.51.100.1', {
     from: '10.244.1.5',
     podLabels: labels({ app: 'db' }),
   });
@@ -286,7 +287,7 @@ t.test('--explain names the pod policy that decides, and the one file order shad
   const text = explanationText(db);
   t.match(text, /decided by pod policy .*ip-masq-db \(podSelector app=db\)/);
   t.match(text, /translated to 192\.0\.2\.10 \(snatAddress\)/);
-  const masq = explain(config, options, '10.9.1.1', {
+  const masq = explain(config, OPTIONS, '10.9.1.1', {
     from: '10.244.1.5',
     podLabels: labels({ app: 'db' }),
   });
@@ -296,7 +297,7 @@ t.test('--explain names the pod policy that decides, and the one file order shad
     /ip-masq-db masqueradeCIDRs\[0\] "10\.9\.0\.0\/16"/,
     "the policy's own entry",
   );
-  const inherited = explain(config, options, '10.1.1.1', {
+  const inherited = explain(config, OPTIONS, '10.1.1.1', {
     from: '10.244.1.5',
     podLabels: labels({ app: 'db' }),
   });
@@ -307,7 +308,7 @@ t.test('--explain names the pod policy that decides, and the one file order shad
     'inherited from the node-wide file',
   );
 
-  const both = explain(config, options, '198.51.100.1', {
+  const both = explain(config, OPTIONS, '198.51.100.1', {
     from: '10.244.1.5',
     podLabels: labels({ app: 'db' }),
     namespaceLabels: labels({ egress: 'open' }),
@@ -318,33 +319,26 @@ t.test('--explain names the pod policy that decides, and the one file order shad
     explanationText(both),
     /ip-masq-open also selects the pod, but comes later in file-name order/,
   );
-  const open = explain(config, options, '198.51.100.1', {
+  const open = explain(config, OPTIONS, '198.51.100.1', {
     from: '10.244.1.5',
     podLabels: labels({ app: 'web' }),
     namespaceLabels: labels({ egress: 'open' }),
   });
   t.equal(open.masqueraded, false, "the open namespace's policy exempts everything");
-  const none = explain(config, options, '198.51.100.1', {
+  const none = explain(config, OPTIONS, '198.51.100.1', {
     from: '10.244.1.5',
     podLabels: labels({}),
   });
   t.equal(none.podPolicy?.decides, undefined);
   t.match(explanationText(none), /no pod policy selects the pod: the node-wide config answered/);
-  const unjudged = explain(config, options, '198.51.100.1', { from: '10.244.1.5' });
+  const unjudged = explain(config, OPTIONS, '198.51.100.1', { from: '10.244.1.5' });
   t.equal(unjudged.podPolicy?.judged, false);
   t.match(explanationText(unjudged), /pod policies not judged: give the pod's labels/);
-  const noFrom = explain(config, options, '198.51.100.1');
+  const noFrom = explain(config, OPTIONS, '198.51.100.1');
   t.equal(noFrom.podPolicy, undefined, 'no source, no pod');
 });
 
 t.test('--diff says which pod policies a proposed config adds, removes or changes', async (t) => {
-  const options = {
-    table: 'ipmasq',
-    masqChain: 'ip-masq',
-    randomFully: false,
-    toPorts: [],
-    enableIPv6: false,
-  };
   const load = async (files: Record<string, string>) =>
     ok(
       t,
@@ -367,7 +361,7 @@ t.test('--diff says which pod policies a proposed config adds, removes or change
       'podSelector: {matchLabels: {app: pg}}\nsnatAddress: 192.0.2.11\nnonMasqueradeCIDRs: [10.0.0.0/8, 198.51.100.0/24]\n',
     'ip-masq-new': 'namespaceSelector: {}\n',
   });
-  const diff = diffConfigs(current, proposed, options);
+  const diff = diffConfigs(current, proposed, OPTIONS);
   t.same(diff.changes, [], 'the node-wide config is the same');
   const byName = (name: string) => diff.podPolicies.find((p) => p.file.endsWith(name));
   t.equal(byName('ip-masq-old')?.change, 'removed');
@@ -389,5 +383,5 @@ t.test('--diff says which pod policies a proposed config adds, removes or change
   );
   t.match(text, /pod policy .*ip-masq-new: added \(selects namespaceSelector everything\)/);
   t.match(text, /pod policy .*ip-masq-old: removed/);
-  t.same(diffConfigs(current, current, options).podPolicies, [], 'the same config: nothing');
+  t.same(diffConfigs(current, current, OPTIONS).podPolicies, [], 'the same config: nothing');
 });
