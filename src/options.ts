@@ -64,6 +64,8 @@ export interface AgentOptions {
   /** --pod-labels, --namespace-labels: the --from pod's and its namespace's labels (null when not given). */
   readonly podLabels: readonly (readonly [string, string])[] | null;
   readonly namespaceLabels: readonly (readonly [string, string])[] | null;
+  /** --pod NAMESPACE/NAME: the pod --explain takes the source and labels of from the API ('' when not given). */
+  readonly pod: string;
   /** --kubernetes: read the cluster from the API server with the pod's service account. */
   readonly kubernetes: boolean;
   /** --kubeconfig: as --kubernetes with this kubeconfig ('' when not given). */

@@ -229,6 +229,18 @@ function parseVia(text: string): string {
   return checked('via', () => parseInterfaceName(text));
 }
 
+/** --pod NAMESPACE/NAME: both names as the API server takes them (DNS labels / subdomains). */
+function parsePodRef(text: string): string {
+  const slash = text.indexOf('/');
+  const namespace = text.slice(0, slash);
+  const name = text.slice(slash + 1);
+  const label = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+  const subdomain = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
+  if (slash <= 0 || !label.test(namespace) || !subdomain.test(name))
+    throw new FlagError(`--pod: ${JSON.stringify(text)} is not NAMESPACE/NAME`);
+  return text;
+}
+
 /** --node-labels K=V,… (and --pod-labels, --namespace-labels): each checked as a label is. */
 const parseLabels =
   (flag: 'node-labels' | 'pod-labels' | 'namespace-labels') =>
@@ -437,6 +449,11 @@ export const FLAGS: readonly Flag[] = [
     section: 'modes',
     help: "with --explain and --from: the labels of the pod that holds --from, for the pod policies' podSelector",
   }),
+  value('pod', 'pod', '', parsePodRef, {
+    arg: 'NAMESPACE/NAME',
+    section: 'modes',
+    help: "with --explain and --kubeconfig or --kubernetes: the source is this pod (its address, its labels and its namespace's, read from the API server)",
+  }),
   value('namespace-labels', 'namespaceLabels', null, parseLabels('namespace-labels'), {
     arg: 'K=V,...',
     section: 'modes',
@@ -609,6 +626,15 @@ export function parseArgs(
     for (const flag of ['pod-labels', 'namespace-labels'] as const) {
       if (given.has(flag) && !(draft.modes.includes('explain') && given.has('from')))
         throw new FlagError(`--${flag} goes with --explain and --from (the pod's address)`);
+    }
+    if (given.has('pod')) {
+      if (!draft.modes.includes('explain')) throw new FlagError('--pod goes with --explain');
+      if (given.has('from'))
+        throw new FlagError('--pod gives the source: --from and --pod do not go together');
+      if (!usesApi(draft))
+        throw new FlagError(
+          '--pod reads the pod from the API server: give --kubeconfig or --kubernetes',
+        );
     }
     if (given.has('from') && !draft.modes.some((m) => ['explain', 'diff', 'flows'].includes(m)))
       throw new FlagError('--from goes with --explain, --diff or --flows');

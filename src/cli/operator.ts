@@ -103,26 +103,34 @@ export async function explainCommand(
   if (!(await present(stages.configPath, options.configGiven, '--config'))) return 2;
   const config = await load(stages.configPath, stages.load, options);
   if (!config) return 1;
+  // --pod: the source, its labels and its namespace's, from the API server.
+  const named = options.pod ? await podFromApi(options) : undefined;
+  if (named === null) return 1;
+  const from = named?.from ?? options.from;
   let podPolicyIndex: number | null | undefined;
-  let pod: string | undefined;
-  if (options.live && kernel && options.from && config.podPolicies) {
+  let pod = named ? options.pod : undefined;
+  if (options.live && kernel && from && config.podPolicies) {
     // Which pod policy the kernel's verdict map gives the source (README, "Pod policies").
     try {
-      podPolicyIndex = await livePodPolicy(await kernel(), stages.compile.table, options.from);
+      podPolicyIndex = await livePodPolicy(await kernel(), stages.compile.table, from);
     } catch (e) {
       err(`--live: cannot read the kernel's tables: ${errorText(e)}`);
       return 1;
     }
-    const named = await podNames(options);
-    if (named.problem) err(`note: ${named.problem}`);
-    const source = parseAddress(options.from.trim());
-    pod = named.pods?.get(formatAddress(source.family, source.addr));
+    if (!pod) {
+      const names = await podNames(options);
+      if (names.problem) err(`note: ${names.problem}`);
+      const source = parseAddress(from.trim());
+      pod = names.pods?.get(formatAddress(source.family, source.addr));
+    }
   }
+  const podLabels = named?.labels ?? options.podLabels;
+  const namespaceLabels = named?.namespaceLabels ?? options.namespaceLabels;
   const flow = {
-    ...(options.from ? { from: options.from } : {}),
+    ...(from ? { from } : {}),
     ...(options.via ? { via: options.via } : {}),
-    ...(options.podLabels ? { podLabels: new Map(options.podLabels) } : {}),
-    ...(options.namespaceLabels ? { namespaceLabels: new Map(options.namespaceLabels) } : {}),
+    ...(podLabels ? { podLabels: new Map(podLabels) } : {}),
+    ...(namespaceLabels ? { namespaceLabels: new Map(namespaceLabels) } : {}),
     ...(podPolicyIndex !== undefined ? { podPolicyIndex } : {}),
   };
   const explanations = options.explain.map((address) => {
@@ -186,6 +194,53 @@ export async function explainCommand(
     );
   }
   return 0;
+}
+
+/**
+ * `--pod NAMESPACE/NAME`: its first address as the source, its labels and its namespace's, read
+ * from the API server; null (said why) where it cannot be.
+ */
+async function podFromApi(options: AgentOptions): Promise<{
+  from: string;
+  labels?: ReadonlyArray<readonly [string, string]>;
+  namespaceLabels?: ReadonlyArray<readonly [string, string]>;
+} | null> {
+  const [namespace = '', name = ''] = options.pod.split('/');
+  const { podNamed } = await import('../kubernetes/index.js');
+  let found: Awaited<ReturnType<typeof podNamed>>;
+  try {
+    found = await podNamed({
+      kubeconfig: options.kubeconfig,
+      namespace,
+      name,
+      enableIPv6: options.enableIPv6,
+    });
+  } catch (e) {
+    err(`--pod: cannot read pod ${options.pod}: ${escapeUnprintable(errorText(e))}`);
+    return null;
+  }
+  const from = found.pod.addresses[0];
+  if (from === undefined) {
+    err(`--pod: pod ${options.pod} has no address yet (status.podIPs is empty)`);
+    return null;
+  }
+  if (found.hostNetwork)
+    err(`note: pod ${options.pod} is on the host's network: no pod policy selects it`);
+  if (options.nodeName !== '' && found.node !== options.nodeName)
+    err(
+      `note: pod ${options.pod} runs on node ${escapeUnprintable(found.node || '(none yet)')}, not ${escapeUnprintable(options.nodeName)}: explained as that node's agent would decide, were it here`,
+    );
+  if (found.namespaceProblem)
+    err(
+      `note: namespace ${escapeUnprintable(namespace)}'s labels cannot be read (${found.namespaceProblem}): taken to have none`,
+    );
+  // A pod on the host's network: its address is the node's, which no pod policy decides for.
+  if (found.hostNetwork) return { from };
+  return {
+    from,
+    labels: [...found.pod.labels],
+    namespaceLabels: [...(found.namespaceLabels ?? new Map<string, string>())],
+  };
 }
 
 /**

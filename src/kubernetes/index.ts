@@ -9,9 +9,12 @@ import {
   Cluster,
   labelsOf,
   podCIDRsOf,
+  podOf,
   type ClusterMetrics,
   type NodePodCIDRs,
 } from './cluster.js';
+import type { PodFacts } from '../config/pods.js';
+import { errorText } from '../errors.js';
 import { fromKubeconfig, inCluster, type Connection } from './connection.js';
 import { EventRecorder, type NodeEvents } from './events.js';
 import { DEFAULT_TIMINGS, Reflector, type ReflectorTimings } from './reflector.js';
@@ -185,4 +188,66 @@ export async function podsOnNode(options: {
     client.close();
   }
   return pods;
+}
+
+/**
+ * `--explain --pod NAMESPACE/NAME`: the pod's addresses, labels and node, and its namespace's labels
+ * (undefined where the API refuses them: the caller says so). Rejects with the API's error for the
+ * pod itself, or saying there is no such pod.
+ */
+export async function podNamed(options: {
+  kubeconfig: string;
+  namespace: string;
+  name: string;
+  enableIPv6: boolean;
+}): Promise<{
+  pod: PodFacts;
+  node: string;
+  hostNetwork: boolean;
+  namespaceLabels: ReadonlyMap<string, string> | undefined;
+  namespaceProblem?: string;
+}> {
+  const client = new ApiClient(await connection(options.kubeconfig));
+  try {
+    // Lists by name, not gets: the API overlay's RBAC grants the agent list and watch alone.
+    const ns = encodeURIComponent(options.namespace);
+    const only = (name: string) =>
+      new URLSearchParams({ fieldSelector: `metadata.name=${name}` }).toString();
+    const first = (answer: unknown) => {
+      const items = record(answer).items;
+      return Array.isArray(items) && items.length > 0 ? record(items[0]) : undefined;
+    };
+    const object = first(
+      await client.json('GET', `/api/v1/namespaces/${ns}/pods?${only(options.name)}`),
+    );
+    if (!object) throw new Error(`no such pod (404)`);
+    // Whatever its phase: --explain says what would decide for it.
+    const running = { ...object, status: { ...record(object.status), phase: 'Running' } };
+    const pod = podOf({ ...running, spec: { ...record(object.spec), hostNetwork: false } }, true);
+    if (!pod)
+      throw new Error(`${options.namespace}/${options.name}: not a pod the API server would store`);
+    const spec = record(object.spec);
+    let namespaceLabels: ReadonlyMap<string, string> | undefined;
+    let namespaceProblem: string | undefined;
+    try {
+      const namespace = first(
+        await client.json('GET', `/api/v1/namespaces?${only(options.namespace)}`),
+      );
+      namespaceLabels = namespace ? labelsOf(namespace) : new Map();
+    } catch (err) {
+      namespaceProblem = escapeUnprintable(errorText(err));
+    }
+    return {
+      pod: {
+        ...pod,
+        addresses: pod.addresses.filter((a) => options.enableIPv6 || !a.includes(':')),
+      },
+      node: typeof spec.nodeName === 'string' ? spec.nodeName : '',
+      hostNetwork: spec.hostNetwork === true,
+      namespaceLabels,
+      ...(namespaceProblem ? { namespaceProblem } : {}),
+    };
+  } finally {
+    client.close();
+  }
 }

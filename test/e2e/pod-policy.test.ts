@@ -216,6 +216,31 @@ if (requireRoot(t)) {
         db.stdout,
         /decided by pod policy .*ip-masq-db \(podSelector app=db\), as the kernel holds it/,
       );
+      // --pod: the source and the labels from the API server (no kernel read).
+      const byPod = async (pod: string) =>
+        runAgentOnce(topo.node, [
+          '--explain',
+          TO,
+          '--pod',
+          pod,
+          '--config',
+          dir,
+          '--kubeconfig',
+          kubeconfig,
+          '--node-name',
+          SELF,
+        ]);
+      const dbPod = await byPod('shop/db');
+      t.equal(dbPod.code, 0, dbPod.stderr);
+      t.match(dbPod.stdout, /decided by pod policy .*ip-masq-db \(podSelector app=db\)\n/);
+      const labPod = await byPod('lab/notebook');
+      t.match(
+        labPod.stdout,
+        /not masqueraded[^]*decided by pod policy .*ip-masq-untranslated \(namespaceSelector egress=untranslated\)/,
+      );
+      const missing = await byPod('shop/nothing-here');
+      t.equal(missing.code, 1);
+      t.match(missing.stderr, /--pod: cannot read pod shop\/nothing-here: no such pod/);
       const web = await explained(WEB);
       t.match(web.stdout, /no pod policy decides for pod shop\/web in the kernel/);
       // To a destination the untranslated policy exempts and the node-wide config does not: the

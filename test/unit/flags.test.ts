@@ -49,6 +49,7 @@ t.test('defaults', async (t) => {
       nodeLabels: null,
       podLabels: null,
       namespaceLabels: null,
+      pod: '',
       kubernetes: false,
       kubeconfig: '',
       widestNodePodCIDR: { ipv4: 16, ipv6: 48 },
@@ -559,4 +560,46 @@ t.test('--nat-stats-interval, --flows, --to and --from', async (t) => {
   t.match(bad(['--flows', '--from', 'nope']), /--from:/);
   t.match(bad(['--flows', '--to', '10.0.0.1/8']), /--to: .*not aligned/);
   t.match(bad(['--from', '10.0.0.1']), /--from goes with --explain, --diff or --flows/);
+});
+
+t.test('--pod: NAMESPACE/NAME, with --explain and the API, instead of --from', async (t) => {
+  const message = (args: string[]) => {
+    const result = parseArgs(args, {});
+    return result.ok ? '' : result.message.split('\n')[0];
+  };
+  const ok = parseArgs(
+    ['--explain', '198.51.100.1', '--pod', 'shop/db-0', '--kubeconfig', 'k'],
+    {},
+  );
+  t.equal(ok.ok && ok.options.pod, 'shop/db-0');
+  t.match(
+    message(['--explain', '1.2.3.4', '--pod', 'shop', '--kubeconfig', 'k']),
+    /--pod: "shop" is not NAMESPACE\/NAME/,
+  );
+  t.match(
+    message(['--explain', '1.2.3.4', '--pod', 'Shop/db', '--kubeconfig', 'k']),
+    /is not NAMESPACE\/NAME/,
+  );
+  t.match(
+    message(['--explain', '1.2.3.4', '--pod', 'shop/db']),
+    /--pod reads the pod from the API server/,
+  );
+  t.match(
+    message([
+      '--explain',
+      '1.2.3.4',
+      '--pod',
+      'shop/db',
+      '--from',
+      '10.0.0.1',
+      '--kubeconfig',
+      'k',
+    ]),
+    /--from and --pod do not go together/,
+  );
+  t.match(message(['--pod', 'shop/db', '--kubeconfig', 'k']), /--pod goes with --explain/);
+  t.match(
+    message(['--explain', '1.2.3.4', '--pod-labels', 'app=db']),
+    /--pod-labels goes with --explain and --from/,
+  );
 });
