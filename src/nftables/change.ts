@@ -281,11 +281,16 @@ export function renderKeyChange(
     ) + '\n',
     ownNames,
     // From the table of step 3, whose base chains are as before: their rules are rewritten too
-    // (the jump rule takes this write's mark).
+    // (the jump rule takes this write's mark). A verdict map stayed through the steps with the
+    // elements it had, not known here: flushed and filled in this same transaction.
     renderInPlace(
       next,
-      { ...moved, chains: moved.chains.filter((chain) => !chain.base) },
-      undefined,
+      {
+        ...moved,
+        sets: moved.sets.filter((set) => !set.map),
+        chains: moved.chains.filter((chain) => !chain.base),
+      },
+      new Set(next.sets.filter((set) => !set.transient).map((set) => set.name)),
       remake,
     ).join('') + temporary.map((s) => `delete set ${family} ${name} ${s.name}\n`).join(''),
   ];

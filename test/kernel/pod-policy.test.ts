@@ -15,8 +15,8 @@ import { loadConfig } from '../../src/config/index.js';
 import { podMembership, withPodMembers, type PodFacts } from '../../src/config/pods.js';
 import type { Config } from '../../src/config/types.js';
 import { explain } from '../../src/explain.js';
-import { renderInPlace } from '../../src/nftables/change.js';
-import { listingIs } from '../../src/nftables/listing.js';
+import { renderInPlace, renderKeyChange } from '../../src/nftables/change.js';
+import { listedSetNames, listingIs } from '../../src/nftables/listing.js';
 import { renderTable } from '../../src/nftables/render.js';
 import { inNetns, requireRoot } from '../../harness/netns.js';
 import {
@@ -132,10 +132,19 @@ if (requireRoot(t)) {
       const first = joined(c.pods);
       const [table] = compile(first, OPTIONS, 1);
       await run('add table ip ipmasq\ndelete table ip ipmasq\n' + renderTable(table!));
-      // The membership moves: an in-place write, as the agent makes one for a pod event.
+      // The membership moves: an in-place write, as the agent makes one for a pod event; every
+      // other case together with the sets' layout (the key change's steps, the map kept through them).
       const second = joined(c.later);
-      const [next] = compile(second, OPTIONS, 2);
-      for (const script of renderInPlace(next!, table)) await run(script);
+      const layoutChange = i % 2 === 1;
+      const [next] = compile(
+        second,
+        layoutChange ? { ...OPTIONS, setLayout: 'concat' } : OPTIONS,
+        2,
+      );
+      const steps = layoutChange
+        ? renderKeyChange(next!, listedSetNames(await listing()))
+        : renderInPlace(next!, table);
+      for (const script of steps) await run(script);
       t.ok(listingIs(await listing(), next!), `case ${i}: the kernel holds the new membership`);
       await inNetns(topo.node, 'conntrack', ['-F']).catch(() => undefined);
       const pods = podsOf(c.later);
