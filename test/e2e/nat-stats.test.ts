@@ -98,7 +98,7 @@ if (requireRoot(t)) {
       for (const decision of decisions) {
         const value = metricValue(
           body,
-          `ipmasq_flows_total{family="${family}",decision="${decision}"}`,
+          `ipmasq_flows_total{family="${family}",decision="${decision}",policy=""}`,
         );
         if (value === undefined) throw new Error(`no ipmasq_flows_total for ${family} ${decision}`);
         out[`${family} ${decision}`] = value;
