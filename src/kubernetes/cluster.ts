@@ -100,18 +100,27 @@ export function labelsOf(node: Record<string, unknown>): ReadonlyMap<string, str
 const MAX_POD_IPS = 8;
 
 /**
- * What the pod policies need of a pod of this node (README, "Pod policies"): its namespace, name,
- * labels and addresses, while it is Pending or Running and not on the host's network; undefined
- * otherwise (the pod is then as gone). Addresses are parsed strictly and formatted by the agent;
- * IPv6 ones only with --enable-ipv6.
+ * What the pod policies need of a pod of this node (README, "Pod policies") while it is Pending or
+ * Running and not on the host's network (podFactsOf); undefined otherwise (the pod is then as gone).
  */
 export function podOf(pod: Record<string, unknown>, enableIPv6: boolean): PodFacts | undefined {
-  const metadata = record(pod.metadata);
-  const spec = record(pod.spec);
-  const status = record(pod.status);
-  if (spec.hostNetwork === true) return undefined;
-  const phase = status.phase;
+  if (record(pod.spec).hostNetwork === true) return undefined;
+  const phase = record(pod.status).phase;
   if (phase !== undefined && phase !== 'Pending' && phase !== 'Running') return undefined;
+  return podFactsOf(pod, enableIPv6);
+}
+
+/**
+ * A pod's namespace, name, labels, creation time and addresses, whatever its phase; undefined
+ * without a name and namespace. Addresses are parsed strictly and formatted by the agent; IPv6 ones
+ * only with --enable-ipv6.
+ */
+export function podFactsOf(
+  pod: Record<string, unknown>,
+  enableIPv6: boolean,
+): PodFacts | undefined {
+  const metadata = record(pod.metadata);
+  const status = record(pod.status);
   const { name, namespace, creationTimestamp } = metadata;
   if (typeof name !== 'string' || typeof namespace !== 'string') return undefined;
   let texts: unknown[] = [];

@@ -9,7 +9,7 @@ import {
   Cluster,
   labelsOf,
   podCIDRsOf,
-  podOf,
+  podFactsOf,
   type ClusterMetrics,
   type NodePodCIDRs,
 } from './cluster.js';
@@ -222,8 +222,7 @@ export async function podNamed(options: {
     );
     if (!object) throw new Error(`no such pod (404)`);
     // Whatever its phase: --explain says what would decide for it.
-    const running = { ...object, status: { ...record(object.status), phase: 'Running' } };
-    const pod = podOf({ ...running, spec: { ...record(object.spec), hostNetwork: false } }, true);
+    const pod = podFactsOf(object, options.enableIPv6);
     if (!pod)
       throw new Error(`${options.namespace}/${options.name}: not a pod the API server would store`);
     const spec = record(object.spec);
@@ -238,10 +237,7 @@ export async function podNamed(options: {
       namespaceProblem = escapeUnprintable(errorText(err));
     }
     return {
-      pod: {
-        ...pod,
-        addresses: pod.addresses.filter((a) => options.enableIPv6 || !a.includes(':')),
-      },
+      pod,
       node: typeof spec.nodeName === 'string' ? spec.nodeName : '',
       hostNetwork: spec.hostNetwork === true,
       namespaceLabels,
