@@ -346,6 +346,26 @@ bool TranslatingTarget(const std::string& name) {
   return name == "MASQUERADE" || name == "SNAT" || name == "NETMAP";
 }
 
+// The chain a jump or goto names in an nft_data payload (NFTA_DATA_VERDICT), or "" for any other.
+std::string VerdictChain(const char* data, size_t len) {
+  std::string found;
+  ForEachAttr(data, len, [&](uint16_t data_type, const char* verdict, size_t verdict_len) {
+    if (data_type != NFTA_DATA_VERDICT) return;
+    int32_t code = 0;
+    std::string chain;
+    ForEachAttr(verdict, verdict_len, [&](uint16_t type, const char* v, size_t v_len) {
+      if (type == NFTA_VERDICT_CODE) code = static_cast<int32_t>(Be32(v, v_len));
+      if (type == NFTA_VERDICT_CHAIN) chain = Text(v, v_len);
+    });
+    if (code == NFT_JUMP || code == NFT_GOTO) found = chain;
+  });
+  return found;
+}
+
+// The distinct chains a verdict map's elements jump or go to (one NFT_MSG_GETSETELEM dump).
+Status MapChains(uint8_t family, const std::string& table, const std::string& map,
+                 std::vector<std::string>* chains);
+
 // One expression of a rule: its name, and what it adds to the rule's shape.
 void ReadExpression(const char* data, size_t len, RuleShape* rule) {
   std::string name;
@@ -370,20 +390,21 @@ void ReadExpression(const char* data, size_t len, RuleShape* rule) {
       if (type == NFTA_TARGET_NAME && TranslatingTarget(Text(value, value_len)))
         rule->translates = true;
     });
+  } else if (name == "lookup") {
+    // A lookup whose result goes to the verdict register is a verdict map (`vmap`).
+    std::string set;
+    bool verdict = false;
+    ForEachAttr(payload, payload_len, [&](uint16_t type, const char* value, size_t value_len) {
+      if (type == NFTA_LOOKUP_SET) set = Text(value, value_len);
+      if (type == NFTA_LOOKUP_DREG) verdict = Be32(value, value_len) == NFT_REG_VERDICT;
+    });
+    if (verdict && !set.empty()) rule->maps.push_back(set);
   } else if (name == "immediate") {
     // A verdict in NFTA_IMMEDIATE_DATA / NFTA_DATA_VERDICT: code and, for jump and goto, a chain.
     ForEachAttr(payload, payload_len, [&](uint16_t type, const char* value, size_t value_len) {
       if (type != NFTA_IMMEDIATE_DATA) return;
-      ForEachAttr(value, value_len, [&](uint16_t data_type, const char* data, size_t data_len) {
-        if (data_type != NFTA_DATA_VERDICT) return;
-        int32_t code = 0;
-        std::string chain;
-        ForEachAttr(data, data_len, [&](uint16_t verdict_type, const char* v, size_t v_len) {
-          if (verdict_type == NFTA_VERDICT_CODE) code = static_cast<int32_t>(Be32(v, v_len));
-          if (verdict_type == NFTA_VERDICT_CHAIN) chain = Text(v, v_len);
-        });
-        if ((code == NFT_JUMP || code == NFT_GOTO) && !chain.empty()) rule->jumps.push_back(chain);
-      });
+      std::string chain = VerdictChain(value, value_len);
+      if (!chain.empty()) rule->jumps.push_back(chain);
     });
   }
 }
@@ -450,8 +471,54 @@ Rules ListRules(const std::string& family, const std::string& table, const std::
         return true;
       },
       number, attrs);
+  if (!result.status.ok) return result;
+  // The chains verdict maps send to, each map read once.
+  std::map<std::string, std::vector<std::string>> targets;
+  for (RuleShape& rule : result.rules) {
+    for (const std::string& map : rule.maps) {
+      auto found = targets.find(map);
+      if (found == targets.end()) {
+        std::vector<std::string> chains;
+        Status read = MapChains(number, table, map, &chains);
+        if (!read.ok) return {read, {}};
+        found = targets.emplace(map, std::move(chains)).first;
+      }
+      for (const std::string& chain : found->second)
+        if (std::find(rule.map_jumps.begin(), rule.map_jumps.end(), chain) == rule.map_jumps.end())
+          rule.map_jumps.push_back(chain);
+    }
+  }
   return result;
 }
+
+namespace {
+
+Status MapChains(uint8_t family, const std::string& table, const std::string& map,
+                 std::vector<std::string>* chains) {
+  std::vector<char> attrs;
+  Writer writer(&attrs);
+  writer.PutString(NFTA_SET_ELEM_LIST_TABLE, table);
+  writer.PutString(NFTA_SET_ELEM_LIST_SET, map);
+  std::set<std::string> seen;
+  return NetlinkRequest(
+      NFT_MSG_GETSETELEM, NLM_F_DUMP, "NFT_MSG_GETSETELEM", [](uint8_t) {},
+      [&](uint16_t type, const char* data, size_t len) {
+        if (type != NFTA_SET_ELEM_LIST_ELEMENTS) return true;
+        ForEachAttr(data, len, [&](uint16_t elem, const char* element, size_t element_len) {
+          if (elem != NFTA_LIST_ELEM) return;
+          ForEachAttr(element, element_len,
+                      [&](uint16_t attr, const char* value, size_t value_len) {
+                        if (attr != NFTA_SET_ELEM_DATA) return;
+                        std::string chain = VerdictChain(value, value_len);
+                        if (!chain.empty() && seen.insert(chain).second) chains->push_back(chain);
+                      });
+        });
+        return true;
+      },
+      family, attrs);
+}
+
+}  // namespace
 
 // One NFT_MSG_GETOBJ dump of the table's counters.
 Counters ListCounters(const std::string& family, const std::string& table) {

@@ -53,6 +53,8 @@ struct RuleShape {
   uint64_t handle = 0;
   bool translates = false;               // masq, nat of type snat, x_tables MASQUERADE/SNAT/NETMAP
   std::vector<std::string> jumps;        // chains named by a jump or goto verdict of its own
+  std::vector<std::string> maps;         // verdict maps it looks up (anonymous ones too)
+  std::vector<std::string> map_jumps;    // chains named by those maps' elements' verdicts
   std::vector<std::string> expressions;  // the expressions' names, in order
 };
 struct Rules {

@@ -152,7 +152,7 @@ Napi::Value Chains(const Napi::CallbackInfo& info) {
 }
 
 // listRules(family: string, table: string, chain: string):
-// Promise<Array<{ handle, translates, jumps: string[], expressions: string[] }>>
+// Promise<Array<{ handle, translates, jumps, maps, mapJumps, expressions: string[] }>>
 Napi::Value Rules(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() != 3 || !info[0].IsString() || !info[1].IsString() || !info[2].IsString())
@@ -177,6 +177,8 @@ Napi::Value Rules(const Napi::CallbackInfo& info) {
                      object.Set("handle", static_cast<double>(rules[i].handle));
                      object.Set("translates", rules[i].translates);
                      object.Set("jumps", strings(rules[i].jumps));
+                     object.Set("maps", strings(rules[i].maps));
+                     object.Set("mapJumps", strings(rules[i].map_jumps));
                      object.Set("expressions", strings(rules[i].expressions));
                      array.Set(static_cast<uint32_t>(i), object);
                    }

@@ -2,7 +2,9 @@
 // them a flow may reach, and whether their own matches show that they translate it. The matches read
 // are the common shapes — source and destination addresses and prefixes, interfaces, protocol,
 // packet and conntrack marks — each judged true, false or unknown for a flow; anything else is
-// unknown, so a rule with it "may" translate. Verdict maps and named sets are not looked into. Pure.
+// unknown, so a rule with it "may" translate. A mark or address set on the way is carried to the
+// rules after it; a verdict map may send the flow to any chain its elements name (the kernel's
+// elements, or an anonymous map's text), never for certain. Named sets are not looked into. Pure.
 import { inRanges, parseAddress, parseCidr, prefixRange, type Range } from './cidr/index.js';
 import { interfaceListed } from './decision.js';
 import type { ChainRules, ListedRule } from './nftables/types.js';
@@ -18,9 +20,17 @@ export interface NatFlow {
   readonly oifname?: string;
   /** IP protocol number. */
   readonly protocol?: number;
-  /** The packet's and the conntrack entry's mark: 0 for pod traffic nobody marked. */
+  /** The packet's mark: 0 for pod traffic nobody marked. */
   readonly mark?: number;
+  /** The conntrack entry's mark: 0 where nobody marked it. */
+  readonly ctMark?: number;
 }
+
+/** What a flow's packet starts a chain with when nothing is known but that nobody marked it. */
+const UNMARKED = { mark: 0, ctMark: 0 } as const;
+
+/** The fields a rule's statement may set for the rules after it. */
+type SetField = 'mark' | 'ctMark' | 'saddr' | 'daddr';
 
 /** Whether a match holds for a flow: `undefined` when the flow or this reading cannot tell. */
 type Truth = boolean | undefined;
@@ -34,6 +44,12 @@ export interface ReadRule {
   readonly verdict?: 'return' | 'accept' | 'drop';
   /** `jump`/`goto` targets. */
   readonly jump?: { readonly kind: 'jump' | 'goto'; readonly chain: string };
+  /** Chains a verdict map in it may send the flow to (an anonymous map's, from its text). */
+  readonly branches?: readonly string[];
+  /** It looks a verdict up in a map (`vmap`). */
+  readonly vmap?: boolean;
+  /** Fields its statements set, with the value where it is a constant. */
+  readonly sets?: ReadonlyArray<{ readonly field: SetField; readonly value?: number }>;
 }
 
 /** Splits a rule's text into words, quoted strings and `{ … }` groups. */
@@ -49,7 +65,7 @@ export function tokens(text: string): string[] {
     let end = i;
     if (c === '"') {
       end = i + 1;
-      while (end < text.length && text[end] !== '"') end += text[end] === '\\' ? 2 : 1;
+      while (end < text.length && text[end] !== '"') end++; // nft prints strings unescaped
       end++;
     } else if (c === '{') {
       let depth = 0;
@@ -128,7 +144,7 @@ const applying = (negated: boolean, holds: Truth): Truth =>
 
 const unknown = (): Truth => undefined;
 
-/** Words that start a statement or verdict: where a `meta mark set …` statement's value ends. */
+/** Words that start a statement or verdict: where a `… set VALUE` statement's value ends. */
 const STATEMENT_WORDS = new Set([
   'counter',
   'comment',
@@ -143,6 +159,9 @@ const STATEMENT_WORDS = new Set([
   'continue',
   'xt',
 ]);
+/** Whether a set statement's value ends before word `i`: a statement, a verdict, or another set. */
+const endsValue = (words: readonly string[], i: number) =>
+  STATEMENT_WORDS.has(words[i]!) || words[i + 2] === 'set';
 const LOG_OPTIONS = new Set(['prefix', 'level', 'flags', 'group', 'snaplen', 'queue-threshold']);
 /** x_tables targets that rewrite the source address (native/netlink.cc reads the same). */
 const XT_TRANSLATING = new Set(['MASQUERADE', 'SNAT', 'NETMAP']);
@@ -175,13 +194,29 @@ export function readRule(text: string): ReadRule {
     }
     return 'eq';
   };
+  // A match's value; a verdict map's `vmap` is not one (its key is matched by the map's elements).
+  const take = () => (words[i] === 'vmap' ? '' : (words[i++] ?? ''));
+  const sets: Array<{ field: SetField; value?: number }> = [];
+  const branches: string[] = [];
+  let vmap = false;
   while (i < words.length) {
     const word = words[i]!;
     const next = words[i + 1];
+    if (
+      (word === 'ip' || word === 'ip6') &&
+      (next === 'saddr' || next === 'daddr') &&
+      words[i + 2] === 'set'
+    ) {
+      // An address rewritten for the rules after this one: not known any more.
+      sets.push({ field: next });
+      i += 3;
+      while (i < words.length && !endsValue(words, i)) i++;
+      continue;
+    }
     if ((word === 'ip' || word === 'ip6') && (next === 'saddr' || next === 'daddr')) {
       i += 2;
       const op = operator();
-      const value = words[i++] ?? '';
+      const value = take();
       const family = word === 'ip' ? 4 : 6;
       const field = next;
       const ranges = op === 'other' ? undefined : addressRanges(value);
@@ -200,7 +235,7 @@ export function readRule(text: string): ReadRule {
     if (word === 'oifname') {
       i++;
       const op = operator();
-      const names = items(words[i++] ?? '').map((name) => name.replace(/^"|"$/g, ''));
+      const names = items(take()).map((name) => name.replace(/^"|"$/g, ''));
       matches.push((flow) =>
         op === 'other' || flow.oifname === undefined
           ? undefined
@@ -214,7 +249,7 @@ export function readRule(text: string): ReadRule {
     if (word === 'l4proto' || (word === 'ip' && next === 'protocol')) {
       i += word === 'ip' ? 2 : 1;
       const op = operator();
-      const wanted = items(words[i++] ?? '').map(protocolNumber);
+      const wanted = items(take()).map(protocolNumber);
       const known = op !== 'other' && wanted.every((p) => p !== undefined);
       matches.push((flow) =>
         !known || flow.protocol === undefined
@@ -231,13 +266,14 @@ export function readRule(text: string): ReadRule {
       const protocol = PROTOCOLS[word]!;
       i += 2;
       operator();
-      i++;
+      take();
       matches.push((flow) =>
         flow.protocol !== undefined && flow.protocol !== protocol ? false : undefined,
       );
       continue;
     }
     if ((word === 'meta' || word === 'ct') && next === 'mark' && words[i + 2] !== 'set') {
+      const field = word === 'ct' ? 'ctMark' : 'mark';
       i += 2;
       let mask = 0xffffffff;
       if (words[i] === '&') {
@@ -250,18 +286,19 @@ export function readRule(text: string): ReadRule {
         mask = m;
       }
       const op = operator();
-      const value = number(words[i++] ?? '');
-      matches.push((flow) =>
-        op === 'other' || value === undefined || flow.mark === undefined
+      const value = number(take());
+      matches.push((flow) => {
+        const mark = flow[field];
+        return op === 'other' || value === undefined || mark === undefined
           ? undefined
-          : applying(op === 'ne', (flow.mark & mask) >>> 0 === value),
-      );
+          : applying(op === 'ne', (mark & mask) >>> 0 === value);
+      });
       continue;
     }
     if (word === 'meta' && next === 'nfproto') {
       i += 2;
       const op = operator();
-      const value = words[i++];
+      const value = take();
       const family = value === 'ipv4' ? 4 : value === 'ipv6' ? 6 : undefined;
       matches.push((flow) =>
         op === 'other' || family === undefined || flow.family === undefined
@@ -270,10 +307,27 @@ export function readRule(text: string): ReadRule {
       );
       continue;
     }
-    // Statements that decide nothing.
+    // A mark set for the rules after this one: its value where a constant, else unknown.
     if ((word === 'meta' || word === 'ct') && next === 'mark' && words[i + 2] === 'set') {
       i += 3;
-      while (i < words.length && !STATEMENT_WORDS.has(words[i]!)) i++;
+      const start = i;
+      while (i < words.length && !endsValue(words, i)) i++;
+      const value = i === start + 1 ? number(words[start]!) : undefined;
+      sets.push({
+        field: word === 'ct' ? 'ctMark' : 'mark',
+        ...(value !== undefined ? { value } : {}),
+      });
+      continue;
+    }
+    if (word === 'vmap') {
+      // `KEY vmap { ELEMENT : VERDICT, … }` or `KEY vmap @NAME`: the key was left unjudged above.
+      const map = words[i + 1] ?? '';
+      i += 2;
+      vmap = true;
+      for (const item of map.startsWith('{') ? items(map) : []) {
+        const target = /:\s*(?:jump|goto)\s+("[^"]*"|\S+)$/.exec(item);
+        if (target) branches.push(target[1]!.replace(/^"|"$/g, ''));
+      }
       continue;
     }
     if (word === 'log') {
@@ -324,7 +378,14 @@ export function readRule(text: string): ReadRule {
     matches.push(unknown);
     i++;
   }
-  return { matches, translates, ...(verdict ? { verdict } : {}), ...(jump ? { jump } : {}) };
+  return {
+    matches,
+    translates,
+    ...(verdict ? { verdict } : {}),
+    ...(jump ? { jump } : {}),
+    ...(vmap ? { vmap, branches } : {}),
+    ...(sets.length > 0 ? { sets } : {}),
+  };
 }
 
 /** All of a rule's matches for a flow: false if one is false, unknown if one is unknown, else true. */
@@ -344,10 +405,30 @@ export interface Reached {
   readonly certain: boolean;
 }
 
+/** Where two ways into the same rule differ, the field is not known. */
+function merged(a: NatFlow, b: NatFlow): NatFlow {
+  const out: { -readonly [K in keyof NatFlow]: NatFlow[K] } = { ...a };
+  for (const field of ['mark', 'ctMark', 'saddr', 'daddr'] as const)
+    if (a[field] !== b[field]) delete out[field];
+  return out;
+}
+
+/** The flow after a rule's set statements: their value where it surely ran, else not known. */
+function afterSets(read: ReadRule, flow: NatFlow, sure: boolean): NatFlow {
+  if (!read.sets) return flow;
+  const out: { -readonly [K in keyof NatFlow]: NatFlow[K] } = { ...flow };
+  for (const { field, value } of read.sets) {
+    if (field === 'saddr' || field === 'daddr' || value === undefined || !sure) delete out[field];
+    else out[field] = value;
+  }
+  return sure ? out : merged(flow, out);
+}
+
 /**
- * The translating rules a flow may reach from a base chain, jumps and gotos followed: evaluation
- * stops at a rule known to translate it, or at a verdict known to end it; a rule that may or may not
- * take the flow is passed, noted as uncertain.
+ * The translating rules a flow may reach from a base chain, jumps, gotos and verdict maps followed:
+ * evaluation stops at a rule known to translate it, or at a verdict known to end it; a rule that may
+ * or may not take the flow is passed, noted as uncertain. A mark or address a rule sets is what the
+ * rules after it see (not known where the rule may not have run).
  */
 export function reachedRules(chains: ChainRules, base: string, flow: NatFlow): Reached[] {
   const found: Reached[] = [];
@@ -359,35 +440,49 @@ export function reachedRules(chains: ChainRules, base: string, flow: NatFlow): R
       value = readRule(rule.text);
       if (rule.translates && !value.translates)
         value = { ...value, translates: true, matches: [...value.matches, unknown] };
+      if (rule.branches?.length)
+        value = { ...value, branches: [...new Set([...(value.branches ?? []), ...rule.branches])] };
       read.set(key, value);
     }
     return value;
   };
-  // Returns how evaluation goes on after the chain: 'ended' when a verdict or translation is known to
-  // have taken the flow, 'returned' when it comes back to the caller.
-  const walk = (chain: string, certain: boolean, path: Set<string>): 'ended' | 'returned' => {
-    if (path.has(chain)) return 'returned'; // the kernel refuses loops; never follow one
+  // How evaluation goes on after the chain — 'ended' when a verdict or translation is known to have
+  // taken the flow, 'returned' when it comes back to the caller — and the flow as it comes back.
+  type After = { readonly end: 'ended' | 'returned'; readonly flow: NatFlow };
+  const walk = (chain: string, certain: boolean, path: Set<string>, entered: NatFlow): After => {
+    if (path.has(chain)) return { end: 'returned', flow: entered }; // the kernel refuses loops
     const inner = new Set(path).add(chain);
+    let flow = entered;
     for (const rule of chains.get(chain) ?? []) {
       const read = readOf(rule);
       const holds = ruleHolds(read, flow);
       if (holds === false) continue;
       const sure = certain && holds === true;
+      flow = afterSets(read, flow, holds === true);
       if (read.translates) {
         found.push({ rule, certain: sure });
-        if (sure) return 'ended';
+        if (sure) return { end: 'ended', flow };
         continue;
       }
+      for (const branch of read.branches ?? []) {
+        // A map's element may or may not match: never a sure way.
+        const after = walk(branch, false, inner, flow);
+        flow = merged(flow, after.flow);
+      }
+      if (read.vmap) continue; // the map's verdict, when an element matched, is its own
       if (read.jump) {
-        const after = walk(read.jump.chain, sure, inner);
-        if (sure && (after === 'ended' || read.jump.kind === 'goto')) return 'ended';
+        const after = walk(read.jump.chain, sure, inner, flow);
+        if (sure && (after.end === 'ended' || read.jump.kind === 'goto'))
+          return { end: 'ended', flow: after.flow };
+        flow = holds === true && after.end === 'returned' ? after.flow : merged(flow, after.flow);
         continue;
       }
-      if (read.verdict && sure) return read.verdict === 'return' ? 'returned' : 'ended';
+      if (read.verdict && sure)
+        return read.verdict === 'return' ? { end: 'returned', flow } : { end: 'ended', flow };
     }
-    return 'returned';
+    return { end: 'returned', flow };
   };
-  walk(base, true, new Set());
+  walk(base, true, new Set(), flow);
   return found;
 }
 
@@ -397,7 +492,7 @@ export function reachedRules(chains: ChainRules, base: string, flow: NatFlow): R
  * (kube-proxy's shape) — is how other components translate what they marked themselves.
  */
 export function unmarkedTranslations(chains: ChainRules, base: string): ListedRule[] {
-  return reachedRules(chains, base, { mark: 0 }).map((reached) => reached.rule);
+  return reachedRules(chains, base, UNMARKED).map((reached) => reached.rule);
 }
 
 /** What a reported chain does to one flow we leave alone. */
@@ -409,7 +504,7 @@ export function verdictFor(
   base: string,
   flow: NatFlow,
 ): { verdict: OtherNatVerdict; rule: ListedRule } | undefined {
-  const reached = reachedRules(chains, base, { mark: 0, ...flow });
+  const reached = reachedRules(chains, base, { ...UNMARKED, ...flow });
   const sure = reached.find((r) => r.certain);
   if (sure) return { verdict: 'translates', rule: sure.rule };
   return reached[0] ? { verdict: 'may translate', rule: reached[0].rule } : undefined;

@@ -203,22 +203,37 @@ export function transientDrift(listing: string, table: Table): TransientObjects 
   };
 }
 
+/** Whether a line leaves a quoted string open (nft prints a comment as it is, unescaped). */
+const opensQuote = (text: string) => (text.split('"').length - 1) % 2 === 1;
+
 /**
  * `nft -a -s list chain …` output, each chain's rules in order (the text without its handle). Lines
- * that are not rules — the chain's hook line, braces — have no handle and are left out.
+ * that are not rules — the chain's hook line, braces — have no handle and are left out. A rule whose
+ * string holds a newline (a comment written over netlink) is printed over several lines: they are
+ * read as one, up to the line that closes the string and ends with the handle.
  */
 export function parseRuleListing(text: string): Map<string, ListedRule[]> {
   const chains = new Map<string, ListedRule[]>();
   let chain: string | undefined;
-  for (const line of text.split('\n')) {
+  let pending: string | undefined;
+  for (const raw of text.split('\n')) {
+    const line = pending === undefined ? raw : `${pending}\n${raw}`;
+    if (opensQuote(line)) {
+      pending = line;
+      continue;
+    }
+    pending = undefined;
     const head = /^\s*chain (\S+|"[^"]*") \{/.exec(line);
     if (head) {
       chain = head[1]!.replace(/^"|"$/g, '');
       if (!chains.has(chain)) chains.set(chain, []);
       continue;
     }
-    const rule = /^\s*(.*?)\s*# handle (\d+)\s*$/.exec(line);
-    if (chain !== undefined && rule) {
+    const rule = /^\s*([^]*?)\s*# handle (\d+)\s*$/.exec(line);
+    // Lines joined past another rule's handle (a quote inside a string): which text is whose is not
+    // known, so none is taken; those rules are judged from the kernel's expressions alone.
+    const ambiguous = rule !== null && /# handle \d+\s*\n/.test(rule[1]!);
+    if (chain !== undefined && rule && !ambiguous) {
       chains.get(chain)!.push({ chain, handle: Number(rule[2]), text: rule[1]! });
     }
   }

@@ -98,7 +98,7 @@ export async function scanNatChains(
       followed++;
       const shapes = await kernel.ruleShapes(base.family, base.table, name).catch(() => []);
       reached.set(name, shapes);
-      for (const shape of shapes) pending.push(...shape.jumps);
+      for (const shape of shapes) pending.push(...shape.jumps, ...(shape.mapJumps ?? []));
     }
     const translating = [...reached.values()].flat().filter((shape) => shape.translates).length;
     bases.push({ base, reached, translating });
@@ -144,8 +144,11 @@ export async function scanNatChains(
     const unreadable = printed.find(([, p]) => p.unreadable !== undefined)?.[1].unreadable;
     if (unreadable !== undefined)
       return { ...where(base), rules: undefined, unreadable, translating };
-    // This base chain's own reach, out of the table's prints.
-    const rules = new Map(printed.map(([name, p]) => [name, [...(p.rules ?? [])]]));
+    // This base chain's own reach, out of the table's prints; where verdict maps lead as the kernel
+    // says now (a named map's elements change without a new handle, and need no new print).
+    const rules = new Map(
+      printed.map(([name, p]) => [name, withBranches(p.rules ?? [], reached.get(name)!)]),
+    );
     return { ...where(base), rules, translating };
   });
   return { chains: found, all, truncated };
@@ -158,6 +161,14 @@ function where(base: ChainInfo): Pick<NatChain, 'family' | 'table' | 'chain' | '
     chain: base.name,
     priority: base.hook!.priority,
   };
+}
+
+function withBranches(rules: readonly ListedRule[], shapes: readonly RuleShape[]): ListedRule[] {
+  const branches = new Map(shapes.map((shape) => [shape.handle, shape.mapJumps ?? []]));
+  return rules.map((rule) => {
+    const to = branches.get(rule.handle);
+    return to?.length ? { ...rule, branches: to } : rule;
+  });
 }
 
 const handles = (shapes: readonly RuleShape[]) => shapes.map((shape) => shape.handle).join(',');

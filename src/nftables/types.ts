@@ -222,8 +222,12 @@ export interface RuleShape {
   readonly handle: number;
   /** It masquerades or source-translates (`masq`, `nat` snat, an x_tables MASQUERADE/SNAT/NETMAP). */
   readonly translates: boolean;
-  /** Chains it jumps or goes to with a verdict of its own (verdict maps are not followed). */
+  /** Chains it jumps or goes to with a verdict of its own. */
   readonly jumps: readonly string[];
+  /** The verdict maps it looks up (`vmap`, anonymous ones too). */
+  readonly maps?: readonly string[];
+  /** The chains those maps' elements jump or go to: where the rule may send a packet. */
+  readonly mapJumps?: readonly string[];
   /** Its expressions' names, in order (`payload`, `cmp`, `masq`, …). */
   readonly expressions: readonly string[];
 }
@@ -238,6 +242,8 @@ export interface ListedRule {
    * translating even where its text is not understood, with a match that cannot be judged.
    */
   readonly translates?: boolean;
+  /** The chains its verdict maps may send a packet to, as the kernel's elements say. */
+  readonly branches?: readonly string[];
 }
 
 /** A base chain's rules and those of the chains it jumps to, by chain name, in order. */

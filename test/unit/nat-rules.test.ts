@@ -190,3 +190,158 @@ t.test('marks: a match that takes unmarked packets is no guard', async (t) => {
     [2],
   );
 });
+
+// nft 1.0.6's print of the red team's shapes (issue 51, item 2): verdict maps, anonymous and named,
+// marks set in the same chain, a comment holding a newline.
+const SHAPES = `table ip vm {
+	chain post { # handle 2
+		type nat hook postrouting priority srcnat + 10; policy accept;
+		ip daddr vmap { 10.9.0.0/16 : jump masqit, 192.0.2.0/24 : accept } # handle 7
+	}
+}
+table ip vm {
+	chain named { # handle 4
+		type nat hook postrouting priority srcnat + 10; policy accept;
+		ip daddr vmap @m # handle 8
+	}
+}
+table ip vm {
+	chain iface { # handle 6
+		type nat hook postrouting priority srcnat + 10; policy accept;
+		oifname vmap { "veth0" : goto masqit } # handle 10
+	}
+}
+table ip vm {
+	chain post2 { # handle 3
+		type nat hook postrouting priority 120; policy accept;
+		meta mark set 0x00004000 # handle 11
+		ct mark set 0x00000007 counter # handle 12
+		meta mark 0x00004000 masquerade # handle 13
+		ct mark 0x00000007 masquerade # handle 14
+	}
+}
+table ip vm {
+	chain masqit { # handle 1
+		masquerade # handle 5
+	}
+}
+`;
+
+t.test('a verdict map leads where its elements say, never for certain', async (t) => {
+  const chains = parseListing(SHAPES);
+  t.same(readRule(chains.get('post')![0]!.text).branches, ['masqit'], 'an anonymous map’s text');
+  t.same(
+    unmarkedTranslations(chains, 'post').map((rule) => `${rule.chain}/${rule.handle}`),
+    ['masqit/5'],
+    'anonymous map: jump followed',
+  );
+  t.same(
+    unmarkedTranslations(chains, 'iface').map((rule) => `${rule.chain}/${rule.handle}`),
+    ['masqit/5'],
+    'goto followed, whatever the key',
+  );
+  t.same(unmarkedTranslations(chains, 'named'), [], 'a named map’s text names no chain');
+  const named = new Map(chains);
+  named.set('named', [{ ...chains.get('named')![0]!, branches: ['masqit'] }]);
+  t.same(
+    unmarkedTranslations(named, 'named').map((rule) => `${rule.chain}/${rule.handle}`),
+    ['masqit/5'],
+    'a named map: where the kernel’s elements lead',
+  );
+  t.equal(
+    verdictFor(chains, 'post', v4('10.9.0.1'))?.verdict,
+    'may translate',
+    'the key is the map’s: not judged',
+  );
+  t.equal(
+    verdictFor(chains, 'post', { family: 6, daddr: addr('2001:db8::1'), mark: 0 }),
+    undefined,
+    'an ip daddr key takes no IPv6 flow',
+  );
+});
+
+t.test('a mark set on the way is what the rules after it see', async (t) => {
+  const chains = parseListing(SHAPES);
+  const post2 = chains.get('post2')!;
+  t.same(readRule(post2[0]!.text).sets, [{ field: 'mark', value: 0x4000 }]);
+  t.same(readRule(post2[1]!.text).sets, [{ field: 'ctMark', value: 7 }]);
+  t.same(
+    unmarkedTranslations(chains, 'post2').map((rule) => rule.handle),
+    [13],
+    'the packet mark set first: the masquerade matching it translates every flow',
+  );
+  t.equal(verdictFor(chains, 'post2', v4('10.9.0.1'))?.verdict, 'translates');
+  const ctOnly = new Map([['p', post2.filter((rule) => rule.handle !== 11 && rule.handle !== 13)]]);
+  t.same(
+    unmarkedTranslations(ctOnly, 'p').map((rule) => rule.handle),
+    [14],
+    'the conntrack mark likewise (the packet mark untouched by it)',
+  );
+  const maybe = parseListing(`table ip x {
+	chain p { # handle 1
+		ip daddr 10.9.0.0/16 meta mark set 0x00004000 # handle 2
+		meta mark 0x00004000 masquerade # handle 3
+		meta mark set meta mark | 0x00000010 # handle 4
+		meta mark 0x00000010 masquerade # handle 5
+	}
+}`);
+  t.equal(
+    verdictFor(maybe, 'p', v4('10.9.0.1'))?.rule.handle,
+    3,
+    'set where the flow surely passes: the next rule translates it',
+  );
+  t.equal(verdictFor(maybe, 'p', v4('10.9.0.1'))?.verdict, 'translates');
+  t.same(
+    unmarkedTranslations(maybe, 'p').map((rule) => rule.handle),
+    [3, 5],
+    'set where it may pass, or to a value not known: what follows may translate',
+  );
+  t.equal(verdictFor(maybe, 'p', v4('192.0.2.1'))?.rule.handle, 5, 'another destination: rule 5');
+  const chained = readRule('meta mark set 0x00000001 ct mark set meta mark counter');
+  t.same(chained.sets, [{ field: 'mark', value: 1 }, { field: 'ctMark' }], 'two sets in a rule');
+  t.same(unmarkedTranslations(parseListing(KUBE_PROXY_NFT), 'nat-postrouting'), [], 'kube-proxy');
+});
+
+t.test('an address rewritten on the way is not known to the rules after it', async (t) => {
+  const chains = parseListing(`table ip x {
+	chain p { # handle 1
+		ip daddr set 203.0.113.1 # handle 2
+		ip daddr 203.0.113.1 masquerade # handle 3
+	}
+}`);
+  t.equal(verdictFor(chains, 'p', v4('10.9.0.1'))?.verdict, 'may translate');
+});
+
+t.test('a comment holding a newline is read with its rule', async (t) => {
+  const listing = `table ip vm {
+	chain post2 { # handle 3
+		type nat hook postrouting priority 120; policy accept;
+		ip daddr 10.9.0.0/16 masquerade comment "a
+meta mark 0x1" # handle 15
+		ip daddr 10.8.0.0/16 masquerade # handle 16
+	}
+}
+`;
+  const rules = parseListing(listing).get('post2')!;
+  t.same(
+    rules.map((rule) => rule.handle),
+    [15, 16],
+  );
+  t.equal(rules[0]!.text, 'ip daddr 10.9.0.0/16 masquerade comment "a\nmeta mark 0x1"');
+  t.equal(verdictFor(parseListing(listing), 'post2', v4('10.9.0.1'))?.verdict, 'translates');
+  // A quote inside a string (written over netlink) runs lines together past another rule's handle:
+  // neither text is taken (the kernel's expressions judge them).
+  const quoted = parseListing(`table ip vm {
+	chain p { # handle 3
+		masquerade comment "a"b" # handle 4
+		ip daddr 10.9.0.0/16 return # handle 5
+		masquerade comment "c"d" # handle 6
+		ip daddr 10.7.0.0/16 return # handle 7
+	}
+}
+`);
+  t.same(
+    quoted.get('p')!.map((rule) => rule.handle),
+    [7],
+  );
+});
