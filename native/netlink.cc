@@ -381,10 +381,34 @@ void ReadExpression(const char* data, size_t len, RuleShape* rule) {
   rule->expressions.push_back(name);
   if (name == "masq") rule->translates = true;
   if (!payload) return;
+  // The port range a nat or masq expression takes from its registers.
+  const auto ports_from = [rule](uint32_t min_register, uint32_t max_register) {
+    const auto min = rule->registers.find(min_register);
+    if (min_register == 0 || min == rule->registers.end()) return;
+    const auto max = rule->registers.find(max_register);
+    rule->port_min = static_cast<int32_t>(min->second);
+    rule->port_max = static_cast<int32_t>(
+        max_register != 0 && max != rule->registers.end() ? max->second : min->second);
+  };
   if (name == "nat") {
+    uint32_t min_register = 0, max_register = 0;
+    bool snat = false;
     ForEachAttr(payload, payload_len, [&](uint16_t type, const char* value, size_t value_len) {
-      if (type == NFTA_NAT_TYPE && Be32(value, value_len) == NFT_NAT_SNAT) rule->translates = true;
+      if (type == NFTA_NAT_TYPE && Be32(value, value_len) == NFT_NAT_SNAT) snat = true;
+      if (type == NFTA_NAT_REG_PROTO_MIN) min_register = Be32(value, value_len);
+      if (type == NFTA_NAT_REG_PROTO_MAX) max_register = Be32(value, value_len);
     });
+    if (snat) {
+      rule->translates = true;
+      ports_from(min_register, max_register);
+    }
+  } else if (name == "masq") {
+    uint32_t min_register = 0, max_register = 0;
+    ForEachAttr(payload, payload_len, [&](uint16_t type, const char* value, size_t value_len) {
+      if (type == NFTA_MASQ_REG_PROTO_MIN) min_register = Be32(value, value_len);
+      if (type == NFTA_MASQ_REG_PROTO_MAX) max_register = Be32(value, value_len);
+    });
+    ports_from(min_register, max_register);
   } else if (name == "target") {
     ForEachAttr(payload, payload_len, [&](uint16_t type, const char* value, size_t value_len) {
       if (type == NFTA_TARGET_NAME && TranslatingTarget(Text(value, value_len)))
@@ -400,12 +424,24 @@ void ReadExpression(const char* data, size_t len, RuleShape* rule) {
     });
     if (verdict && !set.empty()) rule->maps.push_back(set);
   } else if (name == "immediate") {
-    // A verdict in NFTA_IMMEDIATE_DATA / NFTA_DATA_VERDICT: code and, for jump and goto, a chain.
+    // A verdict in NFTA_IMMEDIATE_DATA / NFTA_DATA_VERDICT: code and, for jump and goto, a chain;
+    // or a value (NFTA_DATA_VALUE) loaded into NFTA_IMMEDIATE_DREG: a port is two bytes, network
+    // order.
+    uint32_t dreg = 0;
+    int64_t loaded = -1;
     ForEachAttr(payload, payload_len, [&](uint16_t type, const char* value, size_t value_len) {
+      if (type == NFTA_IMMEDIATE_DREG) dreg = Be32(value, value_len);
       if (type != NFTA_IMMEDIATE_DATA) return;
       std::string chain = VerdictChain(value, value_len);
       if (!chain.empty()) rule->jumps.push_back(chain);
+      ForEachAttr(value, value_len, [&](uint16_t data_type, const char* v, size_t v_len) {
+        if (data_type != NFTA_DATA_VALUE) return;
+        if (v_len == 2) loaded = (static_cast<uint8_t>(v[0]) << 8) | static_cast<uint8_t>(v[1]);
+        if (v_len == 4) loaded = Be32(v, v_len);
+      });
     });
+    if (dreg != NFT_REG_VERDICT && loaded >= 0)
+      rule->registers[dreg] = static_cast<uint32_t>(loaded);
   }
 }
 

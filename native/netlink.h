@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -51,11 +52,16 @@ Chains ListChains();
 // the kernel's rule dump: no set's elements, nothing libnftables must be able to parse.
 struct RuleShape {
   uint64_t handle = 0;
-  bool translates = false;               // masq, nat of type snat, x_tables MASQUERADE/SNAT/NETMAP
-  std::vector<std::string> jumps;        // chains named by a jump or goto verdict of its own
-  std::vector<std::string> maps;         // verdict maps it looks up (anonymous ones too)
-  std::vector<std::string> map_jumps;    // chains named by those maps' elements' verdicts
-  std::vector<std::string> expressions;  // the expressions' names, in order
+  bool translates = false;             // masq, nat of type snat, x_tables MASQUERADE/SNAT/NETMAP
+  std::vector<std::string> jumps;      // chains named by a jump or goto verdict of its own
+  std::vector<std::string> maps;       // verdict maps it looks up (anonymous ones too)
+  std::vector<std::string> map_jumps;  // chains named by those maps' elements' verdicts
+  // The source ports its translation takes (`masquerade to :A-B`, `snat to …:A-B`): the values its
+  // immediate expressions load into the registers the nat or masq expression reads; -1 where none.
+  int32_t port_min = -1;
+  int32_t port_max = -1;
+  std::map<uint32_t, uint32_t> registers;  // while reading: a register's loaded 16- or 32-bit value
+  std::vector<std::string> expressions;    // the expressions' names, in order
 };
 struct Rules {
   Status status;

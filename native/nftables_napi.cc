@@ -152,7 +152,7 @@ Napi::Value Chains(const Napi::CallbackInfo& info) {
 }
 
 // listRules(family: string, table: string, chain: string):
-// Promise<Array<{ handle, translates, jumps, maps, mapJumps, expressions: string[] }>>
+// Promise<Array<{ handle, translates, jumps, maps, mapJumps, expressions: string[], ports? }>>
 Napi::Value Rules(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   if (info.Length() != 3 || !info[0].IsString() || !info[1].IsString() || !info[2].IsString())
@@ -179,6 +179,12 @@ Napi::Value Rules(const Napi::CallbackInfo& info) {
                      object.Set("jumps", strings(rules[i].jumps));
                      object.Set("maps", strings(rules[i].maps));
                      object.Set("mapJumps", strings(rules[i].map_jumps));
+                     if (rules[i].port_min >= 0) {
+                       Napi::Object ports = Napi::Object::New(env);
+                       ports.Set("first", rules[i].port_min);
+                       ports.Set("last", rules[i].port_max);
+                       object.Set("ports", ports);
+                     }
                      object.Set("expressions", strings(rules[i].expressions));
                      array.Set(static_cast<uint32_t>(i), object);
                    }

@@ -3,7 +3,7 @@
 // operator's view of `--flows` from a NAT sample (nftables/types.ts, NatSample). Pure.
 import type { PortRange } from './compile.js';
 import type { AddressFamily } from './config/types.js';
-import type { NatGroup, NatSample } from './nftables/types.js';
+import type { NatGroup, NatSample, RuleShape } from './nftables/types.js';
 
 /** The protocols the series are labelled with. */
 export const NAT_PROTOCOLS = ['tcp', 'udp', 'sctp', 'icmp', 'other'] as const;
@@ -27,18 +27,12 @@ export function snatPorts(toPorts: readonly PortRange[]): number {
 }
 
 /**
- * The same, read from our decision chain's rules as nft prints them: each `masquerade to :A-B` or
- * `snat to …:A-B` range once (the rules of both families and every step repeat them).
+ * The same, from our chains' rules as the kernel holds them (their nat and masq expressions' port
+ * registers, native/netlink.h): each range once (the rules of both families and every step repeat them).
  */
-export function snatPortsOfRules(rules: readonly string[]): number {
+export function snatPortsOfShapes(shapes: readonly RuleShape[]): number {
   const ranges = new Map<string, PortRange>();
-  for (const rule of rules) {
-    const m = /\b(?:masquerade|snat) to \S*?:(\d+)(?:-(\d+))?(?:\s|$)/.exec(rule);
-    if (!m) continue;
-    const first = Number(m[1]);
-    const last = m[2] === undefined ? first : Number(m[2]);
-    ranges.set(`${first}-${last}`, { first, last });
-  }
+  for (const { ports } of shapes) if (ports) ranges.set(`${ports.first}-${ports.last}`, ports);
   return snatPorts([...ranges.values()]);
 }
 

@@ -12,10 +12,9 @@ import {
 } from '../cidr/index.js';
 import type { AddressFamily } from '../config/types.js';
 import { errorText } from '../errors.js';
-import { flowSources, flowsText, snatPortsOfRules } from '../flows.js';
+import { flowSources, flowsText, snatPortsOfShapes } from '../flows.js';
 import type { Kernel } from '../nftables/kernel.js';
-import { parseRuleListing } from '../nftables/listing.js';
-import type { NatGroup } from '../nftables/types.js';
+import type { NatGroup, RuleShape } from '../nftables/types.js';
 import { plan, usesApi, type AgentOptions } from '../options.js';
 
 /** The most CPU one family's dump may take here: a one-shot command may take longer than a sample. */
@@ -32,19 +31,19 @@ function rangeOf(text: string): { family: 4 | 6; range: Range } | undefined {
   return { family, range: [addr, addr] };
 }
 
-/** Source ports per translated address: from our decision chains' rules in the kernel, else 1024–65535. */
+/**
+ * Source ports per translated address: from the port ranges of our tables' translating rules in the
+ * kernel (read from their expressions, whatever family or address they translate to), else 1024–65535.
+ */
 async function portsInKernel(kernel: Kernel, options: AgentOptions): Promise<number> {
-  const { table, masqChain } = plan(options).compile;
-  const rules: string[] = [];
-  for (const family of ['ip', 'ip6'] as const) {
-    try {
-      const listing = await kernel.listRules([{ family, table, chain: masqChain }]);
-      for (const list of parseRuleListing(listing).values()) rules.push(...list.map((r) => r.text));
-    } catch {
-      // no table of ours in this family: the default
-    }
-  }
-  return snatPortsOfRules(rules);
+  const { table } = plan(options).compile;
+  const shapes: RuleShape[] = [];
+  const ours = (await kernel.chains()).filter(
+    (chain) => chain.table === table && (chain.family === 'ip' || chain.family === 'ip6'),
+  );
+  for (const chain of ours)
+    shapes.push(...(await kernel.ruleShapes(chain.family, chain.table, chain.name)));
+  return snatPortsOfShapes(shapes);
 }
 
 /** The pods of this Node by canonical address, or why they cannot be named (said once). */

@@ -228,6 +228,8 @@ export interface RuleShape {
   readonly maps?: readonly string[];
   /** The chains those maps' elements jump or go to: where the rule may send a packet. */
   readonly mapJumps?: readonly string[];
+  /** The source ports its translation takes (`… to :A-B`), where it names them. */
+  readonly ports?: { readonly first: number; readonly last: number };
   /** Its expressions' names, in order (`payload`, `cmp`, `masq`, …). */
   readonly expressions: readonly string[];
 }

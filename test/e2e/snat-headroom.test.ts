@@ -16,6 +16,7 @@ import {
   waitFor,
 } from '../../harness/agent.js';
 import { inNetns, requireRoot, tempDir } from '../../harness/netns.js';
+import { agentArgs, makeNode, untilGeneration, writeConfig } from '../helpers/node.js';
 import {
   makeTopology,
   NODE_IPV4,
@@ -152,6 +153,31 @@ if (requireRoot(t)) {
     const v6 = await runAgentOnce(topo.node, ['--flows', '--to', 'fd34::/16']);
     t.match(v6.stdout, /fd00:10:244::2: 1 flow$/m);
   });
+
+  t.test(
+    '--flows reads the ports from our rules’ expressions: snat to an IPv6 address, ranges or none',
+    async (t) => {
+      // An address's last group is no port (the rule text's `snat to 2001:db8:5::1` read as 1 port).
+      const egress = 'snatAddress: 192.0.2.10\nsnatAddressIPv6: "2001:db8:5::1"\n';
+      for (const [toPorts, want] of [
+        [[], 64_512],
+        [['--to-ports', '1024-29999,32768-65535'], 61_744],
+        [['--to-ports', '5000'], 1],
+      ] as const) {
+        const node = await makeNode(t, 'flow-ports');
+        writeConfig(node, `nonMasqueradeCIDRs: [10.0.0.0/8]\n${egress}`);
+        const running = startAgent(t, node.ns, [...agentArgs(node), '--enable-ipv6', ...toPorts]);
+        await untilGeneration(node, 1, 15_000);
+        const listed = await listTable(node.ns, 'ip6');
+        t.match(listed, /snat to 2001:db8:5::1/, 'the IPv6 table translates to the address');
+        const run = await runAgentOnce(node.ns, ['--flows', '--output', 'json']);
+        t.equal(run.code, 0, run.stderr);
+        t.equal(JSON.parse(run.stdout).ports, want, `${toPorts.join(' ') || 'no --to-ports'}`);
+        running.child.kill('SIGTERM');
+        await running.exited;
+      }
+    },
+  );
 
   t.test('bad input: exit 2 naming it', async (t) => {
     for (const [args, message] of [

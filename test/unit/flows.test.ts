@@ -9,7 +9,7 @@ import {
   headroomOf,
   protocolName,
   snatPorts,
-  snatPortsOfRules,
+  snatPortsOfShapes,
 } from '../../src/flows.js';
 import type { NatSample } from '../../src/nftables/types.js';
 
@@ -33,25 +33,26 @@ t.test('ports: the --to-ports ranges summed, else 1024-65535', async (t) => {
     ]),
     61744,
   );
+  const shape = (ports?: { first: number; last: number }) => ({
+    handle: 1,
+    translates: true,
+    jumps: [],
+    expressions: [],
+    ...(ports ? { ports } : {}),
+  });
   t.equal(
-    snatPortsOfRules([
-      'ip daddr @masq meta l4proto { tcp, udp, sctp } numgen random mod 61744 < 28976 counter name "translated" masquerade to :1024-29999 fully-random',
-      'ip daddr @masq meta l4proto { tcp, udp, sctp } counter name "translated" masquerade to :32768-65535 fully-random',
-      'meta l4proto { tcp, udp, sctp } numgen random mod 61744 < 28976 counter name "translated" masquerade to :1024-29999 fully-random',
-      'meta l4proto { tcp, udp, sctp } counter name "translated" snat to [2001:db8::10]:32768-65535 fully-random',
-      'counter name "translated" masquerade fully-random',
+    snatPortsOfShapes([
+      shape({ first: 1024, last: 29999 }),
+      shape({ first: 32768, last: 65535 }),
+      shape({ first: 1024, last: 29999 }),
+      shape({ first: 32768, last: 65535 }),
+      shape(),
     ]),
     61744,
-    'each range once, masquerade and snat alike',
+    'each range once (both families, every step)',
   );
-  t.equal(
-    snatPortsOfRules(['counter name "translated" masquerade fully-random']),
-    DEFAULT_SNAT_PORTS,
-  );
-  t.equal(
-    snatPortsOfRules(['meta l4proto { tcp, udp, sctp } snat to 192.0.2.10:5000 fully-random']),
-    1,
-  );
+  t.equal(snatPortsOfShapes([shape()]), DEFAULT_SNAT_PORTS, 'no range: the default');
+  t.equal(snatPortsOfShapes([shape({ first: 5000, last: 5000 })]), 1);
 });
 
 const sample = (protocols: NatSample['protocols']): NatSample => ({
