@@ -100,10 +100,11 @@ function objectsOf(flat: string): string[] {
 function declarations(listing: string): Map<string, string> {
   const flat = normaliseListing(withoutTableComment(listing))
     .replace(/ elements = \{[^}]*\}/g, '')
-    .replace(/ comment "[^"]*"/g, '');
+    .replace(/ comment "[^"]*"/g, '')
+    .replace(/ packets \d+ bytes \d+/g, '');
   const byName = new Map<string, string>();
   for (const object of objectsOf(flat)) {
-    const name = /^(set|map|chain) \S+/.exec(object)?.[0];
+    const name = /^(set|map|chain|counter) \S+/.exec(object)?.[0];
     if (name) byName.set(name, object);
   }
   return byName;
@@ -122,12 +123,15 @@ export function objectDrift(listing: string, table: Table): string[] {
   return [...names].filter((name) => found.get(name) !== wanted.get(name)).sort();
 }
 
-/** Each set and chain of a listing by `set NAME` / `chain NAME`: its header and declarations. */
+/**
+ * Each object of a listing by `set NAME`, `chain NAME`, `counter NAME` (or whatever else another
+ * tool put in our table): its header and declarations.
+ */
 function structure(listing: string): Map<string, string> {
   const objects = new Map<string, string[]>();
   let current: string[] | undefined;
   for (const line of listing.split('\n')) {
-    const header = /^\t((?:set|map|chain) [A-Za-z0-9_-]+) \{$/.exec(line);
+    const header = /^\t(\S.*) \{$/.exec(line);
     if (header) objects.set(header[1]!, (current = [line.trim()]));
     else if (/^\t\t(typeof|flags|type) /.test(line)) current?.push(line.trim());
   }
@@ -146,7 +150,9 @@ export function listedSetNames(listing: string): Set<string> {
  * How a table of ours in the kernel relates to the one wanted: `same` objects (an in-place write can
  * change it), the same objects but another `key` for the sets (the layout switch), or `other`. Sets
  * only one side has do not count, but for the transient ones: an in-place write makes or deletes
- * them (nftables/change.ts).
+ * them (nftables/change.ts); nor counters only the wanted table has (an in-place write adds them). An
+ * object only the kernel has and no in-place write removes (another tool's counter) is `other`: the
+ * table is written whole, its counters given back (README, "What the node's NAT does").
  */
 export function compareStructure(listing: string, table: Table): 'same' | 'key' | 'other' {
   const found = structure(listing);
@@ -158,7 +164,9 @@ export function compareStructure(listing: string, table: Table): 'same' | 'key' 
   const transient = transientNames(table);
   const compared = [...names].filter(
     (name) =>
-      !transient.has(name) && (!/^(set|map) /.test(name) || (found.has(name) && wanted.has(name))),
+      !transient.has(name) &&
+      (!/^(set|map) /.test(name) || (found.has(name) && wanted.has(name))) &&
+      (!/^counter /.test(name) || found.has(name)),
   );
   const differ = (strip: (text: string) => string) =>
     compared.some((name) => strip(found.get(name) ?? '') !== strip(wanted.get(name) ?? ''));

@@ -5,7 +5,7 @@ import { nftFailureKinds, type CounterValue, type NftFailureKind } from '../nfta
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { readConntrackHealth, type ConntrackHealth } from './conntrack-health.js';
 import type { Headroom } from '../flows.js';
-import { podPolicyIndex } from '../nftables/objects.js';
+import { DECISION_COUNTERS, podPolicyIndex } from '../nftables/objects.js';
 
 export type SyncResult = 'applied' | 'unchanged' | 'error';
 
@@ -215,6 +215,8 @@ export class AgentMetrics {
     policyNames: () => readonly string[] = () => [],
   ): void {
     let last: { at: number; value: ReturnType<typeof read> } | undefined;
+    const published = new MonotonicCounts();
+    const decisions = new Set<string>(DECISION_COUNTERS);
     new Counter({
       ...this.series('ipmasq_flows_total'),
       labelNames: ['family', 'decision', 'policy'],
@@ -227,10 +229,14 @@ export class AgentMetrics {
         for (const { family, counters } of tables) {
           for (const { name, packets } of counters) {
             const own = podPolicyIndex(name);
+            const decision = own ? own.rest : name;
+            // Only our decisions' counters: another object in our table is drift, never a series.
+            if (!decisions.has(decision)) continue;
             // A pod policy's counters the config no longer names (a write on its way) are left out.
             const policy = own ? names[own.index] : '';
             if (policy === undefined) continue;
-            this.inc({ family, decision: own ? own.rest : name, policy }, packets);
+            const labels = { family, decision, policy };
+            this.inc(labels, published.of(JSON.stringify(labels), packets));
           }
         }
       },
@@ -393,5 +399,23 @@ export class AgentMetrics {
 
   setLargeSetWarning(on: boolean): void {
     this.largeSetWarning.set(on ? 1 : 0);
+  }
+}
+
+/**
+ * Counter values that never go back (README, "What the node's NAT does"): where the kernel's count
+ * falls (`nft reset counters`, counts lost between a whole write's read and its commit), the fall is
+ * added to the series' offset from then on. Nothing is invented: a reset hides what was counted
+ * between the last read and the reset.
+ */
+export class MonotonicCounts {
+  private readonly last = new Map<string, { raw: number; offset: number }>();
+
+  /** The value to publish for `key` whose kernel count is now `raw`. */
+  of(key: string, raw: number): number {
+    const seen = this.last.get(key);
+    const offset = (seen?.offset ?? 0) + (seen && raw < seen.raw ? seen.raw - raw : 0);
+    this.last.set(key, { raw, offset });
+    return raw + offset;
   }
 }

@@ -2,7 +2,8 @@
 // the decision that took it — N flows to a masqueraded destination, M to an exempt one, K from a
 // source the egress policy skips move ipmasq_flows_total by exactly N, M and K, per family — and the
 // counts never go back: not across a write that changes the decision chain's rules, a repair that
-// writes the table whole, or a restart. The conntrack series agree with conntrack(8)'s own view.
+// writes the table whole, a restart, or `nft reset counters`. Another tool's counter in our table is
+// drift, repaired, and never a series. The conntrack series agree with conntrack(8)'s own view.
 import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
@@ -176,6 +177,33 @@ if (requireRoot(t)) {
     t.same(await counts(), before, 'the counts given back to the new table');
   });
 
+  t.test(
+    'a counter of someone else’s in our table is no series, and is repaired away',
+    async (t) => {
+      const before = await counts();
+      const was = await generation();
+      const drifts = async () =>
+        metricValue(await metrics(), 'ipmasq_drift_repairs_total') ?? Number.NaN;
+      const repairs = await drifts();
+      await inNetns(topo.node, 'nft', [
+        'add',
+        'counter',
+        'ip',
+        'ipmasq',
+        'bogus',
+        '{ packets 123456789 bytes 0 }',
+      ]);
+      // Heard at once (the commit names our table): read back, drift, written whole.
+      await waitFor('the repair', async () => ((await generation()) > was ? true : undefined));
+      t.notMatch((await listTable(topo.node, 'ip')) ?? '', /counter bogus/, 'gone');
+      t.equal(await drifts(), repairs + 1, 'counted as drift');
+      const body = await metrics();
+      t.notMatch(body, /decision="bogus"/, 'never a series');
+      t.notMatch(body, /123456789/);
+      t.same(await counts(), before, 'our counts given back');
+    },
+  );
+
   t.test('a restart continues from what the kernel holds', async (t) => {
     const before = await counts();
     agent.child.kill('SIGTERM');
@@ -186,6 +214,25 @@ if (requireRoot(t)) {
     const n = { translated: 1, exempt: 1, skipped: 1 };
     await flows(n);
     t.same(delta(await countsAfter(after, n), after), exactly(n));
+  });
+
+  t.test('a reset of the kernel’s counters never takes a series back', async (t) => {
+    const before = await counts();
+    t.ok(before['ipv4 translated'] > 0, 'something counted to lose');
+    await inNetns(topo.node, 'nft', ['reset', 'counters', 'table', 'ip', 'ipmasq']);
+    // Read after the reset (the series is read at most once a second): not below what it was.
+    const listed = await waitFor('a reading after the reset', async () => {
+      const out = (await inNetns(topo.node, 'nft', ['list', 'counter', 'ip', 'ipmasq', 'exempt']))
+        .stdout;
+      return /packets 0 /.test(out) ? out : undefined;
+    });
+    t.match(listed, /packets 0 /, 'the kernel counts from 0 again');
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    const after = await counts();
+    t.same(after, before, 'each series where it was');
+    const n = { translated: 2, exempt: 1, skipped: 1 };
+    await flows(n);
+    t.same(delta(await countsAfter(after, n), after), exactly(n), 'and counts on from there');
   });
 
   t.test('conntrack series agree with conntrack -C and -S in the namespace', async (t) => {

@@ -107,6 +107,26 @@ t.test('compareStructure: the objects in any order, the key apart', async (t) =>
     'same',
     'a set of ours the config no longer wants: the in-place write deletes it',
   );
+  const counterOf = (name: string) => `\tcounter ${name} {\n\t\tpackets 7 bytes 9\n\t}\n`;
+  const withCounter = (listing: string, name: string) =>
+    listing.replace(/\n\tset /, `\n${counterOf(name)}\tset `);
+  const bogus = withCounter(renderTable(interval!), 'bogus');
+  t.match(bogus, /counter bogus \{/);
+  t.equal(
+    compareStructure(bogus, interval!),
+    'other',
+    'a counter of someone else’s: no in-place write removes it, the table is written whole',
+  );
+  t.notOk(listingIs(bogus, interval!), 'and the kernel does not hold what we wrote');
+  const withPolicy = {
+    ...interval!,
+    counters: [...(interval!.counters ?? []), 'pod-policy-0-exempt'],
+  };
+  t.equal(
+    compareStructure(renderTable(interval!), withPolicy),
+    'same',
+    'a counter only the wanted table has: the in-place write adds it',
+  );
 });
 
 t.test('a large set is rendered ahead a slice at a time, to the same text', async (t) => {
