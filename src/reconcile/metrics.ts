@@ -389,8 +389,13 @@ export class AgentMetrics {
     findings: ReadonlyArray<{ table: string; chain: string; position: string; count: number }>,
   ): void {
     this.otherNatRules.reset();
-    for (const { table, chain, position, count } of findings)
+    // At most OTHER_NAT_SERIES_MAX series: the rest summed in one, table="(more)".
+    const named = findings.length > OTHER_NAT_SERIES_MAX ? OTHER_NAT_SERIES_MAX - 1 : findings.length;
+    for (const { table, chain, position, count } of findings.slice(0, named))
       this.otherNatRules.inc({ table, chain, position }, count);
+    const rest = findings.slice(named).reduce((sum, finding) => sum + finding.count, 0);
+    if (named < findings.length)
+      this.otherNatRules.set({ table: '(more)', chain: '', position: '' }, rest);
   }
 
   incNftFailure(kind: NftFailureKind): void {
@@ -401,6 +406,9 @@ export class AgentMetrics {
     this.largeSetWarning.set(on ? 1 : 0);
   }
 }
+
+/** At most this many ipmasq_other_nat_rules series (README, "Other NAT on the node"). */
+export const OTHER_NAT_SERIES_MAX = 100;
 
 /**
  * Counter values that never go back (README, "What the node's NAT does"): where the kernel's count

@@ -1,7 +1,9 @@
 // Who else translates (README, "Other NAT on the node"): at start and at each resync, the other
 // tables' nat postrouting chains whose rules may translate traffic we leave alone, and a kernel's
-// legacy x_tables nat table, reported — one warning and one Event per distinct finding while it lasts,
-// the gauge ipmasq_other_nat_rules while it is there. The original agent's leftover chain is found by
+// legacy x_tables nat table, reported — one warning and one Event per distinct finding while it lasts
+// (at most WARNINGS_PER_LOOK a look, one more summing up the rest), the gauge ipmasq_other_nat_rules
+// while it is there (at most OTHER_NAT_SERIES_MAX series). Every name and rule text from another
+// table is escaped, every message bounded. The original agent's leftover chain is found by
 // the same look (legacy.ts keeps its own warning, metric and removal). Never fatal.
 import { readFile } from 'node:fs/promises';
 import type { Logger } from 'pino';
@@ -44,6 +46,27 @@ export interface OtherNatFinding {
 export const RULE_TEXT_MAX = 240;
 /** How many rules one warning names; the count says how many more. */
 const RULES_SHOWN = 8;
+/** How long a warning's or Event's message, or a warning's `rules` together, may be. */
+export const MESSAGE_MAX = 512;
+/** How many findings a look warns about one by one; one more warning sums up the rest. */
+export const WARNINGS_PER_LOOK = 10;
+
+/** A message cut at MESSAGE_MAX (its parts already escaped). */
+export function bounded(text: string): string {
+  return text.length <= MESSAGE_MAX ? text : `${text.slice(0, MESSAGE_MAX - 1)}…`;
+}
+
+/** The first rules whose texts together fit in MESSAGE_MAX (at least one), at most RULES_SHOWN. */
+function rulesShown(rules: readonly string[]): string[] {
+  const shown: string[] = [];
+  let length = 0;
+  for (const rule of rules.slice(0, RULES_SHOWN)) {
+    if (shown.length > 0 && length + rule.length > MESSAGE_MAX) break;
+    shown.push(rule);
+    length += rule.length;
+  }
+  return shown;
+}
 
 /** A foreign text made safe to log: control characters escaped, cut at RULE_TEXT_MAX. */
 export function shownRule(text: string): string {
@@ -96,8 +119,14 @@ export function findingsOf(
 }
 
 function findingOf(chain: NatChain): OtherNatFinding | undefined {
-  const table = `${chain.family} ${chain.table}`;
-  const where = { table, chain: chain.chain, position: positionOf(chain.priority) };
+  // Names as the kernel holds them may carry anything but '\0': escaped for every display. A name
+  // with something to escape is never printed by libnftables (nat-chains.ts), so has no chainRules.
+  const table = escapeUnprintable(`${chain.family} ${chain.table}`);
+  const where = {
+    table,
+    chain: escapeUnprintable(chain.chain),
+    position: positionOf(chain.priority),
+  };
   if (!chain.rules) {
     if (chain.translating === 0) return undefined;
     return {
@@ -201,9 +230,9 @@ export class OtherNatWatch {
     }
     const next = new Map(findings.map((finding) => [keyOf(finding), finding]));
     const appeared = [...next].filter(([key]) => !this.reported.has(key)).map(([, f]) => f);
-    for (const finding of appeared) {
+    for (const finding of appeared.slice(0, WARNINGS_PER_LOOK)) {
       const { table, chain, position, count, rules } = finding;
-      const shown = rules.slice(0, RULES_SHOWN);
+      const shown = rulesShown(rules);
       const more = rules.length > shown.length ? ` and ${rules.length - shown.length} more` : '';
       const order =
         position === 'before'
@@ -215,28 +244,47 @@ export class OtherNatWatch {
               : 'nftables cannot show its rules';
       logger.warn(
         { table, chain, position, rules: shown, translatingRules: count },
-        `${whereOf(finding)} may translate traffic this agent leaves alone (${order}): ${shown.join('; ')}${more}`,
+        bounded(
+          `${whereOf(finding)} may translate traffic this agent leaves alone (${order}): ${shown.join('; ')}${more}`,
+        ),
+      );
+    }
+    const unsaid = appeared.slice(WARNINGS_PER_LOOK);
+    if (unsaid.length > 0) {
+      const rules = unsaid.reduce((sum, f) => sum + f.count, 0);
+      logger.warn(
+        { table: '(more)', chains: unsaid.length, translatingRules: rules },
+        bounded(
+          `${unsaid.length} more chains of other tables may translate traffic this agent leaves alone (${rules} rules; ipmasq_other_nat_rules and --explain --live name them): ${unsaid.map(whereOf).join('; ')}`,
+        ),
       );
     }
     // One Event per look for what appeared in it (Events are written at most once a minute per reason).
     if (appeared.length > 0) {
       events?.(
         'OtherNATPresent',
-        'may translate traffic this agent leaves alone: ' +
-          appeared
-            .map((f) => `${whereOf(f)} (${f.position}), ${f.count} rule(s): ${f.rules[0] ?? ''}`)
-            .join('; '),
+        bounded(
+          'may translate traffic this agent leaves alone: ' +
+            appeared
+              .map((f) => `${whereOf(f)} (${f.position}), ${f.count} rule(s): ${f.rules[0] ?? ''}`)
+              .join('; '),
+        ),
       );
     }
-    for (const [key, finding] of this.reported) {
-      if (next.has(key)) continue;
-      const where = whereOf(finding);
-      if (![...next.values()].some((f) => f.table === finding.table && f.chain === finding.chain))
-        logger.info(
-          { table: finding.table, chain: finding.chain },
-          `${where} no longer translates`,
-        );
-    }
+    const gone = [...this.reported]
+      .filter(([key]) => !next.has(key))
+      .map(([, finding]) => finding)
+      .filter((f) => ![...next.values()].some((n) => n.table === f.table && n.chain === f.chain));
+    for (const finding of gone.slice(0, WARNINGS_PER_LOOK))
+      logger.info(
+        { table: finding.table, chain: finding.chain },
+        bounded(`${whereOf(finding)} no longer translates`),
+      );
+    if (gone.length > WARNINGS_PER_LOOK)
+      logger.info(
+        { table: '(more)', chains: gone.length - WARNINGS_PER_LOOK },
+        `${gone.length - WARNINGS_PER_LOOK} more chains of other tables no longer translate`,
+      );
     this.reported = next;
     metrics?.setOtherNatRules(findings);
   }
