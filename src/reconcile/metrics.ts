@@ -390,7 +390,8 @@ export class AgentMetrics {
   ): void {
     this.otherNatRules.reset();
     // At most OTHER_NAT_SERIES_MAX series: the rest summed in one, table="(more)".
-    const named = findings.length > OTHER_NAT_SERIES_MAX ? OTHER_NAT_SERIES_MAX - 1 : findings.length;
+    const named =
+      findings.length > OTHER_NAT_SERIES_MAX ? OTHER_NAT_SERIES_MAX - 1 : findings.length;
     for (const { table, chain, position, count } of findings.slice(0, named))
       this.otherNatRules.inc({ table, chain, position }, count);
     const rest = findings.slice(named).reduce((sum, finding) => sum + finding.count, 0);
