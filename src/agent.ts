@@ -26,9 +26,11 @@ import { version } from './version.js';
 import { errorText } from './errors.js';
 
 /** The agent's metrics, labelled with what it is built from. */
-export function agentMetrics(): AgentMetrics {
+export function agentMetrics(logger: Logger): AgentMetrics {
   const metrics = new AgentMetrics({ version: version(), libnftables: libnftablesVersion() });
-  metrics.conntrackHealth();
+  metrics.conntrackHealth(undefined, (problem) =>
+    logger.warn({ problem }, `conntrack health: ${problem}; its series is left out`),
+  );
   return metrics;
 }
 
@@ -106,7 +108,7 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
     else trigger('SIGHUP');
   });
 
-  const metrics = agentMetrics();
+  const metrics = agentMetrics(logger);
   let api: KubernetesSession | undefined;
   try {
     api = await connectApi(options, logger, metrics, () => {

@@ -42,7 +42,7 @@ async function render(options: AgentOptions, flagWarnings: readonly string[]): P
 const ONCE_API_WAIT_MS = 30_000;
 
 async function once(options: AgentOptions, logger: Logger): Promise<number> {
-  const metrics = agentMetrics();
+  const metrics = agentMetrics(logger);
   let changed = () => {};
   let api: KubernetesSession | undefined;
   try {

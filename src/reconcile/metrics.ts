@@ -275,11 +275,26 @@ export class AgentMetrics {
    * Conntrack health (README, "What the node's NAT does"): read when scraped, at most once a second
    * (cheap: /proc, no dump); absent where conntrack is not loaded.
    */
-  conntrackHealth(read: () => Promise<ConntrackHealth | undefined> = readConntrackHealth): void {
+  conntrackHealth(
+    read: () => Promise<ConntrackHealth | undefined> = readConntrackHealth,
+    /** Told each distinct problem once (a value /proc should not hold: its series is absent). */
+    warn: (problem: string) => void = () => {},
+  ): void {
     let last: { at: number; value: Promise<ConntrackHealth | undefined> } | undefined;
+    const told = new Set<string>();
     const current = () => {
       const now = Date.now();
-      if (!last || now - last.at >= 1_000) last = { at: now, value: read() };
+      if (!last || now - last.at >= 1_000) {
+        const value = read();
+        last = { at: now, value };
+        void value.then((health) => {
+          for (const problem of health?.problems ?? []) {
+            if (told.has(problem)) continue;
+            told.add(problem);
+            warn(problem);
+          }
+        });
+      }
       return last.value;
     };
     for (const [name, field] of [
@@ -291,7 +306,9 @@ export class AgentMetrics {
         async collect() {
           const health = await current();
           this.reset();
-          if (health) this.set(health[field]);
+          const value = health?.[field];
+          if (value !== undefined) this.set(value);
+          else withoutSample(this);
         },
       });
     }
@@ -406,6 +423,14 @@ export class AgentMetrics {
   setLargeSetWarning(on: boolean): void {
     this.largeSetWarning.set(on ? 1 : 0);
   }
+}
+
+/**
+ * A gauge without labels left with no sample: prom-client's reset() puts a 0 back in one, which
+ * would publish "0" for a value not read (its `hashMap` is where the samples are; no API for this).
+ */
+function withoutSample(gauge: Gauge): void {
+  (gauge as unknown as { hashMap: Record<string, unknown> }).hashMap = {};
 }
 
 /** At most this many ipmasq_other_nat_rules series (README, "Other NAT on the node"). */

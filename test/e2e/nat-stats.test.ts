@@ -17,6 +17,7 @@ import {
   type RunningAgent,
 } from '../../harness/agent.js';
 import { inNetns, requireRoot, tempDir } from '../../harness/netns.js';
+import { agentArgs, makeNode, untilGeneration, writeConfig } from '../helpers/node.js';
 import {
   makeTopology,
   NODE_IPV4,
@@ -277,5 +278,44 @@ if (requireRoot(t)) {
         sum(kind),
         `${kind} summed over the CPUs`,
       );
+  });
+
+  t.test('a nonsensical nf_conntrack_max: no series, one warning', async (t) => {
+    // The kernel refuses such a value; a file bound over /proc's, in the agent's own mount
+    // namespace, shows the agent one.
+    for (const value of ['abc', '-5', '99999999999999999999']) {
+      const fake = join(dir, 'nf_conntrack_max');
+      writeFileSync(fake, `${value}\n`);
+      const node = await makeNode(t, 'ct-max');
+      writeConfig(node, 'nonMasqueradeCIDRs: [10.0.0.0/8]\n');
+      const bound = [
+        'unshare',
+        '-m',
+        '--propagation',
+        'private',
+        'sh',
+        '-c',
+        'mount --bind "$0" /proc/sys/net/netfilter/nf_conntrack_max && exec "$@"',
+        fake,
+      ];
+      const running = startAgent(t, node.ns, agentArgs(node), bound);
+      await untilGeneration(node, 1, 15_000);
+      const body = await waitFor('/metrics', () =>
+        httpGet(node.ns, node.port, '/metrics').then(
+          (r) => (r.status === 200 ? r.body : undefined),
+          () => undefined,
+        ),
+      );
+      t.equal(metricValue(body, 'ipmasq_conntrack_max'), undefined, `${value}: no series`);
+      t.type(metricValue(body, 'ipmasq_conntrack_entries'), 'number', 'entries still read');
+      await new Promise((resolve) => setTimeout(resolve, 1_100));
+      await httpGet(node.ns, node.port, '/metrics');
+      const warned = running.logs.filter(
+        (l) => l.level === 40 && /nf_conntrack_max/.test(String(l.problem)),
+      );
+      t.equal(warned.length, 1, 'one warning over two scrapes');
+      running.child.kill('SIGTERM');
+      await running.exited;
+    }
   });
 }

@@ -32,7 +32,7 @@ async function exportedNames(): Promise<Set<string>> {
   const metrics = new AgentMetrics();
   metrics.kubernetes(); // registered with --kubernetes only
   // Registered by the running agent (src/agent.ts), read from the kernel when scraped.
-  metrics.conntrackHealth(async () => ({ entries: 1, max: 2, events: { drop: 0 } }));
+  metrics.conntrackHealth(async () => ({ entries: 1, max: 2, events: { drop: 0 }, problems: [] }));
   metrics.snatHeadroom()([{ family: 'ipv4', protocol: 'udp', flows: 1, usage: 0.5 }]);
   metrics.decisions(async () => [
     { family: 'ipv4', counters: [{ name: 'exempt', packets: 1, bytes: 1 }] },
