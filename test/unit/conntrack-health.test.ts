@@ -66,7 +66,7 @@ t.test('nf_conntrack_max parsed strictly: nonsense is no value', async (t) => {
 });
 
 t.test('/proc/net/stat/nf_conntrack parsed strictly', async (t) => {
-  const bad = STAT.replace(/^0000002a  00000003/m, '0000002a  zz000003');
+  const bad = STAT.replace(/^0000002a {2}00000003/m, '0000002a  zz000003');
   const parsed = parseConntrackStat(bad)!;
   t.notOk('clash_resolve' in parsed.events, 'a column with a non-hexadecimal field: absent');
   t.equal(parsed.events.drop, 2, 'the others read');
