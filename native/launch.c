@@ -1,11 +1,16 @@
 // ipmasq-launch COMMAND [ARGS...]: the image's entry point (README, "Signals"). Node resets every
 // signal's disposition and mask when it starts, so for its first ~50 ms a SIGTERM ends it with 143
 // (as PID 1 the kernel drops it instead, and the pod waits out its grace period) and a SIGHUP with
-// 129; no JavaScript can take that moment over. This process can: it holds SIGTERM, SIGINT and
-// SIGHUP from its first instruction, runs the command as its child, and hands each signal on only
-// once the child catches it (its SigCgt in /proc), so the agent's own handler decides from the
-// first moment. SIGUSR1 and SIGUSR2 are never handed on (Node would open its inspector on SIGUSR1).
-// As PID 1 it reaps every orphan, and it exits as the child does (128 + the signal that ended it).
+// 129; no JavaScript can take that moment over. This process can: it holds every signal from its
+// first instruction, runs the command as its child, and hands SIGTERM, SIGINT and SIGHUP on only
+// once the child catches them (its SigCgt in /proc), so the agent's own handler decides from the
+// first moment. Any other signal whose default would end or core-dump the launcher (SIGALRM,
+// SIGPIPE, SIGQUIT, …) is handed on as SIGTERM: the agent always ends through its own clean path,
+// never by the launcher's death (which kills it). SIGUSR1 and SIGUSR2 are never handed on (Node
+// would open its inspector on SIGUSR1); the job-control stops (SIGTSTP, SIGTTIN, SIGTTOU) and the
+// signals ignored by default are swallowed. As PID 1 it reaps every orphan, and it exits as the
+// child does (128 + the signal that ended it). The ready pipe's ends are put at fd 3 or above (fds
+// 0-2 opened on /dev/null where closed), so the agent finds it whatever it was started with.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +24,25 @@
 #include <unistd.h>
 
 static const int kForwarded[] = {SIGTERM, SIGINT, SIGHUP};
+
+// Signals taken and never handed on: the inspector's, the job-control stops, and those whose
+// default action is to do nothing (or to continue).
+static int Swallowed(int sig) {
+  switch (sig) {
+    case SIGUSR1:
+    case SIGUSR2:
+    case SIGTSTP:
+    case SIGTTIN:
+    case SIGTTOU:
+    case SIGCHLD:
+    case SIGCONT:
+    case SIGURG:
+    case SIGWINCH:
+      return 1;
+    default:
+      return 0;
+  }
+}
 
 // A signal the child has not caught after this long is handed on anyway (its default action).
 static const long kWaitMaxMs = 10 * 1000;
@@ -36,21 +60,35 @@ int main(int argc, char **argv) {
     return 2;
   }
   sigset_t held, previous;
-  sigemptyset(&held);
-  for (size_t i = 0; i < sizeof kForwarded / sizeof kForwarded[0]; i++)
-    sigaddset(&held, kForwarded[i]);
-  sigaddset(&held, SIGUSR1);
-  sigaddset(&held, SIGUSR2);
-  sigaddset(&held, SIGCHLD);
+  sigfillset(&held);  // SIGKILL and SIGSTOP are left out by the kernel
   sigprocmask(SIG_BLOCK, &held, &previous);
   // An ignored signal is dropped even while held (a shell's background job ignores SIGINT): default
   // dispositions, which a held signal never acts on.
   for (int s = 1; s < NSIG; s++)
-    if (sigismember(&held, s) == 1) signal(s, SIG_DFL);
+    if (s != SIGKILL && s != SIGSTOP) signal(s, SIG_DFL);
+  // Started with fd 0, 1 or 2 closed, the pipe would land there: the agent takes only fds >= 3.
+  for (int fd = 0; fd < 3; fd++) {
+    if (fcntl(fd, F_GETFD) >= 0) continue;
+    int opened = open("/dev/null", O_RDWR);
+    if (opened >= 0 && opened != fd) {
+      dup2(opened, fd);
+      close(opened);
+    }
+  }
   int ready_pipe[2];
   if (pipe(ready_pipe) != 0) {
     perror("ipmasq-launch: pipe");
     return 1;
+  }
+  for (int end = 0; end < 2; end++) {
+    if (ready_pipe[end] >= 3) continue;
+    int moved = fcntl(ready_pipe[end], F_DUPFD, 3);
+    if (moved < 0) {
+      perror("ipmasq-launch: fcntl");
+      return 1;
+    }
+    close(ready_pipe[end]);
+    ready_pipe[end] = moved;
   }
   const pid_t launcher = getpid();
   pid_t child = fork();
@@ -81,9 +119,12 @@ int main(int argc, char **argv) {
     struct timespec tick = {0, 5 * 1000 * 1000};
     siginfo_t info;
     int sig = sigtimedwait(&held, &info, pending != 0 ? &tick : NULL);
-    if (sig > 0 && sig != SIGCHLD && sig != SIGUSR1 && sig != SIGUSR2) {
+    if (sig > 0 && !Swallowed(sig)) {
+      int handed = SIGTERM;  // any other ending signal: the agent's clean path
+      for (size_t i = 0; i < sizeof kForwarded / sizeof kForwarded[0]; i++)
+        if (sig == kForwarded[i]) handed = sig;
       if (pending == 0) clock_gettime(CLOCK_MONOTONIC, &since);
-      pending |= 1u << sig;
+      pending |= 1u << handed;
     }
     int status;
     pid_t ended;

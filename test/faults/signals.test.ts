@@ -10,7 +10,7 @@
 // the modules load, checked by the agent having logged nothing yet) and 150 and 300 ms later.
 // The window itself is tested by holding the agent in it: a loader hook (fixtures/hold-start.mjs)
 // stops the import of dist/cli.js until the test has signalled.
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, readlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import t from 'tap';
@@ -152,6 +152,81 @@ if (requireRoot(t)) {
       );
       process.kill(pid, 'SIGTERM');
       t.same(await agent.exited, { code: 0, signal: null }, 'and SIGTERM still exits 0');
+    });
+  }
+
+  // Hardening round 5, item 8: started with stdin and stdout closed, the ready pipe landed on fds 0
+  // and 1 (the agent takes only fds >= 3); outside a container SIGTTIN stopped the launcher and
+  // SIGALRM or SIGPIPE killed it (and so the agent, with no clean exit).
+  const healthy = () =>
+    waitFor('a healthy /healthz', async () => {
+      const r = await httpGet(node.ns, node.port, '/healthz').catch(() => undefined);
+      return r?.status === 200 ? true : undefined;
+    });
+  const childOf = (pid: number) =>
+    Number(readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(' ')[0]);
+  t.test(
+    'under the launcher with stdin and stdout closed: the pipe at fd 3 or above',
+    async (t) => {
+      const agent = startAgent(t, node.ns, agentArgs(node), [
+        'env',
+        '-u',
+        'NODE_OPTIONS',
+        'sh',
+        '-c',
+        'exec "$@" <&- >&-',
+        'sh',
+        launcher,
+      ]);
+      const pid = agent.child.pid as number;
+      await untilForked(pid);
+      await healthy();
+      const child = childOf(pid);
+      const environ = readFileSync(`/proc/${child}/environ`, 'utf8').split('\0');
+      const fd = Number(environ.find((e) => e.startsWith('IPMASQ_READY_FD='))?.split('=')[1]);
+      t.ok(fd >= 3, `the agent was told fd ${fd}`);
+      t.equal(
+        readlinkSync(`/proc/${child}/fd/1`),
+        '/dev/null',
+        'its stdout /dev/null, not the pipe',
+      );
+      process.kill(pid, 'SIGTERM');
+      t.same(await agent.exited, { code: 0, signal: null }, 'SIGTERM: exit 0');
+    },
+  );
+  t.test('SIGTSTP, SIGTTIN and SIGTTOU never stop the launcher', async (t) => {
+    const { agent, pid } = await startLaunched(t, 0);
+    await healthy();
+    for (const [name, number] of [
+      ['SIGTSTP', 20],
+      ['SIGTTIN', 21],
+      ['SIGTTOU', 22],
+    ] as const) {
+      process.kill(pid, name);
+      await untilDelivered(pid, number);
+      const state = readFileSync(`/proc/${pid}/stat`, 'utf8').replace(/^.*\) /s, '')[0];
+      t.not(state, 'T', `${name}: not stopped`);
+    }
+    await healthy();
+    process.kill(pid, 'SIGTERM');
+    t.same(await agent.exited, { code: 0, signal: null }, 'and SIGTERM still exits 0');
+  });
+  for (const [name, number] of [
+    ['SIGALRM', 14],
+    ['SIGPIPE', 13],
+    ['SIGQUIT', 3],
+    ['SIGXCPU', 24],
+  ] as const) {
+    t.test(`${name} to the launcher: the agent ends through its clean SIGTERM path`, async (t) => {
+      const { agent, pid } = await startLaunched(t, 0);
+      await healthy();
+      process.kill(pid, name);
+      await untilDelivered(pid, number);
+      t.same(await agent.exited, { code: 0, signal: null }, 'exit 0, as after SIGTERM');
+      t.ok(
+        agent.logs.some((l) => l.signal === 'SIGTERM' && /shutting down/.test(String(l.msg))),
+        'the agent logged its shutdown',
+      );
     });
   }
 
