@@ -2,15 +2,19 @@
 // makes at start and at each resync (src/nftables/nat-chains.ts), timed: the first look (wall time:
 // it may print rules through a libnftables child) and the CPU of each later, idle one.
 import { nftKernel } from '../src/nftables/kernel.js';
-import { scanNatChains, type ListingCache } from '../src/nftables/nat-chains.js';
+import { scanNatChains, type ListingCache, type NatScan } from '../src/nftables/nat-chains.js';
 import { findingsOf, readLegacyNat } from '../src/reconcile/other-nat.js';
 
 const looks = Number(process.argv[2] ?? 50);
 const cache: ListingCache = new Map();
 const ours = (family: string, table: string) =>
   (family === 'ip' || family === 'ip6') && table === 'ipmasq';
-const look = async () =>
-  findingsOf(await scanNatChains(nftKernel, ours, cache), await readLegacyNat());
+// As the agent's watch looks: the last scan given, reused while nobody committed.
+let last: NatScan | undefined;
+const look = async () => {
+  last = await scanNatChains(nftKernel, ours, cache, last ? { last } : {});
+  return findingsOf(last, await readLegacyNat());
+};
 
 const started = performance.now();
 const findings = await look();

@@ -1,9 +1,10 @@
 // The look at other NAT (README, "Other NAT on the node") beside a foreign 100 000-element interval
 // set: an idle resync's look must cost at most 10 ms of CPU more than without it. Three namespaces:
 // a Flannel-like chain alone; the same beside another table's 100 000-element plain interval set;
-// the set in the very table whose nat chain is looked at (its rules printed once, at the first look).
+// the set in the very table whose nat chain is looked at (its rules printed once, at the first look);
+// beside a table whose one base chain jumps to 10 000 chains.
 import { join } from 'node:path';
-import { lookHeavyTable, startRuleWriter } from '../harness/foreign-nat.js';
+import { lookHeavyTable, startRuleWriter, wideTable } from '../harness/foreign-nat.js';
 import { inNetns, packageRoot } from '../harness/netns.js';
 import { AgentSession } from './agent-session.js';
 import { median, netns, percentile, withScope } from './harness.js';
@@ -48,6 +49,12 @@ export async function benchOtherNat(size = 100_000, looks = 50): Promise<OtherNa
     [
       `a nat chain in the table of a ${shown}-element interval set`,
       [FLANNEL, bigTable('big', size, true)],
+    ],
+    // The red team's wide neighbour (issue 51, item 6): an idle look beside it reads only the
+    // generation id; the first look stops at its budget.
+    [
+      'the Flannel-like chain beside one base chain jumping to 10 000 chains',
+      [FLANNEL, wideTable(10_000)],
     ],
   ];
   const rows: OtherNatRow[] = [];

@@ -47,3 +47,23 @@ export function startRuleWriter(ns: string): { stop(): Promise<number> } {
     },
   };
 }
+
+/**
+ * The red team's wide neighbour (issue 51, item 6): one nat postrouting base chain jumping to `count`
+ * chains, each returning one /32 (the last one masquerades), in table `wide`.
+ */
+export function wideTable(count: number): string {
+  const chains: string[] = [];
+  const jumps: string[] = [];
+  for (let i = 0; i < count; i++) {
+    const last = i === count - 1;
+    chains.push(
+      `  chain c${i} {\n    ${last ? 'ip saddr 10.244.0.0/16 masquerade' : `ip daddr 198.18.${(i >> 8) & 255}.${i & 255} return`}\n  }\n`,
+    );
+    jumps.push(`    jump c${i}\n`);
+  }
+  return (
+    `table ip wide {\n${chains.join('')}  chain post {\n` +
+    `    type nat hook postrouting priority srcnat + 5; policy accept;\n${jumps.join('')}  }\n}\n`
+  );
+}

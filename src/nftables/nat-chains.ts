@@ -37,8 +37,10 @@ export interface NatScan {
   readonly chains: readonly NatChain[];
   /** Every chain of the namespace (the original agent's leftover chain is looked for here). */
   readonly all: readonly ChainInfo[];
-  /** The look stopped following jumps at LOOK_CHAINS_MAX: chains beyond were not read. */
+  /** The look stopped at its budget (LOOK_CHAINS_MAX, LOOK_RULES_MAX, LOOK_TIME_MS): beyond was not read. */
   readonly truncated: boolean;
+  /** The namespace's generation id read before the look: unchanged, the next look reuses this one. */
+  readonly generation?: number;
 }
 
 const SCANNED_FAMILIES = new Set(['ip', 'ip6', 'inet']);
@@ -48,6 +50,10 @@ const SCANNED_FAMILIES = new Set(['ip', 'ip6', 'inet']);
  * (one netlink dump each), over all the base chains; the jumps beyond are not followed.
  */
 export const LOOK_CHAINS_MAX = 1_000;
+/** At most this many rules read per look (over all the chains followed). */
+export const LOOK_RULES_MAX = 20_000;
+/** At most this long spent following chains in one look (the prints that follow are not counted). */
+export const LOOK_TIME_MS = 2_000;
 
 interface Printed {
   readonly rules?: readonly ListedRule[];
@@ -63,6 +69,9 @@ export type ListingCache = Map<string, { readonly handles: string; readonly prin
 export interface ScanOptions {
   /** Awaited before each print with libnftables: the agent's writes go first (reconcile/reconciler.ts). */
   readonly beforePrint?: () => Promise<void>;
+  /** The last look: returned as it is while nobody committed since (the generation id unchanged). */
+  readonly last?: NatScan;
+  readonly now?: () => number;
 }
 
 /**
@@ -77,10 +86,16 @@ export async function scanNatChains(
   cache: ListingCache = new Map(),
   options: ScanOptions = {},
 ): Promise<NatScan> {
+  // Nobody committed since the last look: nothing to read again (an idle look is this one read).
+  const generation = await (async () => kernel.generationId())().catch(() => undefined);
+  if (generation !== undefined && options.last?.generation === generation) return options.last;
+  const now = options.now ?? Date.now;
+  const started = now();
   const all = await kernel.chains();
   const bases: Array<{ base: ChainInfo; reached: Map<string, RuleShape[]>; translating: number }> =
     [];
   let followed = 0;
+  let rulesRead = 0;
   let truncated = false;
   for (const base of all) {
     const hook = base.hook;
@@ -91,12 +106,17 @@ export async function scanNatChains(
     while (pending.length > 0) {
       const name = pending.shift()!;
       if (reached.has(name)) continue;
-      if (followed >= LOOK_CHAINS_MAX) {
+      if (
+        followed >= LOOK_CHAINS_MAX ||
+        rulesRead >= LOOK_RULES_MAX ||
+        now() - started >= LOOK_TIME_MS
+      ) {
         truncated = true;
         break;
       }
       followed++;
       const shapes = await kernel.ruleShapes(base.family, base.table, name).catch(() => []);
+      rulesRead += shapes.length;
       reached.set(name, shapes);
       for (const shape of shapes) pending.push(...shape.jumps, ...(shape.mapJumps ?? []));
     }
@@ -151,7 +171,12 @@ export async function scanNatChains(
     );
     return { ...where(base), rules, translating };
   });
-  return { chains: found, all, truncated };
+  return {
+    chains: found,
+    all,
+    truncated,
+    ...(generation !== undefined ? { generation } : {}),
+  };
 }
 
 function where(base: ChainInfo): Pick<NatChain, 'family' | 'table' | 'chain' | 'priority'> {

@@ -15,6 +15,8 @@ import type { Kernel } from '../nftables/kernel.js';
 import { libnftablesVersion } from '../nftables/kernel.js';
 import {
   LOOK_CHAINS_MAX,
+  LOOK_RULES_MAX,
+  LOOK_TIME_MS,
   positionOf,
   scanNatChains,
   type ListingCache,
@@ -174,6 +176,8 @@ export interface OtherNatDeps {
 export class OtherNatWatch {
   private readonly deps: OtherNatDeps;
   private readonly cache: ListingCache = new Map();
+  /** The last look's scan, reused while the namespace's generation id has not moved. */
+  private lastScan: NatScan | undefined;
   private reported = new Map<string, OtherNatFinding>();
   private lastLook: number | undefined;
   private lastError: string | undefined;
@@ -209,12 +213,14 @@ export class OtherNatWatch {
     try {
       const scan = await scanNatChains(kernel, this.deps.ours, this.cache, {
         ...(this.deps.beforePrint ? { beforePrint: this.deps.beforePrint } : {}),
+        ...(this.lastScan ? { last: this.lastScan } : {}),
       });
+      this.lastScan = scan;
       this.deps.chainsSeen?.(scan);
       if (scan.truncated && !this.truncated)
         logger.warn(
-          { chainsFollowed: LOOK_CHAINS_MAX },
-          `other tables' nat chains reach more than ${LOOK_CHAINS_MAX} chains: the look follows that many and reports what it found in them`,
+          { chainsMax: LOOK_CHAINS_MAX, rulesMax: LOOK_RULES_MAX, timeMs: LOOK_TIME_MS },
+          `other tables' nat chains reach more than a look reads (${LOOK_CHAINS_MAX} chains, ${LOOK_RULES_MAX} rules or ${LOOK_TIME_MS / 1000} s): it reports what it found within that`,
         );
       this.truncated = scan.truncated;
       findings = findingsOf(scan, await (this.deps.readLegacyNat ?? readLegacyNat)());

@@ -4,10 +4,11 @@
 // that every look (one per resync, here every 2 s) prints it again with libnftables, downloading the
 // set each time. Meanwhile: the first write comes at once, every config change reaches the kernel
 // within a few seconds (the look used to hold them for its prints: 26-97 s), and /readyz and
-// /healthz, probed throughout on fresh connections, always answer 200.
+// /healthz, probed throughout on fresh connections, always answer 200. Beside a base chain jumping to
+// 10 000 chains, the look stops at its budget and the writes go on.
 import t from 'tap';
 import { startAgent, startHealthProbe, waitFor } from '../../harness/agent.js';
-import { lookHeavyTable, startRuleWriter } from '../../harness/foreign-nat.js';
+import { lookHeavyTable, startRuleWriter, wideTable } from '../../harness/foreign-nat.js';
 import { inNetns, requireRoot } from '../../harness/netns.js';
 import { agentArgs, generation, makeNode, untilGeneration, writeConfig } from '../helpers/node.js';
 
@@ -60,5 +61,33 @@ if (requireRoot(t)) {
     t.same(probed.failures, [], 'every /readyz and /healthz answered 200');
     const slowest = Math.max(...probed.samples.map(([, ms]) => ms));
     t.ok(slowest < 2_000, `none near the DaemonSet's 2 s probe timeout (slowest ${slowest} ms)`);
+  });
+
+  // Issue 51, item 6: one base chain jumping to 10 000 chains (the first write came after 24 s).
+  t.test('beside 10 000 foreign chains: the look stops at its budget, writes go on', async (t) => {
+    const node = await makeNode(t, 'nat-wide');
+    await inNetns(node.ns, 'nft', ['-f', '-'], { input: wideTable(10_000), timeoutMs: 300_000 });
+    writeConfig(node, config(false));
+    const started = Date.now();
+    const agent = startAgent(t, node.ns, agentArgs(node));
+    await untilGeneration(node, 1, 30_000);
+    t.pass(`first write ${Date.now() - started} ms after start (the agent's start included)`);
+    const budget = await waitFor(
+      'the budget warning',
+      () => agent.logs.find((l) => l.level === 40 && 'chainsMax' in l),
+      60_000,
+    );
+    t.match(budget, { chainsMax: 1_000 }, 'the look says it stopped at its budget, once');
+    for (let change = 1; change <= 3; change++) {
+      const before = (await generation(node)) ?? 0;
+      writeConfig(node, config(change % 2 === 1));
+      await untilGeneration(node, before + 1, 5_000);
+    }
+    t.pass('3 config changes in the kernel, each within 5 s');
+    t.equal(
+      agent.logs.filter((l) => 'chainsMax' in l).length,
+      1,
+      'warned once over the looks since',
+    );
   });
 }

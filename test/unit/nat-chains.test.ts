@@ -2,11 +2,14 @@
 // base chains reach once per distinct content: four nat postrouting base chains sharing one jumped
 // chain (the red team's case, issue 51) cost one print, then none; a changed rule, a print of that
 // chain alone. Each base chain still gets the rules it reaches. A print waits for the caller (the
-// agent's sync under way), and a look reads at most LOOK_CHAINS_MAX chains.
+// agent's sync under way), and a look reads at most LOOK_CHAINS_MAX chains, LOOK_RULES_MAX rules,
+// for LOOK_TIME_MS; while nobody committed (the generation id unchanged) it reads nothing again.
 import t from 'tap';
 import type { Kernel } from '../../src/nftables/kernel.js';
 import {
   LOOK_CHAINS_MAX,
+  LOOK_RULES_MAX,
+  LOOK_TIME_MS,
   scanNatChains,
   type ListingCache,
 } from '../../src/nftables/nat-chains.js';
@@ -128,4 +131,76 @@ t.test('prints wait for what the caller says; the chains followed are bounded', 
   const found = await scanNatChains(counted, () => false);
   t.equal(dumps, LOOK_CHAINS_MAX, `${LOOK_CHAINS_MAX} chains read, no more`);
   t.ok(found.truncated, 'and the look says it stopped');
+});
+
+t.test('nobody committed since the last look: nothing read again', async (t) => {
+  const { kernel, prints, change } = fakeKernel();
+  let generation = 7;
+  let dumps = 0;
+  const counted = {
+    ...kernel,
+    generationId: async () => generation,
+    chains: async () => {
+      dumps++;
+      return kernel.chains();
+    },
+  } as unknown as Kernel;
+  const cache: ListingCache = new Map();
+  const first = await scanNatChains(counted, () => false, cache);
+  t.equal(first.generation, 7);
+  const again = await scanNatChains(counted, () => false, cache, { last: first });
+  t.equal(again, first, 'the same look, as it was');
+  t.same([dumps, prints.length], [1, 1], 'no dump, no print');
+  change();
+  generation = 8;
+  const moved = await scanNatChains(counted, () => false, cache, { last: first });
+  t.not(moved, first, 'a commit since: read again');
+  t.same([dumps, prints.length], [2, 2]);
+  const failing = { ...counted, generationId: async () => Promise.reject(new Error('no')) };
+  const unknown = await scanNatChains(failing as unknown as Kernel, () => false, cache, {
+    last: moved,
+  });
+  t.not(unknown, moved, 'no generation id: read again');
+});
+
+t.test('the rules read and the time spent per look are bounded too', async (t) => {
+  const base = {
+    family: 'ip',
+    table: 'wide',
+    name: 'post',
+    hook: { name: 'postrouting', priority: 90, type: 'nat' },
+  };
+  const many = (chain: string) =>
+    Array.from({ length: chain === 'post' ? LOOK_RULES_MAX : 1 }, (_, i) => ({
+      handle: i + 1,
+      translates: false,
+      jumps: chain === 'post' && i === 0 ? ['next'] : [],
+      expressions: ['immediate'],
+    }));
+  const read: string[] = [];
+  const kernel = {
+    chains: async () => [base],
+    ruleShapes: async (_f: string, _t: string, chain: string) => {
+      read.push(chain);
+      return many(chain);
+    },
+    listRules: async () => '',
+  } as unknown as Kernel;
+  const byRules = await scanNatChains(kernel, () => false);
+  t.same(read, ['post'], `${LOOK_RULES_MAX} rules read: the jumped chain not`);
+  t.ok(byRules.truncated);
+  // A clock moving LOOK_TIME_MS / 2 per reading: the third chain is past the budget.
+  let clock = 0;
+  const chainOf = (n: number) => [
+    { handle: 1, translates: false, jumps: [`c${n + 1}`], expressions: ['immediate'] },
+  ];
+  const timed = {
+    chains: async () => [{ ...base, name: 'c0' }],
+    ruleShapes: async (_f: string, _t: string, chain: string) => chainOf(Number(chain.slice(1))),
+    listRules: async () => '',
+  } as unknown as Kernel;
+  const byTime = await scanNatChains(timed, () => false, new Map(), {
+    now: () => (clock += LOOK_TIME_MS / 2) - LOOK_TIME_MS / 2,
+  });
+  t.ok(byTime.truncated, 'stopped by the time budget');
 });
