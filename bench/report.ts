@@ -512,7 +512,7 @@ function values(r: BenchResults): Record<string, string> {
           ...(o.beside
             ? [
                 '',
-                `Beside the red team's table (issue 51): ${o.beside.setting}; resyncs every 2 s, so the look prints that chain again at each (libnftables downloading the set). Meanwhile ${o.beside.changes} config changes 1.5 s apart, each rename → \`/healthz\` showing its generation, and \`/readyz\` and \`/healthz\` in turn every 100 ms on fresh connections. The agent's start to its first write: ${ms(o.beside.firstWriteMs)}.`,
+                `Beside the red team's table (issue 51): ${o.beside.setting}; resyncs every 2 s, so the look prints that chain again at each (libnftables downloading the set). Meanwhile ${o.beside.changes} config changes 1.5 s apart, each rename → \`/healthz\` showing its generation, and \`/readyz\` and \`/healthz\` in turn every 100 ms on fresh connections. From loading the foreign table (its \`nft -f\` of the whole set included) to the agent's first write: ${ms(o.beside.firstWriteMs)}.`,
                 '',
                 table(
                   [
