@@ -17,6 +17,7 @@ import type { IdleRow } from './idle.js';
 import type { KubernetesRow } from './kubernetes.js';
 import type { RealApiRow } from './kubernetes-real.js';
 import type { PodPolicyResults } from './pod-policies.js';
+import type { FlowsMemoryRow } from './flows-memory.js';
 import type { OtherNatRow } from './other-nat.js';
 import type { DecisionsResult } from './decisions.js';
 import type { EditResults, EditRow } from './edit.js';
@@ -54,6 +55,8 @@ export interface BenchResults {
   decisions?: DecisionsResult & { date: string };
   /** The SNAT port sample (bench/nat-sample.ts), with when it was measured. */
   natSample?: { rows: NatSampleRow[]; date: string };
+  /** --flows' peak RSS at 250 000 groups (bench/flows-memory.ts), with when it was measured. */
+  flowsMemory?: { rows: FlowsMemoryRow[]; date: string };
   /** The everyday edit (bench/edit.ts), with when it was measured. */
   edit?: EditResults & { date: string };
   /** Pod policies (bench/pod-policies.ts), with when they were measured. */
@@ -253,6 +256,7 @@ function goals(r: BenchResults): Goal[] {
     ...kubernetesRealGoals(r.kubernetesReal),
     ...lookBesideGoals(r.otherNat?.beside),
     ...wideLookGoals(r.otherNat?.rows),
+    ...flowsMemoryGoals(r.flowsMemory?.rows),
     [
       `/healthz p99 ≤ 50 ms while ${n(r.writes.busyCidrs)} CIDRs apply`,
       'responsiveness',
@@ -291,6 +295,25 @@ function lookBesideGoals(b: LookBeside | undefined): Goal[] {
       part,
       `${ms(b.probeMaxMs)} at most (p99 ${ms(b.probeP99Ms)}, ${b.probes} probes, ${b.probesFailed} not 200)`,
       b.probeMaxMs <= 100 && b.probesFailed === 0,
+    ],
+  ];
+}
+
+/** --flows streams (issue 51, item 7): its peak RSS at 250 000 groups, text and JSON. */
+function flowsMemoryGoals(rows: readonly FlowsMemoryRow[] | undefined): Goal[] {
+  if (!rows?.length) return [];
+  const most = Math.max(...rows.map((row) => row.peakMiB));
+  return [
+    [
+      `--flows at ${n(rows[0]!.groups)} groups: peak RSS ≤ 64 MiB, text and JSON (before: 528 and 583 MiB)`,
+      'hardening 5: --flows streams',
+      rows
+        .map(
+          (row) =>
+            `${row.output} ${fmt(row.peakMiB)} MiB (${fmt(row.bytes / 1048576)} MiB printed)`,
+        )
+        .join(', '),
+      most <= 64,
     ],
   ];
 }

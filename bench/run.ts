@@ -12,6 +12,7 @@ import { benchConntrack } from './conntrack.js';
 import { benchDecisions } from './decisions.js';
 import { benchEdit } from './edit.js';
 import { benchNatSample } from './nat-sample.js';
+import { benchFlowsMemory } from './flows-memory.js';
 import { benchDataPath } from './dataplane.js';
 import { describeMachine } from './harness.js';
 import { benchIdle } from './idle.js';
@@ -68,7 +69,7 @@ async function section<T>(name: string, fn: () => Promise<T>): Promise<T> {
 }
 
 /**
- * `--only kubernetes`, `other-nat`, `decisions`, `nat-sample`, `edit`, `kubernetes-real` or `pod-policies`: measures that section alone and puts it into
+ * `--only kubernetes`, `other-nat`, `decisions`, `nat-sample`, `flows-memory`, `edit`, `kubernetes-real` or `pod-policies`: measures that section alone and puts it into
  * docs/bench.json beside the other sections' figures from their own run (each such section says
  * when it was measured).
  */
@@ -81,13 +82,14 @@ async function onlySection(name: string): Promise<void> {
     results.otherNat = { rows: await benchOtherNat(), beside: await benchLookBeside(), date };
   else if (name === 'decisions') results.decisions = { ...(await benchDecisions()), date };
   else if (name === 'nat-sample') results.natSample = { rows: await benchNatSample(), date };
+  else if (name === 'flows-memory') results.flowsMemory = { rows: await benchFlowsMemory(), date };
   else if (name === 'edit') results.edit = { ...(await benchEdit()), date };
   else if (name === 'kubernetes-real')
     results.kubernetesReal = { rows: await benchKubernetesReal(), date };
   else if (name === 'pod-policies') results.podPolicies = { ...(await benchPodPolicies()), date };
   else
     throw new Error(
-      `--only: no section ${name} (kubernetes, other-nat, decisions, nat-sample, edit, kubernetes-real, pod-policies)`,
+      `--only: no section ${name} (kubernetes, other-nat, decisions, nat-sample, flows-memory, edit, kubernetes-real, pod-policies)`,
     );
   const style = { ...(await resolveConfig(json)), parser: 'json' as const };
   await writeFile(json, await format(JSON.stringify(results), style));
@@ -160,6 +162,10 @@ async function main(argv: readonly string[]): Promise<void> {
     rows: await benchNatSample(quick ? [100_000] : [100_000, 1_000_000]),
     date: new Date().toISOString(),
   }));
+  const flowsMemory = await section('--flows memory', async () => ({
+    rows: await benchFlowsMemory(),
+    date: new Date().toISOString(),
+  }));
   const results: BenchResults = {
     quick,
     machine,
@@ -182,6 +188,7 @@ async function main(argv: readonly string[]): Promise<void> {
     otherNat,
     decisions,
     natSample,
+    flowsMemory,
     edit,
   };
   if (quick && !argv.includes('--write')) {

@@ -8,14 +8,13 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "conntrack.h"
 
 namespace natstats {
-
-using Address = std::array<uint8_t, 16>;  // network byte order; IPv4 uses the first 4 bytes
 
 struct Request {
   uint8_t family = 0;                  // AF_INET or AF_INET6
@@ -31,29 +30,38 @@ struct Protocol {
   uint64_t busiest = 0;
 };
 
-// The flows of one source to one destination, and where they were translated to.
-struct Group {
-  Address source{};
-  uint8_t protocol = 0;
-  Address destination{};
-  uint16_t port = 0;  // host byte order
-  uint64_t flows = 0;
-  std::vector<Address> translated;  // distinct, at most kTranslatedKept
-  // The most flows any of its translated addresses has to this destination and port.
-  uint64_t busiest = 0;
+// --flows' records (README, "What the node's NAT does"): one per (source, translated address,
+// destination, port, protocol), in memory mapped for the most there may be and taken page by page
+// as they are written (no copy as they grow), sorted in place as they are shown: by their source's
+// flows (most first), source, their group's flows (source, destination, port, protocol; most
+// first), destination, port, protocol and translated address. Each record, with w the address width
+// (4 or 16): source at 0, translated address at w, destination at 2w, port (network order) at 3w,
+// protocol at 3w + 2, then 32-bit counts in host order: its flows at 3w + 4, and at 3w + 8 the
+// busiest of its group's translated addresses to that destination and port (its flows there, from
+// any source).
+struct FlowRecords {
+  uint8_t* data = nullptr;
+  size_t mapped = 0;
+  size_t count = 0;
+  size_t stride = 0;
+  FlowRecords() = default;
+  FlowRecords(const FlowRecords&) = delete;
+  FlowRecords& operator=(const FlowRecords&) = delete;
+  ~FlowRecords();
 };
 
-constexpr size_t kTranslatedKept = 8;
+// The most records one dump keeps (the dump stops there, incomplete).
+constexpr size_t kFlowRecordsMax = size_t{1} << 24;
 
 struct Result {
   bool ok = true;
   std::string error;
-  bool complete = true;  // false: stopped at the CPU budget
+  bool complete = true;  // false: stopped at the CPU budget (or at kFlowRecordsMax records)
   uint64_t seen = 0;     // entries the dump delivered
   uint64_t translated = 0;
   double cpu_s = 0;
   std::map<uint8_t, Protocol> protocols;  // by protocol number
-  std::vector<Group> groups;              // with by_source only
+  std::shared_ptr<FlowRecords> flows;     // with by_source only
 };
 
 Result Sample(const Request& request);

@@ -322,7 +322,8 @@ Napi::Value ConntrackJudge(const Napi::CallbackInfo& info) {
 }
 
 // natSample({ family: 4 | 6, cpuBudgetS, bySource, from: Buffer, to: Buffer }) → Promise<{
-// complete, seen, translated, cpuS, protocols: [protocol, flows, busiest][], groups?: [...] }>: the
+// complete, seen, translated, cpuS, protocols: [protocol, flows, busiest][], records?: { width,
+// stride, count, data: Buffer } }>: the
 // family's source-translated conntrack entries aggregated (nat-stats.h), on a pool thread.
 Napi::Value NatSample(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -344,12 +345,6 @@ Napi::Value NatSample(const Napi::CallbackInfo& info) {
     natstats::Result result = natstats::Sample(request);
     if (!result.ok) return Failed(result.error);
     return Value([result = std::move(result), family](Napi::Env env) {
-      const int af = family == 4 ? AF_INET : AF_INET6;
-      auto text = [af](const natstats::Address& address) {
-        char buffer[INET6_ADDRSTRLEN] = {};
-        inet_ntop(af, address.data(), buffer, sizeof(buffer));
-        return std::string(buffer);
-      };
       Napi::Object answer = Napi::Object::New(env);
       answer.Set("complete", result.complete);
       answer.Set("seen", static_cast<double>(result.seen));
@@ -365,23 +360,25 @@ Napi::Value NatSample(const Napi::CallbackInfo& info) {
         protocols.Set(i++, row);
       }
       answer.Set("protocols", protocols);
-      Napi::Array groups = Napi::Array::New(env, result.groups.size());
-      for (uint32_t g = 0; g < result.groups.size(); g++) {
-        const natstats::Group& group = result.groups[g];
-        Napi::Object row = Napi::Object::New(env);
-        row.Set("source", text(group.source));
-        row.Set("protocol", group.protocol);
-        row.Set("destination", text(group.destination));
-        row.Set("port", group.port);
-        row.Set("flows", static_cast<double>(group.flows));
-        Napi::Array translated = Napi::Array::New(env, group.translated.size());
-        for (uint32_t t = 0; t < group.translated.size(); t++)
-          translated.Set(t, text(group.translated[t]));
-        row.Set("translated", translated);
-        row.Set("busiest", static_cast<double>(group.busiest));
-        groups.Set(g, row);
+      if (result.flows) {
+        // The records and their order, handed over without a copy (nat-stats.h, FlowRecords).
+        const std::shared_ptr<natstats::FlowRecords>& flows = result.flows;
+        const auto external = [env, &flows](void* data, size_t length) {
+          if (length == 0) return Napi::Buffer<uint8_t>::New(env, 0);
+          return Napi::Buffer<uint8_t>::New(
+              env, static_cast<uint8_t*>(data), length,
+              [](Napi::Env, uint8_t*, std::shared_ptr<natstats::FlowRecords>* held) {
+                delete held;
+              },
+              new std::shared_ptr<natstats::FlowRecords>(flows));
+        };
+        Napi::Object records = Napi::Object::New(env);
+        records.Set("width", static_cast<double>(family == 4 ? 4 : 16));
+        records.Set("stride", static_cast<double>(flows->stride));
+        records.Set("count", static_cast<double>(flows->count));
+        records.Set("data", external(flows->data, flows->count * flows->stride));
+        answer.Set("records", records);
       }
-      answer.Set("groups", groups);
       return answer;
     });
   });

@@ -1,23 +1,23 @@
 // Entry point: flags → one of the modes of README, "Flags". Every mode takes its stage options from
 // plan() (options.ts).
-import { pino, type Logger } from 'pino';
-import { agentMetrics, connectApi, makeReconciler, runAgent } from './agent.js';
+import type { Logger } from 'pino';
 import type { LoadResult } from './config/types.js';
 import { errorText } from './errors.js';
 import type { KubernetesSession } from './kubernetes/index.js';
 import { parseArgs } from './cli/flags.js';
-import { compile } from './compile.js';
-import { loadConfig } from './config/index.js';
 import { workOnce } from './memory.js';
-import { renderReplace } from './nftables/render.js';
 import { plan, usesApi, type AgentOptions } from './options.js';
-import { cleanup } from './cli/cleanup.js';
 import { nftKernel } from './nftables/kernel.js';
 import { version } from './version.js';
 
 /** --render: needs no privileges and never loads the addon. */
 async function render(options: AgentOptions, flagWarnings: readonly string[]): Promise<number> {
   for (const warning of flagWarnings) process.stderr.write(`warning: ${warning}\n`);
+  const [{ compile }, { loadConfig }, { renderReplace }] = await Promise.all([
+    import('./compile.js'),
+    import('./config/index.js'),
+    import('./nftables/render.js'),
+  ]);
   const stages = plan(options);
   let result: LoadResult;
   if (usesApi(options)) {
@@ -42,6 +42,9 @@ async function render(options: AgentOptions, flagWarnings: readonly string[]): P
 const ONCE_API_WAIT_MS = 30_000;
 
 async function once(options: AgentOptions, logger: Logger): Promise<number> {
+  // The agent's modules (HTTP server, metrics, reconciler) load only where the agent runs: the
+  // operator's one-shot commands stay small (--flows, README "What the node's NAT does").
+  const { agentMetrics, connectApi, makeReconciler } = await import('./agent.js');
   const metrics = agentMetrics(logger);
   let changed = () => {};
   let api: KubernetesSession | undefined;
@@ -83,8 +86,9 @@ export async function main(argv: readonly string[]): Promise<number | undefined>
     return parsed.exitCode;
   }
   const { options } = parsed;
-  // One-shot commands finish sooner with the optimizing compiler; only the agent saves its memory.
-  if (options.mode !== 'run') workOnce();
+  // One-shot commands finish sooner with the optimizing compiler; the agent saves its memory, and so
+  // does --flows, whose memory must not grow with the conntrack table (src/cli/flows.ts).
+  if (options.mode !== 'run' && options.mode !== 'flows') workOnce();
   if (options.mode === 'version') {
     process.stdout.write(`ipmasq-agent ${version()}\n`);
     return 0;
@@ -109,6 +113,8 @@ export async function main(argv: readonly string[]): Promise<number | undefined>
     const { flowsCommand } = await import('./cli/flows.js');
     return flowsCommand(options, nftKernel);
   }
+  // Modules load where a mode needs them (each is a few MiB of a one-shot's memory, --flows).
+  const { pino } = await import('pino');
   const logger = pino({ level: options.logLevel, base: { pid: process.pid } });
   for (const warning of parsed.warnings) logger.warn(warning);
   switch (options.mode) {
@@ -116,6 +122,7 @@ export async function main(argv: readonly string[]): Promise<number | undefined>
       return once(options, logger);
     case 'cleanup': {
       const stages = plan(options);
+      const { cleanup } = await import('./cli/cleanup.js');
       return cleanup({
         table: stages.compile.table,
         legacy: stages.legacy,
@@ -123,9 +130,11 @@ export async function main(argv: readonly string[]): Promise<number | undefined>
         logger,
       });
     }
-    case 'run':
+    case 'run': {
+      const { runAgent } = await import('./agent.js');
       await runAgent(options, logger);
       return undefined;
+    }
   }
 }
 

@@ -1,9 +1,12 @@
 // What the node's NAT did with the translated flows (README, "What the node's NAT does"): protocol
 // names, the source ports a translation can use, the port headroom by family and protocol, and the
-// operator's view of `--flows` from a NAT sample (nftables/types.ts, NatSample). Pure.
+// operator's view of `--flows` from a NAT sample's records (nftables/types.ts, NatRecords), read a
+// source at a time and written a piece at a time: memory flat whatever the number of groups. Pure.
 import type { PortRange } from './compile.js';
 import type { AddressFamily } from './config/types.js';
-import type { NatGroup, NatSample, RuleShape } from './nftables/types.js';
+import { endianness } from 'node:os';
+import { formatAddress } from './cidr/index.js';
+import type { NatRecords, NatSample, RuleShape } from './nftables/types.js';
 
 /** The protocols the series are labelled with. */
 export const NAT_PROTOCOLS = ['tcp', 'udp', 'sctp', 'icmp', 'other'] as const;
@@ -72,64 +75,184 @@ export interface FlowDestination {
   readonly portUsage: number;
 }
 
+/** One source's flows, its destinations read from the records only when asked for. */
 export interface FlowSource {
   readonly source: string;
   readonly flows: number;
-  /** `namespace/name` of the pod holding the address (with --kubernetes/--kubeconfig). */
-  readonly pod?: string;
-  readonly destinations: readonly FlowDestination[];
+  readonly family: AddressFamily;
+  /** Its destinations, most flows first; a new pass over the records each time. */
+  destinations(): Iterable<FlowDestination>;
 }
 
-/** Groups by source (most flows first), each source's destinations by flows. */
-export function flowSources(
-  groups: ReadonlyArray<NatGroup & { readonly family: AddressFamily }>,
+/** At most this many translated addresses are named per destination. */
+export const TRANSLATED_SHOWN = 8;
+
+const hostOrder32 =
+  endianness() === 'LE'
+    ? (buffer: Buffer, at: number) => buffer.readUInt32LE(at)
+    : (buffer: Buffer, at: number) => buffer.readUInt32BE(at);
+
+function addressAt(buffer: Buffer, at: number, width: 4 | 16): string {
+  if (width === 4) return `${buffer[at]}.${buffer[at + 1]}.${buffer[at + 2]}.${buffer[at + 3]}`;
+  let value = 0n;
+  for (let i = 0; i < 16; i++) value = (value << 8n) | BigInt(buffer[at + i]!);
+  return formatAddress(6, value);
+}
+
+/**
+ * The sources of one family's records (native/nat-stats.h, FlowRecords), in the order the addon
+ * sorted them: most flows first. Nothing is kept between them: memory stays flat whatever the count.
+ */
+export function* flowSources(
+  records: NatRecords,
+  family: AddressFamily,
   ports: number,
-  pods?: ReadonlyMap<string, string>,
-): FlowSource[] {
-  const bySource = new Map<string, FlowDestination[]>();
-  for (const group of groups) {
-    const list = bySource.get(group.source) ?? [];
-    list.push({
-      protocol: protocolName(group.protocol, group.family),
-      address: group.destination,
-      port: group.port,
-      flows: group.flows,
-      translatedTo: [...group.translated].sort(),
-      portUsage: group.busiest / ports,
-    });
-    bySource.set(group.source, list);
-  }
-  const sources = [...bySource].map(([source, destinations]) => {
-    const pod = pods?.get(source);
-    return {
-      source,
-      flows: destinations.reduce((sum, d) => sum + d.flows, 0),
-      ...(pod !== undefined ? { pod } : {}),
-      destinations: destinations.sort(
-        (a, b) => b.flows - a.flows || a.address.localeCompare(b.address) || a.port - b.port,
-      ),
+): Generator<FlowSource> {
+  const { width: w, stride, count, data } = records;
+  const same = (a: number, b: number, from: number, length: number) =>
+    data.compare(
+      data,
+      b * stride + from,
+      b * stride + from + length,
+      a * stride + from,
+      a * stride + from + length,
+    ) === 0;
+  const flowsOf = (k: number) => hostOrder32(data, k * stride + 3 * w + 4);
+  for (let k = 0; k < count;) {
+    let end = k + 1;
+    let flows = flowsOf(k);
+    for (; end < count && same(k, end, 0, w); end++) flows += flowsOf(end);
+    const [from, to] = [k, end];
+    yield {
+      source: addressAt(data, k * stride, w),
+      flows,
+      family,
+      *destinations() {
+        for (let i = from; i < to;) {
+          const record = i * stride;
+          const translated: string[] = [];
+          let group = 0;
+          let j = i;
+          for (; j < to && same(i, j, 2 * w, w + 3); j++) {
+            group += flowsOf(j);
+            if (translated.length < TRANSLATED_SHOWN)
+              translated.push(addressAt(data, j * stride + w, w));
+          }
+          yield {
+            protocol: protocolName(data[record + 3 * w + 2]!, family),
+            address: addressAt(data, record + 2 * w, w),
+            port: data.readUInt16BE(record + 3 * w),
+            flows: group,
+            translatedTo: translated,
+            portUsage: hostOrder32(data, record + 3 * w + 8) / ports,
+          };
+          i = j;
+        }
+      },
     };
-  });
-  return sources.sort((a, b) => b.flows - a.flows || a.source.localeCompare(b.source));
+    k = end;
+  }
+}
+
+/** Two families' sources as one list, most flows first (IPv4 first where equal). */
+export function* mergedSources(
+  a: Iterable<FlowSource>,
+  b: Iterable<FlowSource>,
+): Generator<FlowSource> {
+  const left = a[Symbol.iterator]();
+  const right = b[Symbol.iterator]();
+  let l = left.next();
+  let r = right.next();
+  while (!l.done || !r.done) {
+    if (r.done || (!l.done && l.value.flows >= r.value.flows)) {
+      yield l.value as FlowSource;
+      l = left.next();
+    } else {
+      yield r.value;
+      r = right.next();
+    }
+  }
 }
 
 const percent = (ratio: number) => `${(ratio * 100).toFixed(ratio < 0.01 ? 2 : 1)}%`;
 
-/** --flows as text: a line per source, then one per destination. */
-export function flowsText(sources: readonly FlowSource[], ports: number): string {
-  if (sources.length === 0) return 'no translated flows in conntrack';
-  const lines = [`${ports} source ports per translated address`];
+/** --flows as text, a line at a time: a line per source, then one per destination. */
+export function* flowsTextLines(
+  sources: Iterable<FlowSource>,
+  ports: number,
+  pods?: ReadonlyMap<string, string>,
+): Generator<string> {
+  let any = false;
   for (const s of sources) {
-    lines.push(
-      `${s.source}${s.pod ? ` (${s.pod})` : ''}: ${s.flows} flow${s.flows === 1 ? '' : 's'}`,
-    );
-    for (const d of s.destinations) {
+    if (!any) yield `${ports} source ports per translated address`;
+    any = true;
+    const pod = pods?.get(s.source);
+    yield `${s.source}${pod ? ` (${pod})` : ''}: ${s.flows} flow${s.flows === 1 ? '' : 's'}`;
+    for (const d of s.destinations()) {
       const where = d.address.includes(':') ? `[${d.address}]` : d.address;
-      lines.push(
+      yield (
         `  ${d.protocol} ${where}${d.port ? `:${d.port}` : ''}  ${d.flows} flow${d.flows === 1 ? '' : 's'}` +
-          `  as ${d.translatedTo.join(', ')}  port usage ${percent(d.portUsage)}`,
+        `  as ${d.translatedTo.join(', ')}  port usage ${percent(d.portUsage)}`
       );
     }
   }
-  return lines.join('\n');
+  if (!any) yield 'no translated flows in conntrack';
+}
+
+/** `text` indented by `by` spaces on every line. */
+const indented = (text: string, by: number) => text.replace(/^/gm, ' '.repeat(by));
+
+/**
+ * --flows as JSON, a piece at a time: the same text JSON.stringify({ ports, sources }, null, 2)
+ * makes, each source with its `pod` where named and its destinations.
+ */
+export function* flowsJsonPieces(
+  sources: Iterable<FlowSource>,
+  ports: number,
+  pods?: ReadonlyMap<string, string>,
+): Generator<string> {
+  let any = false;
+  for (const s of sources) {
+    yield any ? ',\n' : `{\n  "ports": ${JSON.stringify(ports)},\n  "sources": [\n`;
+    any = true;
+    const pod = pods?.get(s.source);
+    yield `    {\n      "source": ${JSON.stringify(s.source)},\n      "flows": ${JSON.stringify(s.flows)},\n`;
+    if (pod !== undefined) yield `      "pod": ${JSON.stringify(pod)},\n`;
+    yield '      "destinations": [\n';
+    let first = true;
+    for (const d of s.destinations()) {
+      yield (first ? '' : ',\n') + indented(JSON.stringify(d, null, 2), 8);
+      first = false;
+    }
+    yield '\n      ]\n    }';
+  }
+  yield any ? '\n  ]\n}\n' : `{\n  "ports": ${JSON.stringify(ports)},\n  "sources": []\n}\n`;
+}
+
+/**
+ * A generator's pieces written into buffers of `size` bytes, each yielded once full (the last one
+ * when the pieces end), `separator` after each piece. A piece is garbage as soon as it is copied:
+ * nothing of the output is held on the JavaScript heap, whatever its length.
+ */
+export function* chunked(
+  pieces: Iterable<string>,
+  size = 64 * 1024,
+  separator = '',
+): Generator<Buffer> {
+  let buffer = Buffer.allocUnsafeSlow(size);
+  let used = 0;
+  for (const piece of pieces) {
+    const text = piece + separator;
+    if (used + Buffer.byteLength(text) > size) {
+      if (used > 0) yield buffer.subarray(0, used);
+      buffer = Buffer.allocUnsafeSlow(size);
+      used = 0;
+      if (Buffer.byteLength(text) > size) {
+        yield Buffer.from(text);
+        continue;
+      }
+    }
+    used += buffer.write(text, used);
+  }
+  if (used > 0) yield buffer.subarray(0, used);
 }

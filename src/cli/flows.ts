@@ -1,7 +1,8 @@
 // `ipmasq-agent --flows` (README, "What the node's NAT does"): the translated flows now in conntrack,
 // by source and destination, with each destination's port usage; `--from`/`--to` filter, `--output
 // json`; with --kubernetes/--kubeconfig the pods of this Node are named. The dump is aggregated on a
-// pool thread as it streams (native/nat-stats.h): no entry is held, only counts.
+// pool thread as it streams (native/nat-stats.h): no entry is held, only a compact record per group,
+// sorted there; the output is written a piece at a time as it is read from them.
 import {
   escapeUnprintable,
   formatAddress,
@@ -12,9 +13,18 @@ import {
 } from '../cidr/index.js';
 import type { AddressFamily } from '../config/types.js';
 import { errorText } from '../errors.js';
-import { flowSources, flowsText, snatPortsOfShapes } from '../flows.js';
+import {
+  chunked,
+  flowSources,
+  flowsJsonPieces,
+  flowsTextLines,
+  mergedSources,
+  snatPortsOfShapes,
+  type FlowSource,
+} from '../flows.js';
+import { collectGarbage } from '../memory.js';
 import type { Kernel } from '../nftables/kernel.js';
-import type { NatGroup, RuleShape } from '../nftables/types.js';
+import type { RuleShape } from '../nftables/types.js';
 import { plan, usesApi, type AgentOptions } from '../options.js';
 
 /** The most CPU one family's dump may take here: a one-shot command may take longer than a sample. */
@@ -76,7 +86,23 @@ export async function podNames(
   }
 }
 
+/** Writes the chunks to stdout as they come, waiting while it is full (a pipe to a slow reader). */
+async function written(chunks: Iterable<Buffer>): Promise<void> {
+  let writes = 0;
+  for (const chunk of chunks) {
+    if (!process.stdout.write(chunk))
+      await new Promise<void>((resolve) => process.stdout.once('drain', resolve));
+    if (++writes % WRITES_PER_COLLECTION === 0) collectGarbage();
+  }
+}
+
+/** A full collection after this many writes of ~64 KiB (a few ms each: every ~512 KiB written). */
+const WRITES_PER_COLLECTION = 8;
+
 export async function flowsCommand(options: AgentOptions, kernel: Kernel): Promise<number> {
+  // Each piece written is garbage at once: the young generation, kept at its first size for this
+  // command as for the agent (src/cli.ts, src/memory.ts), collects it, and a full collection every
+  // WRITES_PER_COLLECTION writes the little it promotes. Memory does not grow with the output.
   const from = rangeOf(options.from);
   const to = rangeOf(options.to);
   if (from && to && from.family !== to.family) {
@@ -85,7 +111,8 @@ export async function flowsCommand(options: AgentOptions, kernel: Kernel): Promi
   }
   const only = from?.family ?? to?.family;
   const families: Array<4 | 6> = only ? [only] : [4, 6];
-  const groups: Array<NatGroup & { family: AddressFamily }> = [];
+  const ports = await portsInKernel(kernel, options);
+  const lists: Array<Iterable<FlowSource>> = [];
   let incomplete = false;
   try {
     for (const family of families) {
@@ -98,11 +125,7 @@ export async function flowsCommand(options: AgentOptions, kernel: Kernel): Promi
       });
       incomplete ||= !sample.complete;
       const name: AddressFamily = family === 4 ? 'ipv4' : 'ipv6';
-      // Sources as the agent formats addresses, as the pods' are.
-      for (const group of sample.groups) {
-        const source = parseAddress(group.source);
-        groups.push({ ...group, source: formatAddress(source.family, source.addr), family: name });
-      }
+      if (sample.records) lists.push(flowSources(sample.records, name, ports));
     }
   } catch (err) {
     process.stderr.write(
@@ -114,12 +137,13 @@ export async function flowsCommand(options: AgentOptions, kernel: Kernel): Promi
     process.stderr.write(
       `warning: the conntrack dump took more than ${FLOWS_BUDGET_S} s of CPU and stopped: the figures are partial\n`,
     );
-  const ports = await portsInKernel(kernel, options);
   const { pods, problem } = await podNames(options);
   if (problem) process.stderr.write(`note: ${problem}\n`);
-  const sources = flowSources(groups, ports, pods);
-  if (options.output === 'json')
-    process.stdout.write(`${JSON.stringify({ ports, sources }, null, 2)}\n`);
-  else process.stdout.write(`${flowsText(sources, ports)}\n`);
+  const sources = mergedSources(lists[0] ?? [], lists[1] ?? []);
+  await written(
+    options.output === 'json'
+      ? chunked(flowsJsonPieces(sources, ports, pods))
+      : chunked(flowsTextLines(sources, ports, pods), undefined, '\n'),
+  );
   return 0;
 }

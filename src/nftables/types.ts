@@ -270,16 +270,16 @@ export interface NatSampleRequest {
   readonly to?: readonly Range[];
 }
 
-/** The flows of one source to one destination, and where they were translated to. */
-export interface NatGroup {
-  readonly source: string;
-  readonly protocol: number;
-  readonly destination: string;
-  readonly port: number;
-  readonly flows: number;
-  readonly translated: readonly string[];
-  /** The most flows any of its translated addresses has to this destination and port. */
-  readonly busiest: number;
+/**
+ * --flows' records (native/nat-stats.h, FlowRecords): one per (source, translated address,
+ * destination, port, protocol), `stride` bytes each in `data`, in the order they are shown: by their
+ * source's flows, then each source's destinations by flows.
+ */
+export interface NatRecords {
+  readonly width: 4 | 16;
+  readonly stride: number;
+  readonly count: number;
+  readonly data: Buffer;
 }
 
 /** A NAT sample: whether it ended within its budget, and its figures. */
@@ -290,5 +290,6 @@ export interface NatSample {
   readonly cpuS: number;
   /** [protocol number, translated flows, the busiest (address, destination, port)'s flows]. */
   readonly protocols: ReadonlyArray<readonly [number, number, number]>;
-  readonly groups: readonly NatGroup[];
+  /** With `bySource` only. */
+  readonly records?: NatRecords;
 }

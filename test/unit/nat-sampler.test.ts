@@ -41,7 +41,6 @@ const sample = (over: Partial<NatSample>): NatSample => ({
   translated: 10,
   cpuS: 0.01,
   protocols: [[17, 10, 8]],
-  groups: [],
   ...over,
 });
 
