@@ -3,11 +3,9 @@
 // `ipmasq-agent --flows` printing them as text and as JSON (wait4's rusage, through python3), its
 // output read and counted as it comes. Goal: ≤ 64 MiB whatever the output's size (before: 528 and
 // 583 MiB, the output and every group held).
-import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { agentBin } from '../harness/agent.js';
-import { inNetns, packageRoot } from '../harness/netns.js';
+import { buildConntrackFill, flowsPeak } from '../harness/flows.js';
+import { inNetns } from '../harness/netns.js';
 import { netns, tempDir, withScope } from './harness.js';
 
 export interface FlowsMemoryRow {
@@ -25,45 +23,13 @@ export async function benchFlowsMemory(groups = 250_000): Promise<FlowsMemoryRow
     // The limit is the host's (read-only in other namespaces): raised for the bench only.
     writeFileSync(CONNTRACK_MAX, String(Math.max(Number(max), groups + 100_000)));
     return await withScope(async (scope) => {
-      const dir = await tempDir(scope);
-      const fill = join(dir, 'ct-fill');
-      execFileSync('cc', [
-        '-O2',
-        '-o',
-        fill,
-        join(packageRoot, 'bench', 'ct-fill.c'),
-        '-lnetfilter_conntrack',
-      ]);
+      const fill = buildConntrackFill(await tempDir(scope));
       const ns = await netns(scope, 'flowsmem');
       await inNetns(ns, fill, [String(groups)], { timeoutMs: 600_000 });
-      const script =
-        'import resource, subprocess, sys\n' +
-        'child = subprocess.Popen(sys.argv[1:], stdout=subprocess.PIPE)\n' +
-        'size = 0\n' +
-        'while chunk := child.stdout.read(1 << 16): size += len(chunk)\n' +
-        'child.wait()\n' +
-        'print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, size)\n';
       const rows: FlowsMemoryRow[] = [];
       for (const output of ['text', 'json'] as const) {
-        const { stdout } = await inNetns(
-          ns,
-          'env',
-          [
-            '-u',
-            'NODE_OPTIONS',
-            'python3',
-            '-c',
-            script,
-            process.execPath,
-            agentBin,
-            '--flows',
-            '--output',
-            output,
-          ],
-          { timeoutMs: 300_000 },
-        );
-        const [kib, bytes] = stdout.trim().split(' ').map(Number);
-        rows.push({ output, groups, bytes: bytes!, peakMiB: kib! / 1024 });
+        const { mib, bytes } = await flowsPeak(ns, output);
+        rows.push({ output, groups, bytes, peakMiB: mib });
       }
       return rows;
     });

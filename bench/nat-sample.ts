@@ -4,10 +4,10 @@
 // bench/ct-fill.c (built here with cc). Per size: one sample's CPU (its thread's, the kernel's dump
 // included) and wall time and the peak RSS it adds, run in a probe process; then the agent itself
 // sampling every second while /healthz is asked every 20 ms: the answers' p99.
-import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { metricValue, startHealthProbe } from '../harness/agent.js';
+import { buildConntrackFill } from '../harness/flows.js';
 import { inNetns, packageRoot } from '../harness/netns.js';
 import { AgentSession } from './agent-session.js';
 import { netns, percentile, tempDir, withScope } from './harness.js';
@@ -52,15 +52,7 @@ export async function benchNatSample(
     for (const entries of sizes) {
       rows.push(
         await withScope(async (scope) => {
-          const dir = await tempDir(scope);
-          const fill = join(dir, 'ct-fill');
-          execFileSync('cc', [
-            '-O2',
-            '-o',
-            fill,
-            join(packageRoot, 'bench', 'ct-fill.c'),
-            '-lnetfilter_conntrack',
-          ]);
+          const fill = buildConntrackFill(await tempDir(scope));
           const probe = await withScope(async (inner) => {
             const ns = await netns(inner, 'natsample');
             await inNetns(ns, fill, [String(entries)], { timeoutMs: 600_000 });
