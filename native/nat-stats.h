@@ -1,7 +1,8 @@
 // What the node's NAT does with the translated flows (README, "What the node's NAT does"): one
 // dump of a family's conntrack entries that were source-translated, aggregated while it runs —
 // flows by protocol, the busiest (translated address, destination, port) of each, and for
-// `--flows` the flows by source and destination. Bounded in CPU time; holds no entry, only counts.
+// `--flows` the flows by source and destination (a compact record each, FlowRecords). Bounded in
+// CPU time; holds no entry, only counts and those records.
 // Plain C++: nothing of N-API.
 #pragma once
 
