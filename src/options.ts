@@ -82,7 +82,8 @@ export interface WidestPodCIDR {
 
 /**
  * A Node's pod range is its slice of the cluster's (kube-controller-manager hands out /24 and /64
- * by default): one wider than /16 or /48 is a mistake or an attack (README, "Kubernetes API").
+ * by default): one wider than /16 or /48 is a mistake or an attack (README, "Kubernetes API
+ * (opt-in)").
  */
 export const DEFAULT_WIDEST_NODE_POD_CIDR: WidestPodCIDR = { ipv4: 16, ipv6: 48 };
 

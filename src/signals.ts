@@ -44,10 +44,10 @@ function tellLauncher(): void {
 
 /**
  * SIGUSR1 makes Node open its inspector on 127.0.0.1:9229, where any process on the node's loopback
- * (a hostNetwork pod) could run code in an agent that holds NET_ADMIN (README, "Signals"). A
- * listener of our own takes the signal from the inspector for the rest of the process's life; one
- * that came in before it, while Node started, may have opened the inspector already or may open it
- * later, so it is closed here, once more when the loop has run, and whenever it is found open.
+ * (a hostNetwork pod) could run code in an agent that holds NET_ADMIN (README, "When it writes": its
+ * signals). A listener of our own takes the signal from the inspector for the rest of the process's
+ * life; one that came in before it, while Node started, may have opened the inspector already or may
+ * open it later, so it is closed here, once more when the loop has run, and whenever it is found open.
  */
 function refuseDebugger(): void {
   process.on('SIGUSR1', () => {});

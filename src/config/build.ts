@@ -91,7 +91,7 @@ function provenanceOf(
  * sha256 of exactly what compile consumes: the merged, sorted sets (masqLinkLocal* are already in
  * them), so spelling and order vanish, and changing resyncInterval or cidrLimit rewrites nothing.
  * Every release since v2 hashed these bytes: two versions of the agent with one config agree on the
- * table (README, "Two agents in one namespace").
+ * table (README, "Choices where the contract is silent": two agents in one namespace).
  */
 export function hashOf(
   sets: Pick<Config, 'nonMasquerade' | 'masquerade' | 'egress' | 'keys' | 'podPolicies'>,

@@ -345,7 +345,7 @@ const sameList = <T>(a: readonly T[] | undefined, b: readonly T[] | undefined) =
  * (keys, flags, size, timeout), chains and counters, every set changed by a delta (setChange), and
  * one rule differing only in its comment, in a base chain. Undefined for any other change, which
  * renderInPlace writes through libnftables. Plain interval sets are left to libnftables: it keeps
- * their end elements and open intervals (docs/design.md, "The everyday edit").
+ * their end elements and open intervals (README, "The everyday edit").
  */
 export function elementEdit(next: Table, old: Table): TableElementEdit | undefined {
   validateTable(next);
