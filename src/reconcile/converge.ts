@@ -61,7 +61,8 @@ export type Timed = <T>(phase: string, work: () => Promise<T>) => Promise<T>;
  * How one family's table is written: changed from what the kernel holds exactly (`exact`), refilled
  * in place (ours, same objects, content not known), moved to another set key in steps (`key`), created,
  * replaced whole (not of our shape any more: a repair), or made anew beside a stand-in (`upgrade`: an
- * older release's table, whose comment cannot change in place; README, "Reading `nft list table ip ipmasq`").
+ * older release's table, whose comment cannot change in place; README, "Reading `nft list table
+ * ip ipmasq`").
  */
 type Plan =
   | { readonly kind: 'exact'; readonly old: Table; readonly remake?: TransientObjects }
@@ -316,7 +317,8 @@ export class Converger {
         held = compile(config, compileOptions, this.generation, mark?.writer);
         await breathe();
         // An older release's table holding what we would write is made anew all the same, once:
-        // its comment shows a mark that is no longer current (README, "Reading `nft list table ip ipmasq`").
+        // its comment shows a mark that is no longer current (README, "Reading `nft list table ip
+        // ipmasq`").
         const same = holds(found, held);
         const inPlace = same && !olderRelease(found);
         // Not what we would write: drift, or another live agent's write, which we hold back from
