@@ -3,6 +3,7 @@
 // --cleanup all take their stage options from plan(), so a new flag reaches every mode or none.
 import type { CompileOptions, SetLayout } from './compile.js';
 import type { LoadOptions } from './config/types.js';
+import type { WidestPodCIDR } from './kubernetes/pod-cidrs.js';
 import type { PortRange } from './compile.js';
 import type { ConntrackFlushMode } from './reconcile/flush-modes.js';
 import type { LegacyOptions } from './reconcile/legacy.js';
@@ -73,19 +74,6 @@ export interface AgentOptions {
   /** --widest-node-pod-cidr: the shortest prefix a Node's pod CIDR may have, per family. */
   readonly widestNodePodCIDR: WidestPodCIDR;
 }
-
-/** The shortest prefix length a Node's pod CIDR may have, per family. */
-export interface WidestPodCIDR {
-  readonly ipv4: number;
-  readonly ipv6: number;
-}
-
-/**
- * A Node's pod range is its slice of the cluster's (kube-controller-manager hands out /24 and /64
- * by default): one wider than /16 or /48 is a mistake or an attack (README, "Kubernetes API
- * (opt-in)").
- */
-export const DEFAULT_WIDEST_NODE_POD_CIDR: WidestPodCIDR = { ipv4: 16, ipv6: 48 };
 
 /** The agent reads the API server (README, "Kubernetes API (opt-in)"). */
 export function usesApi(options: Pick<AgentOptions, 'kubernetes' | 'kubeconfig'>): boolean {

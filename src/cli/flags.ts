@@ -16,14 +16,8 @@ import {
   parsePortRanges,
 } from './flag-values.js';
 import { conntrackFlushModes } from '../reconcile/flush-modes.js';
-import {
-  DEFAULT_WIDEST_NODE_POD_CIDR,
-  logLevels,
-  outputs,
-  usesApi,
-  type AgentOptions,
-  type Mode,
-} from '../options.js';
+import { DEFAULT_WIDEST_NODE_POD_CIDR } from '../kubernetes/pod-cidrs.js';
+import { logLevels, outputs, usesApi, type AgentOptions, type Mode } from '../options.js';
 
 export type { AgentOptions } from '../options.js';
 

@@ -1,28 +1,15 @@
 // What the agent knows of its cluster (README, "Kubernetes API (opt-in)"): its own Node's labels and,
 // when a config asks, every Node's pod CIDRs. Each from a reflector that keeps only those fields; the
-// last known data stays while the API is away. Pod CIDRs are parsed here: only prefixes the agent
-// formatted itself go further.
+// last known data stays while the API is away. Pod CIDRs are parsed in pod-cidrs.ts: only prefixes
+// the agent formatted itself go further.
 import type { Logger } from 'pino';
-import {
-  escapeUnprintable,
-  formatAddress,
-  formatPrefix,
-  parseAddress,
-  parseCidr,
-  type Prefix,
-} from '../cidr/index.js';
+import { escapeUnprintable, formatAddress, parseAddress } from '../cidr/index.js';
 import type { PodFacts } from '../config/pods.js';
-import { DEFAULT_WIDEST_NODE_POD_CIDR, type WidestPodCIDR } from '../options.js';
 import { errorText } from '../errors.js';
 import { record } from '../record.js';
 import type { ApiClient } from './client.js';
+import { podCIDRsOf, type NodePodCIDRs, type WidestPodCIDR } from './pod-cidrs.js';
 import { DEFAULT_TIMINGS, Reflector, type ReflectorTimings, type WatchOp } from './reflector.js';
-
-/** One Node's pod CIDRs, parsed; the ones left out are named in `rejected`. */
-export interface NodePodCIDRs {
-  readonly prefixes: readonly Prefix[];
-  readonly rejected: readonly string[];
-}
 
 export interface ClusterMetrics {
   setUp(up: boolean): void;
@@ -41,50 +28,7 @@ export interface ClusterOptions {
   readonly widest?: WidestPodCIDR;
 }
 
-/** A Node's spec.podCIDRs has one per family; more is not a Node the API server would store. */
-const MAX_POD_CIDRS = 8;
 const MAX_LABELS = 512;
-
-/**
- * spec.podCIDRs (or the older spec.podCIDR), parsed strictly; IPv6 only with --enable-ipv6; one
- * wider than `widest` allows (a Node's slice of the cluster's range is never /0) left out.
- */
-export function podCIDRsOf(
-  node: Record<string, unknown>,
-  enableIPv6: boolean,
-  widest: WidestPodCIDR = DEFAULT_WIDEST_NODE_POD_CIDR,
-): NodePodCIDRs {
-  const spec = record(node.spec);
-  let texts: unknown[] = [];
-  if (Array.isArray(spec.podCIDRs)) texts = spec.podCIDRs as unknown[];
-  else if (typeof spec.podCIDR === 'string') texts = [spec.podCIDR];
-  const prefixes: Prefix[] = [];
-  const rejected: string[] = [];
-  for (const text of texts.slice(0, MAX_POD_CIDRS)) {
-    if (typeof text !== 'string') {
-      rejected.push(`${typeof text} is not a CIDR`);
-      continue;
-    }
-    try {
-      const prefix = parseCidr(text.slice(0, 64));
-      if (text.length > 64) throw new Error(`${escapeUnprintable(text.slice(0, 64))}… is too long`);
-      // A single-stack IPv4 agent leaves the IPv6 half of a dual-stack Node out, as it would a file's.
-      if (prefix.family === 6 && !enableIPv6) continue;
-      const shortest = prefix.family === 4 ? widest.ipv4 : widest.ipv6;
-      if (prefix.len < shortest) {
-        rejected.push(
-          `${formatPrefix(prefix)} is wider than a Node's pod range may be (/${shortest} at most: --widest-node-pod-cidr)`,
-        );
-        continue;
-      }
-      prefixes.push(prefix);
-    } catch (err) {
-      rejected.push(errorText(err));
-    }
-  }
-  if (texts.length > MAX_POD_CIDRS) rejected.push(`${texts.length - MAX_POD_CIDRS} more left out`);
-  return { prefixes, rejected };
-}
 
 /** metadata.labels, strings only, bounded. */
 export function labelsOf(node: Record<string, unknown>): ReadonlyMap<string, string> {

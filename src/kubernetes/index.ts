@@ -2,25 +2,18 @@
 // --kubeconfig: the file-driven agent never loads this code.
 import type { Logger } from 'pino';
 import { escapeUnprintable } from '../cidr/index.js';
-import type { WidestPodCIDR } from '../options.js';
 import { record } from '../record.js';
 import { ApiClient } from './client.js';
-import {
-  Cluster,
-  labelsOf,
-  podCIDRsOf,
-  podFactsOf,
-  type ClusterMetrics,
-  type NodePodCIDRs,
-} from './cluster.js';
+import { Cluster, labelsOf, podFactsOf, type ClusterMetrics } from './cluster.js';
 import type { PodFacts } from '../config/pods.js';
 import { errorText } from '../errors.js';
 import { fromKubeconfig, inCluster, type Connection } from './connection.js';
+import { podCIDRsOf, type NodePodCIDRs, type WidestPodCIDR } from './pod-cidrs.js';
 import { EventRecorder, type NodeEvents } from './events.js';
 import { DEFAULT_TIMINGS, Reflector, type ReflectorTimings } from './reflector.js';
 
 export { ConnectionError, UnsupportedKubeconfig } from './connection.js';
-export type { NodePodCIDRs } from './cluster.js';
+export type { NodePodCIDRs } from './pod-cidrs.js';
 
 export interface KubernetesOptions {
   /** '' for the pod's service account. */
