@@ -24,7 +24,7 @@ import {
   ValueError,
 } from './egress.js';
 import { type LabelSelector, parseSelector, SelectorError } from './selector.js';
-import { type CidrSets, ConfigError, type LoadOptions } from './types.js';
+import { type CidrSets, ConfigError, type LoadOptions } from './base.js';
 
 /** A value that is not what its key takes: the message names the key (and index) and the value. */
 export class Invalid extends Error {}

@@ -1,15 +1,18 @@
 // The shape every other module sees of a loaded config. Produced only by src/config.
-import { escapeUnprintable, type Prefix } from '../cidr/index.js';
+import type { Prefix } from '../cidr/index.js';
+import type { CidrSets, ConfigError } from './base.js';
 import type { SnatRange } from './egress.js';
 import type { MergedKeys } from './keys.js';
 import type { LabelSelector } from './selector.js';
 
 export type { SnatRange } from './egress.js';
-
-export type AddressFamily = 'ipv4' | 'ipv6';
-
-/** Canonical CIDR strings (formatted by src/cidr), merged and sorted by address, per family. */
-export type CidrSets = { readonly [F in AddressFamily]: readonly string[] };
+export {
+  ConfigError,
+  type AddressFamily,
+  type CidrSets,
+  type ConfigErrorKind,
+  type LoadOptions,
+} from './base.js';
 
 export interface Config {
   /** Effective non-masquerade set: configured (or default) CIDRs, plus link-local unless masqLinkLocal(IPv6), merged. */
@@ -127,47 +130,6 @@ export interface PolicyOrigin<T> {
   readonly value: T;
 }
 
-/** Flags that change how a config is read. */
-export interface LoadOptions {
-  readonly enableIPv6: boolean;
-  readonly nomasqAllReservedRanges: boolean;
-  /** Keep each entry's origin (Config.provenance): the operator's commands; the agent does not pay for it. */
-  readonly provenance?: boolean;
-  /** This node's name (--node-name), for files with nodeNames; undefined or empty: not known. */
-  readonly nodeName?: string;
-  /** This node's labels, for files with nodeSelector; undefined: not known (yet). */
-  readonly nodeLabels?: ReadonlyMap<string, string>;
-  /**
-   * The agent reads its cluster from the API server (--kubernetes, --kubeconfig): nodeSelector and
-   * nonMasqueradeNodePodCIDRs can be judged, once the data is there (until then: `pending`).
-   */
-  readonly kubernetes?: boolean;
-  /**
-   * `agent` (the default): a scoped file that cannot be judged for lack of the node's name or labels
-   * makes the config invalid. `describe` (--explain, --diff, --check): it is skipped, saying why.
-   */
-  readonly scoping?: 'agent' | 'describe';
-}
-
 export type LoadResult =
   | { readonly ok: true; readonly config: Config; readonly warnings: readonly string[] }
   | { readonly ok: false; readonly error: ConfigError; readonly warnings: readonly string[] };
-
-/**
- * Why a config cannot be applied: `invalid` is a verdict on what was read (it stays while the files
- * are unchanged), `unreadable` a failure to read (EACCES, EMFILE, …), worth trying again, `pending`
- * a config that needs data from the API server not read yet (README, "Kubernetes API (opt-in)").
- */
-export type ConfigErrorKind = 'invalid' | 'unreadable' | 'pending';
-
-/** A config that must not be applied. The message names the file, key, index and value. */
-export class ConfigError extends Error {
-  readonly file: string;
-  readonly kind: ConfigErrorKind;
-  constructor(file: string, message: string, kind: ConfigErrorKind = 'invalid') {
-    super(`${escapeUnprintable(file)}: ${message}`);
-    this.name = 'ConfigError';
-    this.file = file;
-    this.kind = kind;
-  }
-}
