@@ -27,6 +27,7 @@ import {
 import { Sender } from './dataplane.js';
 import { median, netns, percentile, tempDir, timedIn, withScope, type Scope } from './harness.js';
 import { SINK_SCRIPT } from './scripts.js';
+import { compileOptions } from '../test/helpers/compile-options.js';
 
 export interface PodPolicyFlowRow {
   policies: number;
@@ -85,11 +86,7 @@ async function ruleset(dir: string, policies: number): Promise<string> {
     loaded.config,
     podMembership(loaded.config.podPolicies ?? [], pods, undefined),
   );
-  const [table] = compile(
-    config,
-    { table: 'ipmasq', masqChain: 'ip-masq', randomFully: false, toPorts: [], enableIPv6: false },
-    1,
-  );
+  const [table] = compile(config, compileOptions({ masqChain: 'ip-masq', randomFully: false }), 1);
   return renderTable(table!);
 }
 

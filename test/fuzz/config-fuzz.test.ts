@@ -9,7 +9,7 @@ import fc from 'fast-check';
 import t from 'tap';
 import { tempDir } from '../../harness/netns.js';
 import { formatPrefix, mergePrefixes, parseCidr } from '../../src/cidr/index.js';
-import { compile, type CompileOptions } from '../../src/compile.js';
+import { compile } from '../../src/compile.js';
 import {
   ConfigError,
   defaultConfig,
@@ -20,20 +20,18 @@ import {
 } from '../../src/config/index.js';
 import { renderReplace } from '../../src/nftables/render.js';
 import { configBytes, configText } from './helpers/generators.js';
+import { compileOptions } from '../helpers/compile-options.js';
 
 const TEXT_RUNS = Number(process.env.FUZZ_TEXT_RUNS ?? 8_000);
 const FILE_RUNS = Number(process.env.FUZZ_FILE_RUNS ?? 2_000);
 const FILE = '/etc/config/ip-masq-agent';
-const compileOptions: CompileOptions = {
-  table: 'ipmasq',
-  masqChain: 'IP-MASQ-AGENT',
-  randomFully: true,
+const COMPILE = compileOptions({
   toPorts: [
     { first: 1024, last: 29999 },
     { first: 32768, last: 65535 },
   ],
   enableIPv6: true,
-};
+});
 // Everything our script may contain: the shape uses nothing else, and addresses are hex, digits, . : /
 const SCRIPT_CHARACTERS = /^[A-Za-z0-9 \t\n{}:;,./@!=<>"_-]*$/;
 // eslint-disable-next-line no-control-regex -- matching control characters is the point
@@ -51,7 +49,7 @@ const expectedSkeleton = (enableIPv6: boolean) =>
     renderReplace(
       compile(
         defaultConfig({ enableIPv6, nomasqAllReservedRanges: false }),
-        { ...compileOptions, enableIPv6 },
+        { ...COMPILE, enableIPv6 },
         1,
       ),
     ),
@@ -97,9 +95,7 @@ function checkResult(result: LoadResult, file: string, options: LoadOptions): 'v
   }
   if (!options.enableIPv6 && sets.some((s) => s.ipv6.length > 0))
     throw new Error('IPv6 accepted with IPv6 off');
-  const script = renderReplace(
-    compile(config, { ...compileOptions, enableIPv6: options.enableIPv6 }, 1),
-  );
+  const script = renderReplace(compile(config, { ...COMPILE, enableIPv6: options.enableIPv6 }, 1));
   const bad = [...script].find((c) => !SCRIPT_CHARACTERS.test(c));
   if (bad !== undefined) throw new Error(`script holds ${JSON.stringify(bad)}`);
   if (skeleton(script) !== skeletons.get(options.enableIPv6))

@@ -10,6 +10,7 @@ import { renderTable } from '../../src/nftables/render.js';
 import { inNetns, requireRoot } from '../../harness/netns.js';
 import { startAddon } from './fixtures/addon-client.js';
 import type { Outcome, TickReport } from './fixtures/addon-server.js';
+import { compileOptions } from '../helpers/compile-options.js';
 
 /** The kernel's view, read with the nft binary rather than the addon under test. */
 async function nftCli(ns: string, ...args: string[]): Promise<string> {
@@ -438,13 +439,7 @@ t.test(
     const { addon, insert } = await nodeWithEntries(t);
     const table = compile(
       parseOk('nonMasqueradeCIDRs: [10.0.0.0/8]\n'),
-      {
-        table: 'ipmasq',
-        masqChain: 'IP-MASQ-AGENT',
-        randomFully: true,
-        toPorts: [],
-        enableIPv6: true,
-      },
+      compileOptions({ enableIPv6: true }),
       1,
     );
     await addon.runNft(table.map((table) => renderTable(table)).join(''));

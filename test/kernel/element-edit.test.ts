@@ -24,15 +24,9 @@ import type {
 import { requireRoot } from '../../harness/netns.js';
 import { runNftTool, versionsHere } from '../helpers/nft-versions.js';
 import { startAddon } from './fixtures/addon-client.js';
+import { compileOptions } from '../helpers/compile-options.js';
 
-const OPTIONS: CompileOptions = {
-  table: 'ipmasq',
-  masqChain: 'IP-MASQ-AGENT',
-  randomFully: true,
-  toPorts: [],
-  enableIPv6: true,
-  setLayout: 'concat',
-};
+const OPTIONS = compileOptions({ enableIPv6: true, setLayout: 'concat' });
 const LAYOUTS = ['concat', 'interval'] as const;
 
 /** /16 to /28 prefixes near each other (they nest, adjoin and merge), and a few IPv6 ones. */

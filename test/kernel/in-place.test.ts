@@ -14,6 +14,7 @@ import { renderTable } from '../../src/nftables/render.js';
 import { listingIs, transientDrift } from '../../src/nftables/listing.js';
 import { inNetns, requireRoot } from '../../harness/netns.js';
 import { startAddon } from './fixtures/addon-client.js';
+import { compileOptions } from '../helpers/compile-options.js';
 
 const POOL_V4 = [
   '10.0.0.0/8',
@@ -80,9 +81,7 @@ function configOf(c: Case): Config {
 }
 
 function optionsOf(c: Case): CompileOptions {
-  return {
-    table: 'ipmasq',
-    masqChain: 'IP-MASQ-AGENT',
+  return compileOptions({
     randomFully: c.randomFully,
     toPorts: c.toPorts
       ? [
@@ -92,7 +91,7 @@ function optionsOf(c: Case): CompileOptions {
       : [],
     enableIPv6: true,
     setLayout: c.concat ? 'concat' : 'interval',
-  };
+  });
 }
 
 if (requireRoot(t)) {

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import t from 'tap';
-import { compile, type CompileOptions } from '../../src/compile.js';
+import { compile } from '../../src/compile.js';
 import { loadConfig } from '../../src/config/index.js';
 import { podMembership, withPodMembers, type PodFacts } from '../../src/config/pods.js';
 import type { Config } from '../../src/config/types.js';
@@ -26,6 +26,7 @@ import {
   REMOTE_TARGETS_IPV4,
 } from '../../harness/topology.js';
 import { startAddon } from './fixtures/addon-client.js';
+import { compileOptions } from '../helpers/compile-options.js';
 
 const SEED = 20261206;
 const RUNS = 6;
@@ -42,13 +43,7 @@ const LISTS = ['10.9.0.0/16', '10.0.0.0/8', '10.200.0.0/16', '198.19.0.0/16', '1
 const APPS = ['db', 'web', 'batch'];
 const ENVS = ['prod', 'dev'];
 
-const OPTIONS: CompileOptions = {
-  table: 'ipmasq',
-  masqChain: 'ip-masq',
-  randomFully: false,
-  toPorts: [],
-  enableIPv6: false,
-};
+const OPTIONS = compileOptions({ masqChain: 'ip-masq', randomFully: false });
 
 const policyArb = fc.record({
   app: fc.option(fc.constantFrom(...APPS), { nil: undefined }),

@@ -24,6 +24,7 @@ import {
 import { normaliseListing, renderReplace, renderTable } from '../../src/nftables/render.js';
 
 import { configWith } from '../helpers/config.js';
+import { compileOptions } from '../helpers/compile-options.js';
 
 const fixtures = new URL('../fixtures/compile/', import.meta.url);
 
@@ -35,13 +36,7 @@ function config(over: Partial<Config> = {}): Config {
   return configWith({ nonMasquerade, ...over });
 }
 
-const flags: CompileOptions = {
-  table: 'ipmasq',
-  masqChain: 'IP-MASQ-AGENT',
-  randomFully: true,
-  toPorts: [],
-  enableIPv6: false,
-};
+const flags = compileOptions();
 
 const cases: Array<[string, Config, Partial<CompileOptions>]> = [
   ['defaults', config(), {}],

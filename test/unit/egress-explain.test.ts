@@ -4,19 +4,13 @@
 import fc from 'fast-check';
 import t from 'tap';
 import { inRanges, parseAddress, parseCidr, prefixRange } from '../../src/cidr/index.js';
-import type { CompileOptions } from '../../src/compile.js';
 import { parseConfigText, type Config } from '../../src/config/index.js';
 import { diffConfigs, diffText } from '../../src/diff.js';
 import { explain, explanationText } from '../../src/explain.js';
 import { flowPolicy, samePolicy } from '../../src/reconcile/conntrack.js';
+import { compileOptions } from '../helpers/compile-options.js';
 
-const options: CompileOptions = {
-  table: 'ipmasq',
-  masqChain: 'IP-MASQ-AGENT',
-  randomFully: true,
-  toPorts: [],
-  enableIPv6: true,
-};
+const options = compileOptions({ enableIPv6: true });
 
 function load(text: string): Config {
   const result = parseConfigText(text, 'cfg', {

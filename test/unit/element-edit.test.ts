@@ -3,19 +3,13 @@
 // and without the egress policy's sets beside them; anything else (a rule or a key changed, a plain
 // interval set emptied or filled from empty) is not an element edit and goes through libnftables.
 import t from 'tap';
-import { compile, type CompileOptions } from '../../src/compile.js';
+import { compile } from '../../src/compile.js';
 import { parseConfigText } from '../../src/config/index.js';
 import { elementEdit, renderElementEdit } from '../../src/nftables/change.js';
 import type { Table } from '../../src/nftables/types.js';
+import { compileOptions } from '../helpers/compile-options.js';
 
-const options = (setLayout: 'concat' | 'interval'): CompileOptions => ({
-  table: 'ipmasq',
-  masqChain: 'IP-MASQ-AGENT',
-  randomFully: true,
-  toPorts: [],
-  enableIPv6: false,
-  setLayout,
-});
+const options = (setLayout: 'concat' | 'interval') => compileOptions({ setLayout });
 
 function tables(text: string, layout: 'concat' | 'interval', generation: number): Table[] {
   const result = parseConfigText(text, 'case', {

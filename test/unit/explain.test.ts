@@ -3,7 +3,6 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import t from 'tap';
-import type { CompileOptions } from '../../src/compile.js';
 import { checkPath } from '../../src/config/check.js';
 import { loadConfig, parseConfigText } from '../../src/config/index.js';
 import type { Config, LoadOptions } from '../../src/config/types.js';
@@ -11,22 +10,21 @@ import { diffConfigs } from '../../src/diff.js';
 import { explain } from '../../src/explain.js';
 import { smallConfigArb, smallConfigText } from '../fuzz/helpers/generators.js';
 import { tempDir } from '../../harness/netns.js';
+import { compileOptions } from '../helpers/compile-options.js';
 
 const load = (ipv6 = true, reserved = false): LoadOptions => ({
   enableIPv6: ipv6,
   nomasqAllReservedRanges: reserved,
   provenance: true,
 });
-const compile = (ipv6 = true): CompileOptions => ({
-  table: 'ipmasq',
-  masqChain: 'IP-MASQ-AGENT',
-  randomFully: true,
-  toPorts: [
-    { first: 1024, last: 2047 },
-    { first: 4096, last: 7167 },
-  ],
-  enableIPv6: ipv6,
-});
+const compile = (ipv6 = true) =>
+  compileOptions({
+    toPorts: [
+      { first: 1024, last: 2047 },
+      { first: 4096, last: 7167 },
+    ],
+    enableIPv6: ipv6,
+  });
 
 function config(text: string, options = load()): Config {
   const result = parseConfigText(text, 'f.yaml', options);

@@ -7,24 +7,14 @@ import { compile } from '../../src/compile.js';
 import { parseConfigText } from '../../src/config/index.js';
 import { listingIs } from '../../src/nftables/listing.js';
 import { renderTable } from '../../src/nftables/render.js';
+import { compileOptions } from '../helpers/compile-options.js';
 
 const result = parseConfigText('nonMasqueradeCIDRs: [10.0.0.0/8]\n', 'case', {
   enableIPv6: false,
   nomasqAllReservedRanges: false,
 });
 if (!result.ok) throw result.error;
-const [table] = compile(
-  result.config,
-  {
-    table: 'ipmasq',
-    masqChain: 'IP-MASQ-AGENT',
-    randomFully: true,
-    toPorts: [],
-    enableIPv6: false,
-  },
-  1,
-  'minx3e9s.001',
-);
+const [table] = compile(result.config, compileOptions(), 1, 'minx3e9s.001');
 
 /** The table as nft lists it with `items` in late-replies, one per line of `elements = { … }`. */
 function listed(items: readonly string[]): string {

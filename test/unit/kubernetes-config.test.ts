@@ -17,6 +17,7 @@ import { ConfigReader, type ClusterData } from '../../src/reconcile/config-reade
 import { AgentMetrics } from '../../src/reconcile/metrics.js';
 import { agentStatus, initialFacts } from '../../src/reconcile/status.js';
 import { parseArgs } from '../../src/cli/flags.js';
+import { compileOptions } from '../helpers/compile-options.js';
 
 const options = { enableIPv6: false, nomasqAllReservedRanges: false };
 
@@ -183,18 +184,7 @@ t.test('explain names "Node NAME’s podCIDRs" as the provenance', async (t) => 
     loaded.config,
     new Map([['worker-7', { prefixes: [parseCidr('100.64.7.0/24')] }]]),
   );
-  const answer = explain(
-    config,
-    {
-      table: 'ipmasq',
-      masqChain: 'IP-MASQ-AGENT',
-      randomFully: true,
-      toPorts: [],
-      enableIPv6: false,
-      setLayout: 'auto',
-    },
-    '100.64.7.9',
-  );
+  const answer = explain(config, compileOptions(), '100.64.7.9');
   t.equal(answer.masqueraded, false);
   t.equal(answer.reason, 'node podCIDRs');
   t.same(

@@ -12,15 +12,10 @@ import { parseSelector, selects, selectorText } from '../../src/config/selector.
 import { diffConfigs, diffText } from '../../src/diff.js';
 import { explain, explanationText } from '../../src/explain.js';
 import { error, ok } from '../helpers/results.js';
+import { compileOptions } from '../helpers/compile-options.js';
 
 /** How --explain and --diff compile (the defaults but the chain's name). */
-const OPTIONS = {
-  table: 'ipmasq',
-  masqChain: 'ip-masq',
-  randomFully: false,
-  toPorts: [],
-  enableIPv6: false,
-};
+const OPTIONS = compileOptions({ masqChain: 'ip-masq', randomFully: false });
 const AGENT: LoadOptions = { enableIPv6: false, nomasqAllReservedRanges: false, kubernetes: true };
 const parse = (text: string, options: LoadOptions = AGENT) => parseConfigText(text, 'cfg', options);
 

@@ -14,6 +14,7 @@ import { compile } from '../../src/compile.js';
 import { AgentMetrics } from '../../src/reconcile/metrics.js';
 import { FakeKernel } from '../helpers/fake-kernel.js';
 import type { Kernel } from '../../src/nftables/kernel.js';
+import { compileOptions } from '../helpers/compile-options.js';
 
 const ip = { family: 'ip', name: 'ipmasq' } as const;
 
@@ -66,13 +67,7 @@ function setup(
   const reconciler = new Reconciler({
     configPath: '/cfg',
     loadOptions: { enableIPv6: false, nomasqAllReservedRanges: false },
-    compileOptions: {
-      table: 'ipmasq',
-      masqChain: 'IP-MASQ-AGENT',
-      randomFully: true,
-      toPorts: [],
-      enableIPv6: false,
-    },
+    compileOptions: compileOptions(),
     loadConfig: async () => current,
     kernel,
     logger,
@@ -352,15 +347,8 @@ t.test('with IPv6 off, a stale ip6 table of ours is deleted in the same transact
 });
 
 const explicitInterval = {
-  compileOptions: {
-    table: 'ipmasq',
-    masqChain: 'IP-MASQ-AGENT',
-    randomFully: true,
-    toPorts: [],
-    enableIPv6: false,
-    setLayout: 'interval',
-  },
-} as const;
+  compileOptions: compileOptions({ setLayout: 'interval' }),
+};
 
 t.test(
   'a large set with an explicit interval layout sets the warning gauge and logs once',
@@ -431,15 +419,10 @@ t.test('no large-set warning with the concatenated layout', async (t) => {
     config: config(['1.0.0.0/24', '2.0.0.0/24', '3.0.0.0/24', '4.0.0.0/24']),
     warnings: [],
   };
-  const compileOptions = {
-    table: 'ipmasq',
-    masqChain: 'IP-MASQ-AGENT',
-    randomFully: true,
-    toPorts: [],
-    enableIPv6: false,
-    setLayout: 'concat',
-  } as const;
-  const { kernel, reconciler, logs, metric } = setup(new FakeKernel(), big, { compileOptions });
+  const concat = compileOptions({ setLayout: 'concat' });
+  const { kernel, reconciler, logs, metric } = setup(new FakeKernel(), big, {
+    compileOptions: concat,
+  });
   await reconciler.sync();
   t.match(kernel.tables.get('ip ipmasq'), /typeof ip daddr \. meta l4proto/);
   t.equal(await metric('ipmasq_large_set_warning'), 0);
@@ -909,18 +892,7 @@ t.test(
       kernel.applies[2],
       /^add rule ip ipmasq IP-MASQ-AGENT ip saddr != @sources counter name "skipped" return$/m,
     );
-    const wanted = compile(
-      withPolicy.config,
-      {
-        table: 'ipmasq',
-        masqChain: 'IP-MASQ-AGENT',
-        randomFully: true,
-        toPorts: [],
-        enableIPv6: false,
-      },
-      2,
-      writer,
-    );
+    const wanted = compile(withPolicy.config, compileOptions(), 2, writer);
     t.ok(listingIs(kernel.tables.get('ip ipmasq') ?? '', wanted[0]!), 'exactly the new table');
 
     // A restart finds the policy's sets and a config without it: refilled in place, the sets deleted

@@ -13,6 +13,7 @@ import {
   listingIsApartFromTransient,
   transientDrift,
 } from '../../src/nftables/listing.js';
+import { compileOptions } from '../helpers/compile-options.js';
 
 const prefixes = (n: number, from = 0) =>
   Array.from({ length: n }, (_, i) => {
@@ -69,13 +70,7 @@ t.test('elementDiff: exactly the elements only one side has, in any order', asyn
 });
 
 /** A table of three /24s, as the structure tests compile it. */
-const options = {
-  table: 'ipmasq',
-  masqChain: 'IP-MASQ-AGENT',
-  randomFully: true,
-  toPorts: [],
-  enableIPv6: false,
-};
+const options = compileOptions();
 const config = configWith({ nonMasquerade: { ipv4: prefixes(3), ipv6: [] } });
 
 t.test('compareStructure: the objects in any order, the key apart', async (t) => {

@@ -11,6 +11,7 @@ import { PRERENDER_SLICE, renderedInOnePiece } from '../../src/nftables/render.j
 import { AgentMetrics } from '../../src/reconcile/metrics.js';
 import { Reconciler } from '../../src/reconcile/reconciler.js';
 import { FakeKernel } from '../helpers/fake-kernel.js';
+import { compileOptions } from '../helpers/compile-options.js';
 
 /** `count` non-adjacent /32s from `from` on: merging keeps every one of them. */
 function cidrs(count: number, from = 11 * 2 ** 24): string {
@@ -37,13 +38,7 @@ t.test('no write renders more than a slice of elements in one piece', async (t) 
   const reconciler = new Reconciler({
     configPath: '/cfg',
     loadOptions: { enableIPv6: false, nomasqAllReservedRanges: false },
-    compileOptions: {
-      table: 'ipmasq',
-      masqChain: 'IP-MASQ-AGENT',
-      randomFully: true,
-      toPorts: [],
-      enableIPv6: false,
-    },
+    compileOptions: compileOptions(),
     loadConfig: async () => current,
     kernel,
     logger: pino({ level: 'silent' }),
