@@ -54,16 +54,12 @@ export interface Decision {
 /** What a decision reads of a config. */
 export type Decisive = Pick<Config, 'nonMasquerade' | 'masquerade' | 'egress'>;
 
-const decisions = new WeakMap<Decisive, Map<AddressFamily, Decision>>();
-
 /**
  * The steps of README "Egress policy": leaving through an interface not in egressInterfaces, or from
  * a source not in sourceCIDRs (each while given): skipped; to masqueradeCIDRs: translated; to the
  * non-masquerade set: exempt; otherwise translated.
  */
 export function decisionOf(config: Decisive, family: AddressFamily): Decision {
-  const known = decisions.get(config)?.get(family);
-  if (known) return known;
   const egress = config.egress;
   const steps: Step[] = [];
   if (egress?.egressInterfaces) {
@@ -108,15 +104,7 @@ export function decisionOf(config: Decisive, family: AddressFamily): Decision {
     { outcome: 'translated' },
   );
   const snat = egress?.snat?.[family];
-  const decision: Decision = Object.freeze({
-    family,
-    steps: Object.freeze(steps),
-    ...(snat ? { snat } : {}),
-  });
-  const byFamily = decisions.get(config) ?? new Map<AddressFamily, Decision>();
-  byFamily.set(family, decision);
-  decisions.set(config, byFamily);
-  return decision;
+  return Object.freeze({ family, steps: Object.freeze(steps), ...(snat ? { snat } : {}) });
 }
 
 /** Whether an interface name is in an interface list: a name, or a prefix ending in `*`. */
@@ -141,37 +129,46 @@ export interface Verdict {
   readonly unjudged: readonly ListStep[];
 }
 
-/** The steps' lists as ranges, worked out once per list however many flows are judged. */
-const rangesOf = new WeakMap<readonly string[], Range[]>();
+/**
+ * A decision that judges flows one after another: each address step's list is worked out as ranges
+ * the first time a flow needs it and kept here, however many flows follow (a --diff judges 200 000).
+ */
+export class Judge {
+  private readonly ranges: Array<Range[] | undefined>;
 
-function listRanges(step: ListStep, family: AddressFamily): Range[] {
-  let ranges = rangesOf.get(step.list);
-  if (!ranges) rangesOf.set(step.list, (ranges = setRanges(step.list, family)));
-  return ranges;
-}
-
-/** Whether a step's list holds the flow's field; undefined when the flow does not say it. */
-export function listHolds(step: ListStep, family: AddressFamily, flow: Flow): boolean | undefined {
-  if (step.field === 'oifname') {
-    return flow.oifname === undefined ? undefined : interfaceListed(step.list, flow.oifname);
+  constructor(readonly decision: Decision) {
+    this.ranges = decision.steps.map(() => undefined);
   }
-  const address = step.field === 'saddr' ? flow.saddr : flow.daddr;
-  return address === undefined ? undefined : inRanges(listRanges(step, family), address);
-}
 
-/** The decision for a flow, step by step; a step whose field is not known is passed and noted. */
-export function decide(decision: Decision, flow: Flow): Verdict {
-  const unjudged: ListStep[] = [];
-  for (const step of decision.steps) {
-    if (step.field === undefined) return { outcome: step.outcome, step, unjudged };
-    const holds = listHolds(step, decision.family, flow);
-    if (holds === undefined) {
-      unjudged.push(step);
-      continue;
+  /** Whether a step's list holds the flow's field; undefined when the flow does not say it. */
+  holds(step: ListStep, flow: Flow): boolean | undefined {
+    if (step.field === 'oifname') {
+      return flow.oifname === undefined ? undefined : interfaceListed(step.list, flow.oifname);
     }
-    if (holds === (step.takes === 'listed')) return { outcome: step.outcome, step, unjudged };
+    const address = step.field === 'saddr' ? flow.saddr : flow.daddr;
+    return address === undefined ? undefined : inRanges(this.rangesOf(step), address);
   }
-  throw new Error('a decision ends with a step that takes every flow');
+
+  /** The decision for a flow, step by step; a step whose field is not known is passed and noted. */
+  decide(flow: Flow): Verdict {
+    const unjudged: ListStep[] = [];
+    for (const step of this.decision.steps) {
+      if (step.field === undefined) return { outcome: step.outcome, step, unjudged };
+      const holds = this.holds(step, flow);
+      if (holds === undefined) {
+        unjudged.push(step);
+        continue;
+      }
+      if (holds === (step.takes === 'listed')) return { outcome: step.outcome, step, unjudged };
+    }
+    throw new Error('a decision ends with a step that takes every flow');
+  }
+
+  private rangesOf(step: ListStep): Range[] {
+    const at = this.decision.steps.indexOf(step);
+    if (at < 0) throw new Error(`the ${step.key} step is not one of this decision's`);
+    return (this.ranges[at] ??= setRanges(step.list, this.decision.family));
+  }
 }
 
 const families: Record<AddressFamily, Family> = { ipv4: 4, ipv6: 6 };

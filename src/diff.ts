@@ -12,7 +12,7 @@ import { CONFIG_KEYS, type KeyName, type KeySpec } from './config/keys.js';
 import { selectorText } from './config/selector.js';
 import type { AddressFamily, Config, PodPolicy } from './config/types.js';
 import { flippedRanges } from './decision.js';
-import { explain, type Explanation } from './explain.js';
+import { explainer, type Explanation } from './explain.js';
 
 export type Direction = 'masqueraded → not masqueraded' | 'not masqueraded → masqueraded';
 
@@ -96,6 +96,8 @@ export function diffConfigs(current: Config, proposed: Config, options: CompileO
   const families: AddressFamily[] = options.enableIPv6 ? ['ipv4', 'ipv6'] : ['ipv4'];
   const changes: Array<ChangedRange & { readonly at: bigint }> = [];
   const summary: DiffSummary[] = [];
+  const explainCurrent = explainer(current, options);
+  const explainProposed = explainer(proposed, options);
   for (const { family, lost, gained } of flippedRanges(current, proposed, families)) {
     const name: AddressFamily = family === 4 ? 'ipv4' : 'ipv6';
     const sides: Array<[Direction, Range[]]> = [
@@ -114,8 +116,8 @@ export function diffConfigs(current: Config, proposed: Config, options: CompileO
           last: formatAddress(family, range[1]),
           cidrs: rangesToPrefixes(family, [range]).map(formatPrefix),
           direction,
-          current: explain(current, options, first),
-          proposed: explain(proposed, options, first),
+          current: explainCurrent(first),
+          proposed: explainProposed(first),
         });
       }
       if (ranges.length > 0) {

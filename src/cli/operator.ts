@@ -22,7 +22,7 @@ import { loadConfig } from '../config/index.js';
 import { findConfigSource } from '../config/source.js';
 import type { Config, LoadOptions, LoadResult } from '../config/types.js';
 import { diffConfigs, diffText } from '../diff.js';
-import { explain, explanationText, LOCAL_NOTE, type Explanation } from '../explain.js';
+import { explainer, explanationText, LOCAL_NOTE, type Explanation } from '../explain.js';
 import { plan, usesApi, type AgentOptions } from '../options.js';
 import type { Kernel } from '../nftables/kernel.js';
 import { errorText } from '../errors.js';
@@ -133,8 +133,9 @@ export async function explainCommand(
     ...(namespaceLabels ? { namespaceLabels: new Map(namespaceLabels) } : {}),
     ...(podPolicyIndex !== undefined ? { podPolicyIndex } : {}),
   };
+  const explainOne = explainer(config, stages.compile);
   const explanations = options.explain.map((address) => {
-    const e = explain(config, stages.compile, address, flow);
+    const e = explainOne(address, flow);
     return pod && e.podPolicy ? { ...e, podPolicy: { ...e.podPolicy, pod } } : e;
   });
   const skipped = config.skipped ?? [];

@@ -14,10 +14,10 @@ import {
 import { parseConfigText } from '../../src/config/index.js';
 import type { Config } from '../../src/config/types.js';
 import {
-  decide,
   decisionOf,
   exemptRanges as exemptOfDecision,
   flippedRanges,
+  Judge,
 } from '../../src/decision.js';
 import {
   decisionChangesOffThread,
@@ -85,8 +85,9 @@ t.test(
       ...(extra.saddr ? { saddr: v4(extra.saddr) } : {}),
       ...(extra.oifname ? { oifname: extra.oifname } : {}),
     });
+    const judge = new Judge(steps);
     const verdict = (daddr: string, extra?: { saddr?: string; oifname?: string }) => {
-      const v = decide(steps, flow(daddr, extra));
+      const v = judge.decide(flow(daddr, extra));
       return [v.outcome, v.step.key ?? 'last', v.unjudged.map((s) => s.key)];
     };
     t.same(verdict('198.19.0.4', { saddr: '10.244.1.2', oifname: 'eth0' }), [
@@ -115,7 +116,7 @@ t.test(
       'what is not said is passed as a condition',
     );
     t.same(
-      decide(decisionOf(plain, 'ipv4'), flow('10.9.1.1')).step.key,
+      new Judge(decisionOf(plain, 'ipv4')).decide(flow('10.9.1.1')).step.key,
       'masqueradeCIDRs',
       'masqueradeCIDRs first',
     );

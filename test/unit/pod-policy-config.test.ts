@@ -10,7 +10,7 @@ import t, { type Test } from 'tap';
 import { type LoadOptions, loadConfig, parseConfigText } from '../../src/config/index.js';
 import { parseSelector, selects, selectorText } from '../../src/config/selector.js';
 import { diffConfigs, diffText } from '../../src/diff.js';
-import { explain, explanationText } from '../../src/explain.js';
+import { explain, explainer, explanationText } from '../../src/explain.js';
 import { error, ok } from '../helpers/results.js';
 import { compileOptions } from '../helpers/compile-options.js';
 
@@ -379,4 +379,82 @@ t.test('--diff says which pod policies a proposed config adds, removes or change
   t.match(text, /pod policy .*ip-masq-new: added \(selects namespaceSelector everything\)/);
   t.match(text, /pod policy .*ip-masq-old: removed/);
   t.same(diffConfigs(current, current, OPTIONS).podPolicies, [], 'the same config: nothing');
+});
+
+t.test('an explainer kept over many addresses answers as a fresh explain of each', async (t) => {
+  // The explainer keeps each decider's decision, ranges and origin index (src/explain.ts): a cache,
+  // so it is checked against the whole path, a fresh explain per address, in random orders.
+  // Prefixes inside 10.0.0.0/22, so that they nest and the addresses below hit their edges.
+  const cidr = fc
+    .tuple(fc.integer({ min: 0, max: 1023 }), fc.integer({ min: 22, max: 32 }))
+    .map(([host, len]) => {
+      const n = host & ~((1 << (32 - len)) - 1) & 1023;
+      return `10.0.${n >> 8}.${n & 255}/${len}`;
+    });
+  const fileArb = fc.record({
+    nonMasq: fc.array(cidr, { maxLength: 4 }),
+    masq: fc.array(cidr, { maxLength: 2 }),
+    sources: fc.option(fc.array(cidr, { maxLength: 2 }), { nil: undefined }),
+    interfaces: fc.option(fc.subarray(['eth0', 'eth1', 'vx*']), { nil: undefined }),
+  });
+  const text = (f: {
+    nonMasq: string[];
+    masq: string[];
+    sources?: string[] | undefined;
+    interfaces?: string[] | undefined;
+  }) =>
+    [
+      `nonMasqueradeCIDRs: ${JSON.stringify(f.nonMasq)}`,
+      `masqueradeCIDRs: ${JSON.stringify(f.masq)}`,
+      ...(f.sources ? [`sourceCIDRs: ${JSON.stringify(f.sources)}`] : []),
+      ...(f.interfaces ? [`egressInterfaces: ${JSON.stringify(f.interfaces)}`] : []),
+      'masqLinkLocal: true',
+      '',
+    ].join('\n');
+  const address = fc
+    .tuple(fc.integer({ min: 0, max: 3 }), fc.integer({ min: 0, max: 255 }))
+    .map(([c, d]) => `10.0.${c}.${d}`);
+  const query = fc.record({
+    address,
+    from: fc.option(address, { nil: undefined }),
+    via: fc.option(fc.constantFrom('eth0', 'eth1', 'vxlan0'), { nil: undefined }),
+    app: fc.option(fc.constantFrom('db', 'web', 'other'), { nil: undefined }),
+  });
+  await fc.assert(
+    fc.asyncProperty(
+      fileArb,
+      fc.array(fc.tuple(fc.constantFrom('db', 'web'), fileArb), { maxLength: 2 }),
+      fc.array(query, { minLength: 1, maxLength: 12 }),
+      async (node, policies, queries) => {
+        const files: Record<string, string> = { 'ip-masq-agent': text(node) };
+        policies.forEach(([app, f], i) => {
+          // sourceCIDRs is the node's alone (README, "Pod policies").
+          const own = { ...f, sources: undefined };
+          files[`ip-masq-p${i}`] = `podSelector: {matchLabels: {app: ${app}}}\n${text(own)}`;
+        });
+        const dir = await directory(t, files);
+        const loaded = await loadConfig(dir, {
+          ...AGENT,
+          kubernetes: false,
+          scoping: 'describe',
+          provenance: true,
+        });
+        if (!loaded.ok) throw loaded.error;
+        const kept = explainer(loaded.config, OPTIONS);
+        for (const q of queries) {
+          const context = {
+            ...(q.from ? { from: q.from } : {}),
+            ...(q.via ? { via: q.via } : {}),
+            ...(q.app ? { podLabels: new Map([['app', q.app]]) } : {}),
+          };
+          const fresh = explain(loaded.config, OPTIONS, q.address, context);
+          if (JSON.stringify(kept(q.address, context)) !== JSON.stringify(fresh)) {
+            throw new Error(`${q.address} ${JSON.stringify(q)}: the kept explainer differs`);
+          }
+        }
+      },
+    ),
+    { numRuns: 150 },
+  );
+  t.pass('150 configs, the kept explainer equal to a fresh explain every time');
 });
