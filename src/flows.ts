@@ -176,12 +176,15 @@ export function* mergedSources(
 
 const percent = (ratio: number) => `${(ratio * 100).toFixed(ratio < 0.01 ? 2 : 1)}%`;
 
-/** --flows as text, a line at a time: a line per source, then one per destination. */
-export function* flowsTextLines(
+/** One of --flows' outputs made a piece at a time from its sources, each with its pod where named. */
+export type FlowsOutput = (
   sources: Iterable<FlowSource>,
   ports: number,
   pods?: ReadonlyMap<string, string>,
-): Generator<string> {
+) => Generator<string>;
+
+/** --flows as text, a line at a time: a line per source, then one per destination. */
+export const flowsTextLines: FlowsOutput = function* (sources, ports, pods) {
   let any = false;
   for (const s of sources) {
     if (!any) yield `${ports} source ports per translated address`;
@@ -197,7 +200,7 @@ export function* flowsTextLines(
     }
   }
   if (!any) yield 'no translated flows in conntrack';
-}
+};
 
 /** `text` indented by `by` spaces on every line. */
 const indented = (text: string, by: number) => text.replace(/^/gm, ' '.repeat(by));
@@ -206,11 +209,7 @@ const indented = (text: string, by: number) => text.replace(/^/gm, ' '.repeat(by
  * --flows as JSON, a piece at a time: the same text JSON.stringify({ ports, sources }, null, 2)
  * makes, each source with its `pod` where named and its destinations.
  */
-export function* flowsJsonPieces(
-  sources: Iterable<FlowSource>,
-  ports: number,
-  pods?: ReadonlyMap<string, string>,
-): Generator<string> {
+export const flowsJsonPieces: FlowsOutput = function* (sources, ports, pods) {
   let any = false;
   for (const s of sources) {
     yield any ? ',\n' : `{\n  "ports": ${JSON.stringify(ports)},\n  "sources": [\n`;
@@ -227,7 +226,7 @@ export function* flowsJsonPieces(
     yield '\n      ]\n    }';
   }
   yield any ? '\n  ]\n}\n' : `{\n  "ports": ${JSON.stringify(ports)},\n  "sources": []\n}\n`;
-}
+};
 
 /**
  * A generator's pieces written into buffers of `size` bytes, each yielded once full (the last one

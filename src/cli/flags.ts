@@ -237,7 +237,7 @@ function parsePodRef(text: string): string {
 
 /** --node-labels K=V,… (and --pod-labels, --namespace-labels): each checked as a label is. */
 const parseLabels =
-  (flag: 'node-labels' | 'pod-labels' | 'namespace-labels') =>
+  (flag: LabelsFlag) =>
   (text: string): ReadonlyArray<readonly [string, string]> =>
     Object.freeze(
       // Given empty: no labels at all (a pod or namespace without any).
@@ -249,6 +249,15 @@ const parseLabels =
         return label;
       }),
     );
+
+type LabelsFlag = 'node-labels' | 'pod-labels' | 'namespace-labels';
+
+/** A flag of labels the modes evaluate selectors with (K=V,…; null when not given). */
+const labelsFlag = (
+  name: LabelsFlag,
+  key: 'nodeLabels' | 'podLabels' | 'namespaceLabels',
+  help: string,
+): Flag => value(name, key, null, parseLabels(name), { arg: 'K=V,...', section: 'modes', help });
 
 export const FLAGS: readonly Flag[] = [
   value(
@@ -433,26 +442,26 @@ export const FLAGS: readonly Flag[] = [
     section: 'modes',
     help: 'with --explain or --diff: the egress interface to evaluate egressInterfaces with',
   }),
-  value('node-labels', 'nodeLabels', null, parseLabels('node-labels'), {
-    arg: 'K=V,...',
-    section: 'modes',
-    help: "with --explain or --diff: the node's labels, for files with nodeSelector",
-  }),
-  value('pod-labels', 'podLabels', null, parseLabels('pod-labels'), {
-    arg: 'K=V,...',
-    section: 'modes',
-    help: "with --explain and --from: the labels of the pod that holds --from, for the pod policies' podSelector",
-  }),
+  labelsFlag(
+    'node-labels',
+    'nodeLabels',
+    "with --explain or --diff: the node's labels, for files with nodeSelector",
+  ),
+  labelsFlag(
+    'pod-labels',
+    'podLabels',
+    "with --explain and --from: the labels of the pod that holds --from, for the pod policies' podSelector",
+  ),
   value('pod', 'pod', '', parsePodRef, {
     arg: 'NAMESPACE/NAME',
     section: 'modes',
     help: "with --explain and --kubeconfig or --kubernetes: the source is this pod (its address, its labels and its namespace's, read from the API server)",
   }),
-  value('namespace-labels', 'namespaceLabels', null, parseLabels('namespace-labels'), {
-    arg: 'K=V,...',
-    section: 'modes',
-    help: "with --explain and --from: the labels of that pod's namespace, for the pod policies' namespaceSelector",
-  }),
+  labelsFlag(
+    'namespace-labels',
+    'namespaceLabels',
+    "with --explain and --from: the labels of that pod's namespace, for the pod policies' namespaceSelector",
+  ),
   mode('cleanup', "delete the agent's ip/ip6 tables, exit"),
   mode('version', 'print the version, exit'),
 ];
