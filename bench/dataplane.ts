@@ -23,9 +23,15 @@ const EXEMPT_DESTINATION = REMOTE_TARGETS_IPV4.private10;
 const EXEMPT_FROM_SIZE = 1_153;
 
 export const OURS = 'ours: interval set';
-/** The same table with the decisions' counting statements taken out (README, "What the node's NAT does"). */
+/**
+ * The same table with the decisions' counting statements taken out (docs/observability.md, "What
+ * the node's NAT does").
+ */
 export const UNCOUNTED = 'ours, decisions not counted';
-/** The egress policy's matches before the decision (README, "Egress policy"): both pass for the pod. */
+/**
+ * The egress policy's matches before the decision (docs/egress-policy.md, "Egress policy"): both
+ * pass for the pod.
+ */
 export const EGRESS = 'ours + sourceCIDRs, egressInterfaces';
 export const SNAT = 'ours + snatAddress';
 const EGRESS_POLICY = 'sourceCIDRs: [10.244.0.0/16]\negressInterfaces: [eth0, "ens*"]\n';

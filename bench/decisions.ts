@@ -1,6 +1,6 @@
-// Decisions counted in the kernel (README, "What the node's NAT does"): the cost per new flow with
-// the counting statements beside the same table without them, and the cost of reading the counts
-// (what a scrape does) at 64 and 100 000 CIDRs.
+// Decisions counted in the kernel (docs/observability.md, "What the node's NAT does"): the cost per
+// new flow with the counting statements beside the same table without them, and the cost of reading
+// the counts (what a scrape does) at 64 and 100 000 CIDRs.
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { inNetns, packageRoot } from '../harness/netns.js';
@@ -13,7 +13,10 @@ export interface DecisionsResult {
   readonly reads: Array<{ cidrs: number; readUs: number }>;
 }
 
-/** The counters' read (exported for a look at it alone), in a namespace holding our table of `count` CIDRs: median of `times`. */
+/**
+ * The counters' read (exported for a look at it alone), in a namespace holding our table of `count`
+ * CIDRs: median of `times`.
+ */
 export async function readCost(count: number, times: number): Promise<number> {
   return withScope(async (scope) => {
     const ns = await netns(scope, 'counters');

@@ -1,13 +1,14 @@
-// The everyday edit (README, "The everyday edit"; issue 42): one CIDR added to or removed from a
-// config of 1 000, 10 000 and 100 000, on an agent with its defaults, timed from the rename until
-// /healthz shows the new generation; the agent's own part is that less its write's applyMs (the
-// libnftables call, or the netlink batch). Beside it, bare `nft -f` of the same one-element
+// The everyday edit (docs/writes.md, "The everyday edit"; issue 42): one CIDR added to or removed
+// from a config of 1 000, 10 000 and 100 000, on an agent with its defaults, timed from the rename
+// until /healthz shows the new generation; the agent's own part is that less its write's applyMs
+// (the libnftables call, or the netlink batch). Beside it, bare `nft -f` of the same one-element
 // transaction (its elements and the mark's rule, as libnftables is given it) on the same table in a
-// namespace of its own. Four edits in turn, each undoing the last kind: an element added last (after
-// every other, in address and in time) and removed; the first element (written first) removed and
-// added back. At 100 000, the same beside another table's 200 000-element plain interval set, whose
-// elements libnftables downloads for every element command. Then the agent's RSS after whole
-// changes at 100 000, run from a copy of node and from the system's node, 2 s and 5 s after each.
+// namespace of its own. Four edits in turn, each undoing the last kind: an element added last
+// (after every other, in address and in time) and removed; the first element (written first)
+// removed and added back. At 100 000, the same beside another table's 200 000-element plain
+// interval set, whose elements libnftables downloads for every element command. Then the agent's
+// RSS after whole changes at 100 000, run from a copy of node and from the system's node, 2 s and 5
+// s after each.
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { AgentSession } from './agent-session.js';
@@ -121,7 +122,10 @@ const STATES: ReadonlyArray<'base' | 'with last' | 'without first'> = [
   'base',
 ];
 
-/** A table with a plain interval set of `count` /30s: another tool's (kube-proxy's and Calico's nftables modes keep such sets). */
+/**
+ * A table with a plain interval set of `count` /30s: another tool's (kube-proxy's and Calico's
+ * nftables modes keep such sets).
+ */
 function foreignTable(count: number): string {
   const elements: string[] = [];
   for (let i = 0; i < count; i++) {
@@ -131,7 +135,9 @@ function foreignTable(count: number): string {
   return `table ip other {\n  set s {\n    type ipv4_addr; flags interval\n    elements = { ${elements.join(',\n')} }\n  }\n}\n`;
 }
 
-/** Bare `nft -f` of each edit's transaction, `runs` rounds of the four, in a namespace of its own. */
+/**
+ * Bare `nft -f` of each edit's transaction, `runs` rounds of the four, in a namespace of its own.
+ */
 async function bareEdits(
   scope: Scope,
   count: number,
@@ -263,7 +269,10 @@ async function memoryAfterWholeChanges(
   };
 }
 
-/** `edits` one-CIDR edits at 100 000 back to back (added, removed, …): RSS after the first, along, after the last. */
+/**
+ * `edits` one-CIDR edits at 100 000 back to back (added, removed, …): RSS after the first, along,
+ * after the last.
+ */
 export async function memoryAlongEdits(scope: Scope, edits: number): Promise<EditStream> {
   const session = await AgentSession.start(scope, 100_000, ['--set-layout', 'auto'], 300_000);
   const base = cidrs(100_000);
@@ -302,7 +311,8 @@ export async function benchEdit(
     const largest = Math.max(...sizes);
     const foreign = foreignTable(foreignSize);
     const beside = `beside a ${foreignSize.toLocaleString('en-US').replace(/,/g, ' ')}-element interval set`;
-    // Beside it, the largest and a typical small config (plain interval sets): both element batches.
+    // Beside it, the largest and a typical small config (plain interval sets): both element
+    // batches.
     for (const count of [3, largest]) {
       const agent = await agentEdits(scope, count, runs, foreign);
       const bare = await bareEdits(scope, count, Math.min(runs, 3), foreign);

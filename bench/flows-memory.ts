@@ -1,8 +1,8 @@
-// --flows' memory (README, "What the node's NAT does"; issue 51, item 7): a namespace's conntrack
-// filled with 250 000 distinct (source, destination) groups by bench/ct-fill.c, and the peak RSS of
-// `ipmasq-agent --flows` printing them as text and as JSON (wait4's rusage, through python3), its
-// output read and counted as it comes. Goal: ≤ 64 MiB whatever the output's size (before: 528 and
-// 583 MiB, the output and every group held).
+// --flows' memory (docs/observability.md, "What the node's NAT does"; issue 51, item 7): a
+// namespace's conntrack filled with 250 000 distinct (source, destination) groups by
+// bench/ct-fill.c, and the peak RSS of `ipmasq-agent --flows` printing them as text and as JSON
+// (wait4's rusage, through python3), its output read and counted as it comes. Goal: ≤ 64 MiB
+// whatever the output's size (before: 528 and 583 MiB, the output and every group held).
 import { readFileSync, writeFileSync } from 'node:fs';
 import { buildConntrackFill, flowsPeak } from '../harness/flows.js';
 import { inNetns } from '../harness/netns.js';

@@ -1,7 +1,8 @@
-// The opt-in Kubernetes API at scale (README, "Kubernetes API (opt-in)"): 5 000 Nodes of realistic
-// size (~16 KiB each, mostly status.images) listed in chunks, then 200 watch events a second; the
-// agent's RSS beside the same agent without the feature, its CPU under the event stream, and the
-// time from an API change to the kernel. Runs alone with `node --import=tsx bench/kubernetes.ts`.
+// The opt-in Kubernetes API at scale (docs/kubernetes.md, "Kubernetes API (opt-in)"): 5 000 Nodes
+// of realistic size (~16 KiB each, mostly status.images) listed in chunks, then 200 watch events a
+// second; the agent's RSS beside the same agent without the feature, its CPU under the event
+// stream, and the time from an API change to the kernel. Runs alone with `node --import=tsx
+// bench/kubernetes.ts`.
 import { AgentSession } from './agent-session.js';
 import { CLOCK_TICKS, median, sleep, withScope, type Scope } from './harness.js';
 import { configText } from './scripts.js';

@@ -1,9 +1,9 @@
-// The SNAT port sample (README, "What the node's NAT does") at 100 000 and 1 000 000 conntrack
-// entries, every one source-translated (the worst case: the kernel filters the dump by status, so
-// untranslated entries cost ~0.3 µs each, translated ones ~2 µs). Entries are made with ctnetlink by
-// bench/ct-fill.c (built here with cc). Per size: one sample's CPU (its thread's, the kernel's dump
-// included) and wall time and the peak RSS it adds, run in a probe process; then the agent itself
-// sampling every second while /healthz is asked every 20 ms: the answers' p99.
+// The SNAT port sample (docs/observability.md, "What the node's NAT does") at 100 000 and 1 000 000
+// conntrack entries, every one source-translated (the worst case: the kernel filters the dump by
+// status, so untranslated entries cost ~0.3 µs each, translated ones ~2 µs). Entries are made with
+// ctnetlink by bench/ct-fill.c (built here with cc). Per size: one sample's CPU (its thread's, the
+// kernel's dump included) and wall time and the peak RSS it adds, run in a probe process; then the
+// agent itself sampling every second while /healthz is asked every 20 ms: the answers' p99.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { metricValue, startHealthProbe } from '../harness/agent.js';

@@ -1,11 +1,11 @@
-// Pod policies (README, "Pod policies"): what a new flow from a selected pod costs with 1, 10 and
-// 50 policies and 250 selected pods in the verdict map (the pod's own policy the last: with a
-// verdict map, one lookup whatever the number), against no table at all; and, against a real
-// kube-apiserver and etcd, the time from a pod's watch event (its addresses set through the status
-// subresource, or its deletion), as a kubectl watch beside the agent receives it, to the end of the
-// write that put its address in the kernel's map or took it out, from the agent's own log. Goals: the flow's cost within 1.2× between 1 and 50 policies;
-// each membership change in the kernel ≤ 50 ms after the event. `npm run bench -- --only
-// pod-policies`.
+// Pod policies (docs/egress-policy.md, "Pod policies"): what a new flow from a selected pod costs
+// with 1, 10 and 50 policies and 250 selected pods in the verdict map (the pod's own policy the
+// last: with a verdict map, one lookup whatever the number), against no table at all; and, against
+// a real kube-apiserver and etcd, the time from a pod's watch event (its addresses set through the
+// status subresource, or its deletion), as a kubectl watch beside the agent receives it, to the end
+// of the write that put its address in the kernel's map or took it out, from the agent's own log.
+// Goals: the flow's cost within 1.2× between 1 and 50 policies; each membership change in the
+// kernel ≤ 50 ms after the event. `npm run bench -- --only pod-policies`.
 import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';

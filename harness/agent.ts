@@ -1,5 +1,6 @@
 // Runs the built agent (bin/ipmasq-agent.js → dist/) inside a test namespace and observes it: its
-// JSON log lines, its tables as nft lists them, and its HTTP answers (fetched from inside the namespace).
+// JSON log lines, its tables as nft lists them, and its HTTP answers (fetched from inside the
+// namespace).
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { copyFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -30,9 +31,9 @@ export interface RunningAgent {
 }
 
 /**
- * A copy of the node binary in `dir`, for an agent that must be the only process mapping its program,
- * as in its container: the kernel leaves alone the pages of a file another process maps too, and a
- * test's or bench's own node maps the same binary (docs/design.md, "Memory").
+ * A copy of the node binary in `dir`, for an agent that must be the only process mapping its
+ * program, as in its container: the kernel leaves alone the pages of a file another process maps
+ * too, and a test's or bench's own node maps the same binary (docs/design.md, "Memory").
  */
 export function copyOfNode(dir: string): string {
   const node = join(dir, 'node');
@@ -138,8 +139,8 @@ export async function listTable(
 }
 
 /**
- * The generation of the latest write: the jump rule's mark, which follows the table's own comment in
- * a listing (that one stays as the table was created; README, "When it writes").
+ * The generation of the latest write: the jump rule's mark, which follows the table's own comment
+ * in a listing (that one stays as the table was created; docs/writes.md, "When it writes").
  */
 export function generationOf(listing: string | null): number | undefined {
   const marks = listing ? [...listing.matchAll(/ipmasq-agent generation (\d+) /g)] : [];

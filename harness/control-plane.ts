@@ -46,7 +46,8 @@ export async function prepareControlPlane(t: TapTest, ns: string): Promise<Prepa
   return {
     kubeconfig,
     start: async () => {
-      // The first build on a machine takes minutes (README, "Tests against a real API server").
+      // The first build on a machine takes minutes (docs/development.md, "Tests against a real API
+      // server").
       await inNetns(ns, 'env', [`CONTROL_PLANE_OWNER=${process.pid}`, script, 'up', dir], {
         timeoutMs: 1_200_000,
       });
@@ -179,9 +180,9 @@ export async function agentKubeconfig(t: TapTest, plane: ControlPlane): Promise<
 }
 
 /**
- * A pod of `node` with these addresses (and labels), as the scheduler and the kubelet would leave it: the
- * namespace and its default ServiceAccount first (no controller-manager makes them here), then the
- * pod bound to the Node, then its addresses in its status.
+ * A pod of `node` with these addresses (and labels), as the scheduler and the kubelet would leave
+ * it: the namespace and its default ServiceAccount first (no controller-manager makes them here),
+ * then the pod bound to the Node, then its addresses in its status.
  */
 export async function createPod(
   plane: ControlPlane,

@@ -1,6 +1,7 @@
 // --flows at scale, for the test and the bench alike: the conntrack filler (bench/ct-fill.c, built
 // here with cc), and the peak RSS of one `ipmasq-agent --flows` run, from wait4's rusage through
-// python3, its output read as it comes and counted (README, "What the node's NAT does").
+// python3, its output read as it comes and counted (docs/observability.md, "What the node's NAT
+// does").
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
 import { agentBin } from './agent.js';
@@ -31,7 +32,8 @@ export async function flowsPeak(
     'while chunk := child.stdout.read(1 << 16): size += len(chunk)\n' +
     'child.wait()\n' +
     'print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, size)\n';
-  // Without a test runner's NODE_OPTIONS (its loaders are memory of their own), as an operator runs it.
+  // Without a test runner's NODE_OPTIONS (its loaders are memory of their own), as an operator runs
+  // it.
   const { stdout } = await inNetns(
     ns,
     'env',

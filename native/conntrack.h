@@ -1,6 +1,6 @@
 // Which conntrack entries a config change must delete so that their flows follow the new decision
-// (README, "Existing flows"), judged entry by entry by both configs' decisions, and their deletion,
-// through libnetfilter_conntrack. Plain C++: nothing of N-API.
+// (docs/writes.md, "Existing flows"), judged entry by entry by both configs' decisions, and their
+// deletion, through libnetfilter_conntrack. Plain C++: nothing of N-API.
 #pragma once
 
 #include <array>
@@ -18,8 +18,8 @@ struct Range {
   std::array<uint8_t, 16> last{};
 };
 
-// What one config decides for a family's flows beside their destination (README, "Egress policy"):
-// which senders and egress interfaces it considers, and what it translates to.
+// What one config decides for a family's flows beside their destination (docs/egress-policy.md,
+// "Egress policy"): which senders and egress interfaces it considers, and what it translates to.
 struct Policy {
   bool any_source = true;
   std::vector<Range> sources;  // sorted, disjoint

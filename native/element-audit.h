@@ -1,6 +1,6 @@
-// The audit of an element-only write (README, "The everyday edit"): a set's elements read back
-// over netlink and compared with what the write meant, off the JS thread. What it meant comes as
-// the agent's own prefixes in text, parsed here on their own rather than by the write's packing,
+// The audit of an element-only write (docs/writes.md, "The everyday edit"): a set's elements read
+// back over netlink and compared with what the write meant, off the JS thread. What it meant comes
+// as the agent's own prefixes in text, parsed here on their own rather than by the write's packing,
 // so that a fault of that packing is caught too. Plain C++: nothing of N-API.
 #pragma once
 

@@ -1,16 +1,17 @@
-// ipmasq-launch COMMAND [ARGS...]: the image's entry point (README, "When it writes": its signals).
-// Node resets every signal's disposition and mask when it starts, so for its first ~50 ms a SIGTERM
-// ends it with 143 (as PID 1 the kernel drops it instead, and the pod waits out its grace period)
-// and a SIGHUP with 129; no JavaScript can take that moment over. This process can: it holds every
-// signal from its first instruction, runs the command as its child, and hands SIGTERM, SIGINT and
-// SIGHUP on only once the child catches them (its SigCgt in /proc), so the agent's own handler
-// decides from the first moment. Any other signal whose default would end or core-dump the launcher
-// (SIGALRM, SIGPIPE, SIGQUIT, …) is handed on as SIGTERM: the agent always ends through its own
-// clean path, never by the launcher's death (which kills it). SIGUSR1 and SIGUSR2 are never handed
-// on (Node would open its inspector on SIGUSR1); the job-control stops (SIGTSTP, SIGTTIN, SIGTTOU)
-// and the signals ignored by default are swallowed. As PID 1 it reaps every orphan, and it exits as
-// the child does (128 + the signal that ended it). The ready pipe's ends are put at fd 3 or above
-// (fds 0-2 opened on /dev/null where closed), so the agent finds it whatever it was started with.
+// ipmasq-launch COMMAND [ARGS...]: the image's entry point (docs/writes.md, "When it writes": its
+// signals). Node resets every signal's disposition and mask when it starts, so for its first ~50 ms
+// a SIGTERM ends it with 143 (as PID 1 the kernel drops it instead, and the pod waits out its grace
+// period) and a SIGHUP with 129; no JavaScript can take that moment over. This process can: it
+// holds every signal from its first instruction, runs the command as its child, and hands SIGTERM,
+// SIGINT and SIGHUP on only once the child catches them (its SigCgt in /proc), so the agent's own
+// handler decides from the first moment. Any other signal whose default would end or core-dump the
+// launcher (SIGALRM, SIGPIPE, SIGQUIT, …) is handed on as SIGTERM: the agent always ends through
+// its own clean path, never by the launcher's death (which kills it). SIGUSR1 and SIGUSR2 are never
+// handed on (Node would open its inspector on SIGUSR1); the job-control stops (SIGTSTP, SIGTTIN,
+// SIGTTOU) and the signals ignored by default are swallowed. As PID 1 it reaps every orphan, and it
+// exits as the child does (128 + the signal that ended it). The ready pipe's ends are put at fd 3
+// or above (fds 0-2 opened on /dev/null where closed), so the agent finds it whatever it was
+// started with.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
-// What the node's NAT does with the translated flows (README, "What the node's NAT does"): one
-// dump of a family's conntrack entries that were source-translated, aggregated while it runs —
-// flows by protocol, the busiest (translated address, destination, port) of each, and for
+// What the node's NAT does with the translated flows (docs/observability.md, "What the node's NAT
+// does"): one dump of a family's conntrack entries that were source-translated, aggregated while it
+// runs — flows by protocol, the busiest (translated address, destination, port) of each, and for
 // `--flows` the flows by source and destination (a compact record each, FlowRecords). Bounded in
 // CPU time; holds no entry, only counts and those records.
 // Plain C++: nothing of N-API.
@@ -31,13 +31,13 @@ struct Protocol {
   uint64_t busiest = 0;
 };
 
-// --flows' records (README, "What the node's NAT does"): one per (source, translated address,
-// destination, port, protocol), in memory mapped for the most there may be and taken page by page
-// as they are written (no copy as they grow), sorted in place as they are shown: by their source's
-// flows (most first), source, their group's flows (source, destination, port, protocol; most
-// first), destination, port, protocol and translated address. Each record, with w the address width
-// (4 or 16): source at 0, translated address at w, destination at 2w, port (network order) at 3w,
-// protocol at 3w + 2, then 32-bit counts in host order: its flows at 3w + 4, and at 3w + 8 the
+// --flows' records (docs/observability.md, "What the node's NAT does"): one per (source, translated
+// address, destination, port, protocol), in memory mapped for the most there may be and taken page
+// by page as they are written (no copy as they grow), sorted in place as they are shown: by their
+// source's flows (most first), source, their group's flows (source, destination, port, protocol;
+// most first), destination, port, protocol and translated address. Each record, with w the address
+// width (4 or 16): source at 0, translated address at w, destination at 2w, port (network order) at
+// 3w, protocol at 3w + 2, then 32-bit counts in host order: its flows at 3w + 4, and at 3w + 8 the
 // busiest of its group's translated addresses to that destination and port (its flows there, from
 // any source).
 struct FlowRecords {

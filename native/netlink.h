@@ -89,12 +89,13 @@ Counters ListCounters(const std::string& family, const std::string& table);
 Status ReplaceSetElements(uint8_t family, const std::string& table, const std::string& set,
                           const std::vector<std::vector<uint8_t>>& keys);
 
-// An element-only change of tables of ours, as one transaction (README, "The everyday edit"):
-// each set's elements deleted, then added, then the rule carrying the write's mark replaced by the
-// same rule with the new mark: its expressions as the kernel holds them, its comment changed. An
-// element is its key then its end key (interval sets of a concatenation: the kernel's pipapo), each
-// `key_len` bytes in the kernel's layout. With `pinned`, the kernel takes the batch only while the
-// namespace is at `generation` (NFNL_BATCH_GENID): a commit by anyone since makes it refuse whole.
+// An element-only change of tables of ours, as one transaction (docs/writes.md, "The everyday
+// edit"): each set's elements deleted, then added, then the rule carrying the write's mark replaced
+// by the same rule with the new mark: its expressions as the kernel holds them, its comment
+// changed. An element is its key then its end key (interval sets of a concatenation: the kernel's
+// pipapo), each `key_len` bytes in the kernel's layout. With `pinned`, the kernel takes the batch
+// only while the namespace is at `generation` (NFNL_BATCH_GENID): a commit by anyone since makes it
+// refuse whole.
 struct SetEdit {
   std::string set;
   size_t key_len = 0;
@@ -154,7 +155,7 @@ namespace netlink {
 // key, `key_len` bytes each in the kernel's layout, sorted by first key: a plain interval set's
 // start and end items are paired back (an end item is one past the last key; a start with no end
 // runs to the last key), a concatenated range set's key and end key taken as they are. For the
-// audit of an element-only write (README, "The everyday edit"): no libnftables, no text.
+// audit of an element-only write (docs/writes.md, "The everyday edit"): no libnftables, no text.
 struct SetElements {
   Status status;
   std::vector<uint8_t> elements;  // 2 * key_len bytes per element

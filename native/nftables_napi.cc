@@ -449,7 +449,7 @@ Napi::Value ConntrackDelete(const Napi::CallbackInfo& info) {
 
 // editElements({ generation?, tables: [{ family: 4 | 6, table, chain, wasMark, mark, sets: [{
 // name, keyLength, removed: Buffer, added: Buffer }] }] }) → Promise<undefined>:
-// netlink::EditElements, one transaction (README, "The everyday edit").
+// netlink::EditElements, one transaction (docs/writes.md, "The everyday edit").
 Napi::Value EditElements(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const char* usage =

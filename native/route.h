@@ -1,6 +1,6 @@
-// Route lookups over rtnetlink for the conntrack flush (README, "Existing flows"): conntrack does
-// not record the interface a flow leaves through, so the flush asks the kernel's routing for it, as
-// the flow's packets are routed. Plain C++: nothing of N-API.
+// Route lookups over rtnetlink for the conntrack flush (docs/writes.md, "Existing flows"):
+// conntrack does not record the interface a flow leaves through, so the flush asks the kernel's
+// routing for it, as the flow's packets are routed. Plain C++: nothing of N-API.
 #pragma once
 
 #include <cstdint>

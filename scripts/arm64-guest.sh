@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Runs test files on an arm64 kernel: an aarch64 guest under qemu-system-aarch64 (TCG, no KVM needed),
-# booted from Debian 13's linux-image-arm64 with a root made from the Dockerfile's unit stage for
-# arm64 (node, the addon built for aarch64 against libnftables 1.1.3, the tests) plus the kernel and
-# the tools the tests call (nft, conntrack, ip, iptables, sysctl). The guest runs the files one by
-# one, each alone under node and tsx with TAP_TIMEOUT=0, until a time budget is spent, then powers
-# off; one line per file is printed here, the TAP output of each is left in OUT. As root.
+# Runs test files on an arm64 kernel: an aarch64 guest under qemu-system-aarch64 (TCG, no KVM
+# needed), booted from Debian 13's linux-image-arm64 with a root made from the Dockerfile's unit
+# stage for arm64 (node, the addon built for aarch64 against libnftables 1.1.3, the tests) plus the
+# kernel and the tools the tests call (nft, conntrack, ip, iptables, sysctl). The guest runs the
+# files one by one, each alone under node and tsx with TAP_TIMEOUT=0, until a time budget is spent,
+# then powers off; one line per file is printed here, the TAP output of each is left in OUT. As
+# root.
 #
 #   scripts/arm64-guest.sh [--tests "test/kernel/*.test.ts test/e2e/*.test.ts"] [--budget 14400]
 #                          [--out out/arm64-guest] [--smp N] [--memory MiB]
 #
 # Needs podman, qemu-user-static (for the image's build), qemu-system-arm (apt-get install -y
-# qemu-system-arm) and e2fsprogs, and the arm64 stand-in for the base image, as scripts/image.sh does
-# (README, "Images"). Emulated, the guest runs many times slower than the host (docs/images.md says
-# how much): a test that bounds a wait by the clock may fail for that alone.
+# qemu-system-arm) and e2fsprogs, and the arm64 stand-in for the base image, as scripts/image.sh
+# does (docs/images.md, "Images"). Emulated, the guest runs many times slower than the host
+# (docs/images.md says how much): a test that bounds a wait by the clock may fail for that alone.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# A real Kubernetes control plane for the tests (README, "Tests against a real API server"):
+# A real Kubernetes control plane for the tests (docs/development.md, "Tests against a real API
+# server"):
 #
 #   scripts/control-plane.sh build        builds kube-apiserver, kubectl and etcd (and the bench's
 #                                         client-go reference, listwatch) once per machine
 #   scripts/control-plane.sh path         where they are (or will be) on this machine
 #   scripts/control-plane.sh certs DIR    makes the CA, certificates and DIR/admin.kubeconfig only
-#   scripts/control-plane.sh up DIR       starts etcd and kube-apiserver on this namespace's loopback,
-#                                         writes DIR/admin.kubeconfig (and DIR/env: the binaries' paths)
-#   scripts/control-plane.sh restart-apiserver DIR
-#                                         stops kube-apiserver and starts it again
-#   scripts/control-plane.sh compact      compacts etcd's history to its current revision
-#   scripts/control-plane.sh down DIR     stops them and removes what they wrote
+# scripts/control-plane.sh up DIR       starts etcd and kube-apiserver on this namespace's loopback,
+# writes DIR/admin.kubeconfig (and DIR/env: the binaries' paths) scripts/control-plane.sh
+# restart-apiserver DIR stops kube-apiserver and starts it again scripts/control-plane.sh compact   
+# compacts etcd's history to its current revision scripts/control-plane.sh down DIR     stops them
+# and removes what they wrote
 #
 # The binaries come from test/control-plane/go.mod (k8s.io/kubernetes with its staging modules
 # replaced by their published v0.x versions, and go.etcd.io/etcd/server/v3), built with the

@@ -13,7 +13,8 @@
 # longest property tests (thousands of random cases each) are left out of an emulated architecture's
 # run unless --all-unit is given.
 # The base images (node:22-trixie{,-slim} for each architecture) must be there: on a host without a
-# registry, ../shared/image/make-node-base.sh [--arch arm64] trixie makes them (README, "Images").
+# registry, ../shared/image/make-node-base.sh [--arch arm64] trixie makes them (docs/images.md,
+# "Images").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // Makes a fresh Debian/Ubuntu machine ready to run or test the agent, and does nothing where all is
-// present: system packages (as root, via apt-get), npm dependencies, the addon, the TypeScript build.
+// present: system packages (as root, via apt-get), npm dependencies, the addon, the TypeScript
+// build.
 import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -63,14 +64,16 @@ const newest = (dir) => {
   return latest;
 };
 
-// npm records what it installed in node_modules/.package-lock.json; reinstall when the lock is newer.
+// npm records what it installed in node_modules/.package-lock.json; reinstall when the lock is
+// newer.
 if (mtime(join(root, 'node_modules/.package-lock.json')) < mtime(join(root, 'package-lock.json'))) {
   console.error('setup: npm ci');
   run('npm', ['ci', '--no-audit', '--no-fund']);
 }
 
-// Node's own headers, where they are on disk (Debian's libnode-dev, the official tarball's include/):
-// building against them means node-gyp never tries to download them, which an offline machine cannot.
+// Node's own headers, where they are on disk (Debian's libnode-dev, the official tarball's
+// include/): building against them means node-gyp never tries to download them, which an offline
+// machine cannot.
 const nodePrefix = dirname(dirname(process.execPath));
 const nodedir = [nodePrefix, '/usr', '/usr/local'].find((dir) =>
   existsSync(join(dir, 'include/node/node_api.h')),
@@ -88,9 +91,9 @@ if (mtime(built) < Math.max(newest('src'), mtime(join(root, 'tsconfig.json')))) 
   run('npx', ['--no-install', 'tsc', '-p', 'tsconfig.build.json']);
 }
 
-// For the tests (`--tests`, what `npm test` passes): the real control plane the Kubernetes tests run
-// against, built once per machine with its Go (minutes the first time; README, "Tests against a
-// real API server"), found in its cache after that.
+// For the tests (`--tests`, what `npm test` passes): the real control plane the Kubernetes tests
+// run against, built once per machine with its Go (minutes the first time; docs/development.md,
+// "Tests against a real API server"), found in its cache after that.
 if (process.argv.includes('--tests')) {
   run('bash', [join(root, 'scripts/control-plane.sh'), 'build'], {}, true);
 }

@@ -1,5 +1,6 @@
 // Wires the long-running agent: config watcher and signals → runner → reconciler → kernel, with the
-// health/metrics server reading the reconciler's status. README, "When it writes" and "HTTP".
+// health/metrics server reading the reconciler's status. docs/writes.md, "When it writes" and
+// "HTTP".
 import type { Logger } from 'pino';
 import { AUTO_LAYOUT_CROSSOVER } from './compile.js';
 import { configLoader } from './config/loader.js';

@@ -43,7 +43,8 @@ const ONCE_API_WAIT_MS = 30_000;
 
 async function once(options: AgentOptions, logger: Logger): Promise<number> {
   // The agent's modules (HTTP server, metrics, reconciler) load only where the agent runs: the
-  // operator's one-shot commands stay small (--flows, README "What the node's NAT does").
+  // operator's one-shot commands stay small (--flows, docs/observability.md "What the node's NAT
+  // does").
   const { agentMetrics, connectApi, makeReconciler } = await import('./agent.js');
   const metrics = agentMetrics(logger);
   let changed = () => {};
@@ -86,8 +87,8 @@ export async function main(argv: readonly string[]): Promise<number | undefined>
     return parsed.exitCode;
   }
   const { options } = parsed;
-  // One-shot commands finish sooner with the optimizing compiler; the agent saves its memory, and so
-  // does --flows, whose memory must not grow with the conntrack table (src/cli/flows.ts).
+  // One-shot commands finish sooner with the optimizing compiler; the agent saves its memory, and
+  // so does --flows, whose memory must not grow with the conntrack table (src/cli/flows.ts).
   if (options.mode !== 'run' && options.mode !== 'flows') workOnce();
   if (options.mode === 'version') {
     process.stdout.write(`ipmasq-agent ${version()}\n`);
@@ -139,9 +140,10 @@ export async function main(argv: readonly string[]): Promise<number | undefined>
 }
 
 /**
- * What the kubeconfig asks that the agent does not do (several files, a proxy, plugins, a TLS server
- * name): a refusal at start with exit 2, whatever the mode (README, "Kubernetes API (opt-in)").
- * Other failures to connect are left to the mode, which reports them as it always did.
+ * What the kubeconfig asks that the agent does not do (several files, a proxy, plugins, a TLS
+ * server name): a refusal at start with exit 2, whatever the mode (docs/kubernetes.md, "Kubernetes
+ * API (opt-in)"). Other failures to connect are left to the mode, which reports them as it always
+ * did.
  */
 async function unsupportedKubeconfig(kubeconfig: string): Promise<string | undefined> {
   const { connection, UnsupportedKubeconfig } = await import('./kubernetes/index.js');

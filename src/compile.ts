@@ -37,7 +37,7 @@ export interface PortRange {
 /**
  * `interval`: sets of addresses (README, "What it does"). `concat`: address . protocol ranges,
  * which other tools' element commands do not download. `auto`: interval up to
- * AUTO_LAYOUT_CROSSOVER elements, concat above (README, "Performance").
+ * AUTO_LAYOUT_CROSSOVER elements, concat above (docs/performance.md, "Performance").
  */
 export const setLayouts = ['auto', 'interval', 'concat'] as const;
 export type SetLayout = (typeof setLayouts)[number];
@@ -59,10 +59,11 @@ function integer(n: number, what: string): string {
 }
 
 /**
- * The translating statements in order: `masquerade`, or `snat to` the family's snatAddress (README,
- * "Egress policy"). With --to-ports, tcp/udp/sctp go to one of the ranges, each chosen in proportion
- * to its size: rule i takes size_i out of what the ranges from i on hold, so the chained draws give
- * every range its share; other protocols fall through to a plain statement.
+ * The translating statements in order: `masquerade`, or `snat to` the family's snatAddress
+ * (docs/egress-policy.md, "Egress policy"). With --to-ports, tcp/udp/sctp go to one of the ranges,
+ * each chosen in proportion to its size: rule i takes size_i out of what the ranges from i on hold,
+ * so the chained draws give every range its share; other protocols fall through to a plain
+ * statement.
  */
 export function masqueradeRules(
   randomFully: boolean,
@@ -175,7 +176,8 @@ const podPolicyKey = (family: TableFamily): SetKey => ({
 });
 
 /**
- * A pod policy's name in the kernel and in metrics (README, "Pod policies"): its file's name.
+ * A pod policy's name in the kernel and in metrics (docs/egress-policy.md, "Pod policies"): its
+ * file's name.
  */
 export function podPolicyName(policy: Pick<PodPolicy, 'file'>): string {
   return basename(policy.file);
@@ -256,8 +258,8 @@ function compileFamily(
   const policies = (config.podPolicies ?? []).map((policy, index) =>
     podPolicyObjects(policy, index, family, options, layout),
   );
-  // With pod policies, a flow from a selected address goes to its policy's chain first (README,
-  // "Pod policies"): one lookup, whatever their number.
+  // With pod policies, a flow from a selected address goes to its policy's chain first
+  // (docs/egress-policy.md, "Pod policies"): one lookup, whatever their number.
   const dispatch = policies.length > 0 ? [`${family} saddr vmap @${POD_POLICY_MAP}`] : [];
   const chain: Chain = {
     name: options.masqChain,
@@ -303,7 +305,9 @@ function jumpRule(options: CompileOptions, mark: WriteMark): string {
   return `fib daddr type != local jump ${options.masqChain} comment "${markText(mark)}"`;
 }
 
-/** The desired tables: `ip`, and `ip6` with --enable-ipv6; `writer` names this process in the mark. */
+/**
+ * The desired tables: `ip`, and `ip6` with --enable-ipv6; `writer` names this process in the mark.
+ */
 export function compile(
   config: Config,
   options: CompileOptions,

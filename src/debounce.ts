@@ -1,6 +1,6 @@
-// One timer for work that a burst of events asks for once (README, "The everyday edit": the fast
-// paths' audits): it runs `delayMs` after the last ask, and never later than `withinMs` after the
-// first ask since it last ran, however the asks keep coming.
+// One timer for work that a burst of events asks for once (docs/writes.md, "The everyday edit": the
+// fast paths' audits): it runs `delayMs` after the last ask, and never later than `withinMs` after
+// the first ask since it last ran, however the asks keep coming.
 /** The clock and timers a BoundedDebounce runs on (the tests give a fake). */
 export interface DebounceClock {
   now(): number;

@@ -1,8 +1,8 @@
-// The decision for a new flow in nat postrouting (README, "Egress policy"), held once, as data: the
-// steps in order, each with what it looks at, the set of ours that holds its list, the config key
-// that gives the list, and what it decides. compile.ts renders them as rules; explain.ts, diff.ts and
-// the conntrack flush (reconcile/conntrack.ts) evaluate them. Destinations local to the node never
-// reach these steps (the base chain's `fib daddr type != local`). Pure.
+// The decision for a new flow in nat postrouting (docs/egress-policy.md, "Egress policy"), held
+// once, as data: the steps in order, each with what it looks at, the set of ours that holds its
+// list, the config key that gives the list, and what it decides. compile.ts renders them as rules;
+// explain.ts, diff.ts and the conntrack flush (reconcile/conntrack.ts) evaluate them. Destinations
+// local to the node never reach these steps (the base chain's `fib daddr type != local`). Pure.
 import {
   type Bound,
   type Family,
@@ -55,9 +55,9 @@ export interface Decision {
 export type Decisive = Pick<Config, 'nonMasquerade' | 'masquerade' | 'egress'>;
 
 /**
- * The steps of README "Egress policy": leaving through an interface not in egressInterfaces, or from
- * a source not in sourceCIDRs (each while given): skipped; to masqueradeCIDRs: translated; to the
- * non-masquerade set: exempt; otherwise translated.
+ * The steps of docs/egress-policy.md "Egress policy": leaving through an interface not in
+ * egressInterfaces, or from a source not in sourceCIDRs (each while given): skipped; to
+ * masqueradeCIDRs: translated; to the non-masquerade set: exempt; otherwise translated.
  */
 export function decisionOf(config: Decisive, family: AddressFamily): Decision {
   const egress = config.egress;
@@ -121,7 +121,10 @@ export interface Flow {
   readonly oifname?: string;
 }
 
-/** Where a flow ends: the outcome, the step that decided it, and the steps it could not be judged by. */
+/**
+ * Where a flow ends: the outcome, the step that decided it, and the steps it could not be judged
+ * by.
+ */
 export interface Verdict {
   readonly outcome: Outcome;
   readonly step: Step;
@@ -131,7 +134,8 @@ export interface Verdict {
 
 /**
  * A decision that judges flows one after another: each address step's list is worked out as ranges
- * the first time a flow needs it and kept here, however many flows follow (a --diff judges 200 000).
+ * the first time a flow needs it and kept here, however many flows follow (a --diff judges 200
+ * 000).
  */
 export class Judge {
   private readonly ranges: Array<Range[] | undefined>;
@@ -210,7 +214,9 @@ export function exemptRanges(decision: Decision): Range[] {
   return decision.family === 'ipv4' ? toBig(walk(v4Range)) : walk(v6Range);
 }
 
-/** Per family: destinations exempt before and translated after (`lost`), and the reverse (`gained`). */
+/**
+ * Per family: destinations exempt before and translated after (`lost`), and the reverse (`gained`).
+ */
 export function flippedRanges(
   before: Decisive,
   after: Decisive,

@@ -1,5 +1,6 @@
-// What a proposed config changes (README, "Explain, diff, check"): every address range whose
-// decision flips, as the fewest CIDRs, its direction, and the entries responsible on each side.
+// What a proposed config changes (docs/explain.md, "Explain, diff, check"): every address range
+// whose decision flips, as the fewest CIDRs, its direction, and the entries responsible on each
+// side.
 import {
   escapeUnprintable,
   formatAddress,
@@ -36,12 +37,16 @@ export interface DiffSummary {
 }
 
 /**
- * A change of an egress policy key (README, "Egress policy"): it changes what happens to flows of
- * some sources, interfaces or every translated flow, even where no destination flips.
+ * A change of an egress policy key (docs/egress-policy.md, "Egress policy"): it changes what
+ * happens to flows of some sources, interfaces or every translated flow, even where no destination
+ * flips.
  */
 export interface PolicyChange {
   readonly key: KeyName;
-  /** The values now and proposed; empty: the key is not given (every source, every interface, masquerade). */
+  /**
+   * The values now and proposed; empty: the key is not given (every source, every interface,
+   * masquerade).
+   */
   readonly current: readonly string[];
   readonly proposed: readonly string[];
 }
@@ -50,7 +55,9 @@ export interface Diff {
   readonly changes: readonly ChangedRange[];
   readonly summary: readonly DiffSummary[];
   readonly policy: readonly PolicyChange[];
-  /** The pod policies (README, "Pod policies") added, removed or changed, by file. */
+  /**
+   * The pod policies (docs/egress-policy.md, "Pod policies") added, removed or changed, by file.
+   */
   readonly podPolicies: readonly PodPolicyChange[];
 }
 

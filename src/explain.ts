@@ -1,6 +1,6 @@
-// Why traffic to an address is masqueraded or not (README, "Explain, diff, check"): the decision's
-// steps (decision.ts) evaluated for it, with the config entries responsible. Pure; needs a Config
-// loaded with provenance.
+// Why traffic to an address is masqueraded or not (docs/explain.md, "Explain, diff, check"): the
+// decision's steps (decision.ts) evaluated for it, with the config entries responsible. Pure; needs
+// a Config loaded with provenance.
 import {
   escapeUnprintable,
   type Family,
@@ -26,10 +26,14 @@ export type Reason =
   | 'nonMasqueradeCIDRs'
   | 'default list'
   | 'link-local default'
-  /** nonMasqueradeNodePodCIDRs: a Node's pod CIDRs (README, "Kubernetes API (opt-in)"). */
+  /**
+   * nonMasqueradeNodePodCIDRs: a Node's pod CIDRs (docs/kubernetes.md, "Kubernetes API (opt-in)").
+   */
   | 'node podCIDRs'
   | 'no match'
-  /** The egress policy (README, "Egress policy"): another way out, or another source. */
+  /**
+   * The egress policy (docs/egress-policy.md, "Egress policy"): another way out, or another source.
+   */
   | 'egressInterfaces'
   | 'sourceCIDRs';
 
@@ -51,9 +55,10 @@ export interface Explanation {
 }
 
 /**
- * Which pod policy decides a flow from a pod (README, "Pod policies"): `decides` names the first,
- * in file-name order, that selects the pod, `shadowed` those that also select it; neither when
- * none does. `judged: false` when the pod's labels were not given (the node-wide config answers).
+ * Which pod policy decides a flow from a pod (docs/egress-policy.md, "Pod policies"): `decides`
+ * names the first, in file-name order, that selects the pod, `shadowed` those that also select it;
+ * neither when none does. `judged: false` when the pod's labels were not given (the node-wide
+ * config answers).
  */
 export interface PodPolicyAnswer {
   readonly judged: boolean;
@@ -88,7 +93,10 @@ export interface PolicyStep {
 export interface FlowContext {
   readonly from?: string;
   readonly via?: string;
-  /** The labels of the pod that holds `from`, and of its namespace (--pod-labels, --namespace-labels). */
+  /**
+   * The labels of the pod that holds `from`, and of its namespace (--pod-labels,
+   * --namespace-labels).
+   */
   readonly podLabels?: ReadonlyMap<string, string>;
   readonly namespaceLabels?: ReadonlyMap<string, string>;
   /** The pod policy the kernel's verdict map gives `from` (--live): its index, or null for none. */
@@ -270,7 +278,9 @@ export function explain(
   return explainer(config, options)(address, context);
 }
 
-/** What one decider (the node-wide config or a pod policy) needs to explain a family's addresses. */
+/**
+ * What one decider (the node-wide config or a pod policy) needs to explain a family's addresses.
+ */
 interface Prepared {
   readonly judge: Judge;
   /** Built the first time an address's set step needs its origins. */
@@ -309,7 +319,8 @@ function explainOne(
   prepare: (decider: Config | PodPolicy, family: Family) => Prepared,
 ): Explanation {
   const { family, addr } = parseAddress(address.trim());
-  // A flow from a pod a pod policy selects is that policy's to decide (README, "Pod policies").
+  // A flow from a pod a pod policy selects is that policy's to decide (docs/egress-policy.md, "Pod
+  // policies").
   const { decider, answer: podPolicy } = deciderOf(config, context);
   const { judge, origins: indexed } = prepare(decider, family);
   const from = context.from === undefined ? undefined : parseAddress(context.from.trim());

@@ -1,7 +1,8 @@
-// What the node's NAT did with the translated flows (README, "What the node's NAT does"): protocol
-// names, the source ports a translation can use, the port headroom by family and protocol, and the
-// operator's view of `--flows` from a NAT sample's records (nftables/types.ts, NatRecords), read a
-// source at a time and written a piece at a time: memory flat whatever the number of groups. Pure.
+// What the node's NAT did with the translated flows (docs/observability.md, "What the node's NAT
+// does"): protocol names, the source ports a translation can use, the port headroom by family and
+// protocol, and the operator's view of `--flows` from a NAT sample's records (nftables/types.ts,
+// NatRecords), read a source at a time and written a piece at a time: memory flat whatever the
+// number of groups. Pure.
 import type { PortRange } from './compile.js';
 import type { AddressFamily } from './config/types.js';
 import { endianness } from 'node:os';
@@ -31,7 +32,8 @@ export function snatPorts(toPorts: readonly PortRange[]): number {
 
 /**
  * The same, from our chains' rules as the kernel holds them (their nat and masq expressions' port
- * registers, native/netlink.h): each range once (the rules of both families and every step repeat them).
+ * registers, native/netlink.h): each range once (the rules of both families and every step repeat
+ * them).
  */
 export function snatPortsOfShapes(shapes: readonly RuleShape[]): number {
   const ranges = new Map<string, PortRange>();
@@ -39,7 +41,10 @@ export function snatPortsOfShapes(shapes: readonly RuleShape[]): number {
   return snatPorts([...ranges.values()]);
 }
 
-/** One family and protocol's figures: translated flows, and the busiest destination's share of the ports. */
+/**
+ * One family and protocol's figures: translated flows, and the busiest destination's share of the
+ * ports.
+ */
 export interface Headroom {
   readonly family: AddressFamily;
   readonly protocol: NatProtocol;
@@ -101,7 +106,8 @@ function addressAt(buffer: Buffer, at: number, width: 4 | 16): string {
 
 /**
  * The sources of one family's records (native/nat-stats.h, FlowRecords), in the order the addon
- * sorted them: most flows first. Nothing is kept between them: memory stays flat whatever the count.
+ * sorted them: most flows first. Nothing is kept between them: memory stays flat whatever the
+ * count.
  */
 export function* flowSources(
   records: NatRecords,
@@ -176,7 +182,9 @@ export function* mergedSources(
 
 const percent = (ratio: number) => `${(ratio * 100).toFixed(ratio < 0.01 ? 2 : 1)}%`;
 
-/** One of --flows' outputs made a piece at a time from its sources, each with its pod where named. */
+/**
+ * One of --flows' outputs made a piece at a time from its sources, each with its pod where named.
+ */
 export type FlowsOutput = (
   sources: Iterable<FlowSource>,
   ports: number,

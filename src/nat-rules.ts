@@ -1,10 +1,11 @@
-// Other tables' nat postrouting rules, as nft prints them (README, "Other NAT on the node"): which of
-// them a flow may reach, and whether their own matches show that they translate it. The matches read
-// are the common shapes — source and destination addresses and prefixes, interfaces, protocol,
-// packet and conntrack marks — each judged true, false or unknown for a flow; anything else is
-// unknown, so a rule with it "may" translate. A mark or address set on the way is carried to the
-// rules after it; a verdict map may send the flow to any chain its elements name (the kernel's
-// elements, or an anonymous map's text), never for certain. Named sets are not looked into. Pure.
+// Other tables' nat postrouting rules, as nft prints them (docs/observability.md, "Other NAT on the
+// node"): which of them a flow may reach, and whether their own matches show that they translate
+// it. The matches read are the common shapes — source and destination addresses and prefixes,
+// interfaces, protocol, packet and conntrack marks — each judged true, false or unknown for a flow;
+// anything else is unknown, so a rule with it "may" translate. A mark or address set on the way is
+// carried to the rules after it; a verdict map may send the flow to any chain its elements name
+// (the kernel's elements, or an anonymous map's text), never for certain. Named sets are not looked
+// into. Pure.
 import { inRanges, parseAddress, parseCidr, prefixRange, type Range } from './cidr/index.js';
 import { interfaceListed } from './decision.js';
 import type { ChainRules, ListedRule } from './nftables/types.js';
@@ -40,7 +41,10 @@ export interface ReadRule {
   readonly matches: ReadonlyArray<(flow: NatFlow) => Truth>;
   /** masquerade, snat (or an x_tables target printed as one). */
   readonly translates: boolean;
-  /** A verdict ending the chain for the flows it takes (`return`), or every chain (`accept`, `drop`). */
+  /**
+   * A verdict ending the chain for the flows it takes (`return`), or every chain (`accept`,
+   * `drop`).
+   */
   readonly verdict?: 'return' | 'accept' | 'drop';
   /** `jump`/`goto` targets. */
   readonly jump?: { readonly kind: 'jump' | 'goto'; readonly chain: string };
@@ -112,7 +116,9 @@ function protocolNumber(text: string): number | undefined {
   return PROTOCOLS[text];
 }
 
-/** The address ranges a value names (an address, a prefix, a range, a group of them), or undefined. */
+/**
+ * The address ranges a value names (an address, a prefix, a range, a group of them), or undefined.
+ */
 function addressRanges(value: string): Range[] | undefined {
   const ranges: Range[] = [];
   for (const item of items(value)) {
@@ -388,7 +394,9 @@ export function readRule(text: string): ReadRule {
   };
 }
 
-/** All of a rule's matches for a flow: false if one is false, unknown if one is unknown, else true. */
+/**
+ * All of a rule's matches for a flow: false if one is false, unknown if one is unknown, else true.
+ */
 export function ruleHolds(rule: ReadRule, flow: NatFlow): Truth {
   let result: Truth = true;
   for (const match of rule.matches) {
@@ -426,9 +434,9 @@ function afterSets(read: ReadRule, flow: NatFlow, sure: boolean): NatFlow {
 
 /**
  * The translating rules a flow may reach from a base chain, jumps, gotos and verdict maps followed:
- * evaluation stops at a rule known to translate it, or at a verdict known to end it; a rule that may
- * or may not take the flow is passed, noted as uncertain. A mark or address a rule sets is what the
- * rules after it see (not known where the rule may not have run).
+ * evaluation stops at a rule known to translate it, or at a verdict known to end it; a rule that
+ * may or may not take the flow is passed, noted as uncertain. A mark or address a rule sets is what
+ * the rules after it see (not known where the rule may not have run).
  */
 export function reachedRules(chains: ChainRules, base: string, flow: NatFlow): Reached[] {
   const found: Reached[] = [];
@@ -487,9 +495,9 @@ export function reachedRules(chains: ChainRules, base: string, flow: NatFlow): R
 }
 
 /**
- * The translating rules that unmarked traffic may reach: those to report. A rule only marked packets
- * reach — a mark match in it or on its way, or an earlier rule returning every unmarked packet
- * (kube-proxy's shape) — is how other components translate what they marked themselves.
+ * The translating rules that unmarked traffic may reach: those to report. A rule only marked
+ * packets reach — a mark match in it or on its way, or an earlier rule returning every unmarked
+ * packet (kube-proxy's shape) — is how other components translate what they marked themselves.
  */
 export function unmarkedTranslations(chains: ChainRules, base: string): ListedRule[] {
   return reachedRules(chains, base, UNMARKED).map((reached) => reached.rule);

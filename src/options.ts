@@ -62,10 +62,16 @@ export interface AgentOptions {
   readonly via: string;
   /** --node-labels: the node's labels --explain and --diff evaluate with (null when not given). */
   readonly nodeLabels: readonly (readonly [string, string])[] | null;
-  /** --pod-labels, --namespace-labels: the --from pod's and its namespace's labels (null when not given). */
+  /**
+   * --pod-labels, --namespace-labels: the --from pod's and its namespace's labels (null when not
+   * given).
+   */
   readonly podLabels: readonly (readonly [string, string])[] | null;
   readonly namespaceLabels: readonly (readonly [string, string])[] | null;
-  /** --pod NAMESPACE/NAME: the pod --explain takes the source and labels of from the API ('' when not given). */
+  /**
+   * --pod NAMESPACE/NAME: the pod --explain takes the source and labels of from the API ('' when
+   * not given).
+   */
   readonly pod: string;
   /** --kubernetes: read the cluster from the API server with the pod's service account. */
   readonly kubernetes: boolean;
@@ -75,7 +81,7 @@ export interface AgentOptions {
   readonly widestNodePodCIDR: WidestPodCIDR;
 }
 
-/** The agent reads the API server (README, "Kubernetes API (opt-in)"). */
+/** The agent reads the API server (docs/kubernetes.md, "Kubernetes API (opt-in)"). */
 export function usesApi(options: Pick<AgentOptions, 'kubernetes' | 'kubeconfig'>): boolean {
   return options.kubernetes || options.kubeconfig !== '';
 }

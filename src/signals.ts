@@ -44,10 +44,11 @@ function tellLauncher(): void {
 
 /**
  * SIGUSR1 makes Node open its inspector on 127.0.0.1:9229, where any process on the node's loopback
- * (a hostNetwork pod) could run code in an agent that holds NET_ADMIN (README, "When it writes": its
- * signals). A listener of our own takes the signal from the inspector for the rest of the process's
- * life; one that came in before it, while Node started, may have opened the inspector already or may
- * open it later, so it is closed here, once more when the loop has run, and whenever it is found open.
+ * (a hostNetwork pod) could run code in an agent that holds NET_ADMIN (docs/writes.md, "When it
+ * writes": its signals). A listener of our own takes the signal from the inspector for the rest of
+ * the process's life; one that came in before it, while Node started, may have opened the inspector
+ * already or may open it later, so it is closed here, once more when the loop has run, and whenever
+ * it is found open.
  */
 function refuseDebugger(): void {
   process.on('SIGUSR1', () => {});
@@ -56,8 +57,8 @@ function refuseDebugger(): void {
   setImmediate(closeInspector);
   // Node's own handler only wakes a watchdog thread, which then asks this thread to open the
   // inspector; on a busy machine that thread may run well after the two closes above (seen with the
-  // CPU saturated). So the inspector is looked for every 20 ms through the start-up's first seconds,
-  // and every second after that for the life of the process.
+  // CPU saturated). So the inspector is looked for every 20 ms through the start-up's first
+  // seconds, and every second after that for the life of the process.
   const early = setInterval(closeInspector, 20).unref();
   setTimeout(() => {
     clearInterval(early);

@@ -1,7 +1,7 @@
 // A list of printed prefixes and the same text one prefix per line, kept together while the list
-// lives: a 100 000-entry set crosses to another thread as one string (the config worker's reply, the
-// changed-ranges worker's job), so the text it was split from is kept rather than joined again. A
-// list spliced from another (an edit of a large config) keeps where it differs from that one.
+// lives: a 100 000-entry set crosses to another thread as one string (the config worker's reply,
+// the changed-ranges worker's job), so the text it was split from is kept rather than joined again.
+// A list spliced from another (an edit of a large config) keeps where it differs from that one.
 
 const LINES = new WeakMap<readonly string[], string>();
 
@@ -49,7 +49,7 @@ export interface Splice {
  * Lists made by splicedList, with the list and the splice they were made from. The list made from
  * is held weakly: held strongly, each list would keep the one before it alive, and that one the one
  * before, so that every list of every edit since start stayed in memory (~8 MiB an edit at 100 000
- * CIDRs: README, "The everyday edit").
+ * CIDRs: docs/writes.md, "The everyday edit").
  */
 const SPLICED = new WeakMap<
   readonly string[],

@@ -1,6 +1,6 @@
 // The one-shot modes (--render, --explain, --diff) with --kubernetes or --kubeconfig: the config as
-// the agent on that Node would see it now, from one read of the API server (README, "Kubernetes API
-// (opt-in)"). Loaded only when one of those flags is given.
+// the agent on that Node would see it now, from one read of the API server (docs/kubernetes.md,
+// "Kubernetes API (opt-in)"). Loaded only when one of those flags is given.
 import type { Logger } from 'pino';
 import { pino } from 'pino';
 import { withNodePodCIDRs } from '../config/build.js';

@@ -1,8 +1,9 @@
-// `ipmasq-agent --flows` (README, "What the node's NAT does"): the translated flows now in conntrack,
-// by source and destination, with each destination's port usage; `--from`/`--to` filter, `--output
-// json`; with --kubernetes/--kubeconfig the pods of this Node are named. The dump is aggregated on a
-// pool thread as it streams (native/nat-stats.h): no entry is held, only a compact record per group,
-// sorted there; the output is written a piece at a time as it is read from them.
+// `ipmasq-agent --flows` (docs/observability.md, "What the node's NAT does"): the translated flows
+// now in conntrack, by source and destination, with each destination's port usage; `--from`/`--to`
+// filter, `--output json`; with --kubernetes/--kubeconfig the pods of this Node are named. The dump
+// is aggregated on a pool thread as it streams (native/nat-stats.h): no entry is held, only a
+// compact record per group, sorted there; the output is written a piece at a time as it is read
+// from them.
 import {
   escapeUnprintable,
   formatAddress,
@@ -27,7 +28,9 @@ import type { Kernel } from '../nftables/kernel.js';
 import type { RuleShape } from '../nftables/types.js';
 import { plan, usesApi, type AgentOptions } from '../options.js';
 
-/** The most CPU one family's dump may take here: a one-shot command may take longer than a sample. */
+/**
+ * The most CPU one family's dump may take here: a one-shot command may take longer than a sample.
+ */
 const FLOWS_BUDGET_S = 30;
 
 /** An address or CIDR flag as a family and a range; undefined when not given. */
@@ -43,7 +46,8 @@ function rangeOf(text: string): { family: 4 | 6; range: Range } | undefined {
 
 /**
  * Source ports per translated address: from the port ranges of our tables' translating rules in the
- * kernel (read from their expressions, whatever family or address they translate to), else 1024–65535.
+ * kernel (read from their expressions, whatever family or address they translate to), else
+ * 1024–65535.
  */
 async function portsInKernel(kernel: Kernel, options: AgentOptions): Promise<number> {
   const { table } = plan(options).compile;

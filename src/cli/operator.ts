@@ -1,6 +1,6 @@
-// The operator's commands (README, "Explain, diff, check"): --explain (offline, or --live from the
-// kernel), --diff and --check. Each loads configs with provenance through the same loader the
-// agent uses, and prints text or one JSON document.
+// The operator's commands (docs/explain.md, "Explain, diff, check"): --explain (offline, or --live
+// from the kernel), --diff and --check. Each loads configs with provenance through the same loader
+// the agent uses, and prints text or one JSON document.
 import { CidrError, escapeUnprintable, formatAddress, parseAddress } from '../cidr/index.js';
 import { compile, type CompileOptions } from '../compile.js';
 import { decisionOf, type ListStep } from '../decision.js';
@@ -55,7 +55,7 @@ async function load(
   const withProvenance = { ...options, provenance: true };
   let result: LoadResult;
   if (usesApi(agent)) {
-    // Loaded only with --kubernetes/--kubeconfig (README, "Kubernetes API (opt-in)").
+    // Loaded only with --kubernetes/--kubeconfig (docs/kubernetes.md, "Kubernetes API (opt-in)").
     const { loadWithCluster } = await import('./cluster-config.js');
     try {
       result = await loadWithCluster(path, withProvenance, agent);
@@ -110,7 +110,8 @@ export async function explainCommand(
   let podPolicyIndex: number | null | undefined;
   let pod = named ? options.pod : undefined;
   if (options.live && kernel && from && config.podPolicies) {
-    // Which pod policy the kernel's verdict map gives the source (README, "Pod policies").
+    // Which pod policy the kernel's verdict map gives the source (docs/egress-policy.md, "Pod
+    // policies").
     try {
       podPolicyIndex = await livePodPolicy(await kernel(), stages.compile.table, from);
     } catch (e) {
@@ -245,8 +246,8 @@ async function podFromApi(options: AgentOptions): Promise<{
 }
 
 /**
- * The pod policy our table's verdict map sends `from` to: its index (by its chain's name), null when
- * the map does not hold it, undefined when there is no map (no table, or no pod policy in it).
+ * The pod policy our table's verdict map sends `from` to: its index (by its chain's name), null
+ * when the map does not hold it, undefined when there is no map (no table, or no pod policy in it).
  */
 async function livePodPolicy(
   kernel: Kernel,
@@ -273,7 +274,10 @@ interface LiveAnswer {
   /** The kernel decides otherwise than the config says: drift, or a config not applied yet. */
   readonly drift: boolean;
   readonly text: string;
-  /** For a flow we leave alone: other tables' chains that may translate it (README, "Other NAT on the node"). */
+  /**
+   * For a flow we leave alone: other tables' chains that may translate it (docs/observability.md,
+   * "Other NAT on the node").
+   */
   otherNat?: OtherNatNote[];
 }
 

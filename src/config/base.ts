@@ -13,7 +13,10 @@ export type CidrSets = { readonly [F in AddressFamily]: readonly string[] };
 export interface LoadOptions {
   readonly enableIPv6: boolean;
   readonly nomasqAllReservedRanges: boolean;
-  /** Keep each entry's origin (Config.provenance): the operator's commands; the agent does not pay for it. */
+  /**
+   * Keep each entry's origin (Config.provenance): the operator's commands; the agent does not pay
+   * for it.
+   */
   readonly provenance?: boolean;
   /** This node's name (--node-name), for files with nodeNames; undefined or empty: not known. */
   readonly nodeName?: string;
@@ -25,8 +28,9 @@ export interface LoadOptions {
    */
   readonly kubernetes?: boolean;
   /**
-   * `agent` (the default): a scoped file that cannot be judged for lack of the node's name or labels
-   * makes the config invalid. `describe` (--explain, --diff, --check): it is skipped, saying why.
+   * `agent` (the default): a scoped file that cannot be judged for lack of the node's name or
+   * labels makes the config invalid. `describe` (--explain, --diff, --check): it is skipped, saying
+   * why.
    */
   readonly scoping?: 'agent' | 'describe';
 }
@@ -34,7 +38,8 @@ export interface LoadOptions {
 /**
  * Why a config cannot be applied: `invalid` is a verdict on what was read (it stays while the files
  * are unchanged), `unreadable` a failure to read (EACCES, EMFILE, …), worth trying again, `pending`
- * a config that needs data from the API server not read yet (README, "Kubernetes API (opt-in)").
+ * a config that needs data from the API server not read yet (docs/kubernetes.md, "Kubernetes API
+ * (opt-in)").
  */
 export type ConfigErrorKind = 'invalid' | 'unreadable' | 'pending';
 

@@ -133,7 +133,10 @@ function policyMeaning(policy: PodPolicy): unknown[] {
   ];
 }
 
-/** A file with podSelector or namespaceSelector: a pod policy (README, "Pod policies"). */
+/**
+ * A file with podSelector or namespaceSelector: a pod policy (docs/egress-policy.md, "Pod
+ * policies").
+ */
 export function isPodPolicy(fragment: ConfigFragment): boolean {
   return fragment.podSelector !== undefined || fragment.namespaceSelector !== undefined;
 }
@@ -235,7 +238,9 @@ function carriedKeys(keys: MergedKeys): MergedKeys {
   ) as MergedKeys;
 }
 
-/** The link-local prefixes the non-masquerade set gets: unless masqLinkLocal (masqLinkLocalIPv6). */
+/**
+ * The link-local prefixes the non-masquerade set gets: unless masqLinkLocal (masqLinkLocalIPv6).
+ */
 export function linkLocalPrefixes(
   keys: Pick<Config, 'masqLinkLocal' | 'masqLinkLocalIPv6'>,
   options: LoadOptions,
@@ -249,9 +254,10 @@ export function linkLocalPrefixes(
 type Scoped = { applies: ConfigFragment[]; skipped: SkippedFile[] } | { error: ConfigError };
 
 /**
- * Which files apply on this node (README, "Egress policy": node scoping). Every file was parsed and
- * validated before this; only those that apply are merged. For the agent, a scoped file that cannot
- * be judged is an error saying what is missing; the operator's commands skip it and say why.
+ * Which files apply on this node (docs/egress-policy.md, "Egress policy": node scoping). Every file
+ * was parsed and validated before this; only those that apply are merged. For the agent, a scoped
+ * file that cannot be judged is an error saying what is missing; the operator's commands skip it
+ * and say why.
  */
 function scope(fragments: readonly ConfigFragment[], options: LoadOptions): Scoped {
   const describe = options.scoping === 'describe';
@@ -352,9 +358,10 @@ function egressOf(keys: MergedKeys): EgressPolicy | undefined {
 }
 
 /**
- * Merges files as the README's "Configuration" says: lists unioned, booleans OR'd, the smallest resyncInterval
- * and the largest cidrLimit among the files that set them, the limit checked against all entries.
- * `origin` (the file or directory) names the config in errors that no single file causes.
+ * Merges files as the README's "Configuration" says: lists unioned, booleans OR'd, the smallest
+ * resyncInterval and the largest cidrLimit among the files that set them, the limit checked against
+ * all entries. `origin` (the file or directory) names the config in errors that no single file
+ * causes.
  */
 export function buildConfig(
   allFragments: readonly ConfigFragment[],
@@ -465,9 +472,10 @@ export interface NodePrefixes {
 }
 
 /**
- * The config with every Node's pod CIDRs joined to its non-masquerade set (nonMasqueradeNodePodCIDRs,
- * README "Kubernetes API (opt-in)"): merged like any entry, the hash following what the kernel gets.
- * They do not count against cidrLimit, which bounds what the files list.
+ * The config with every Node's pod CIDRs joined to its non-masquerade set
+ * (nonMasqueradeNodePodCIDRs, docs/kubernetes.md "Kubernetes API (opt-in)"): merged like any entry,
+ * the hash following what the kernel gets. They do not count against cidrLimit, which bounds what
+ * the files list.
  */
 export function withNodePodCIDRs(config: Config, nodes: ReadonlyMap<string, NodePrefixes>): Config {
   const pods: Prefix[] = [];
@@ -481,7 +489,7 @@ export function withNodePodCIDRs(config: Config, nodes: ReadonlyMap<string, Node
   const joined = (sets: Config['nonMasquerade']) =>
     mergedSets([...sets.ipv4, ...sets.ipv6].map(parseCidr).concat(pods));
   const nonMasquerade = joined(config.nonMasquerade);
-  // Each pod policy's non-masquerade set takes them too (README, "Pod policies").
+  // Each pod policy's non-masquerade set takes them too (docs/egress-policy.md, "Pod policies").
   const podPolicies = config.podPolicies?.map((policy) =>
     Object.freeze({ ...policy, nonMasquerade: joined(policy.nonMasquerade) }),
   );

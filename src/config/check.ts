@@ -1,8 +1,8 @@
-// --check (README, "Explain, diff, check"): validates config files, config directories and
-// Kubernetes manifests before they reach a node. A manifest is a YAML stream (what `kubectl apply -f`
-// or `kustomize build` sends); the agent's ConfigMaps in it are chosen by name (--configmap) and
-// judged as the agent would see them mounted (mount.ts): through a workload of the same manifest that
-// mounts them, or else through the shipped DaemonSet's mount of key `config`.
+// --check (docs/explain.md, "Explain, diff, check"): validates config files, config directories and
+// Kubernetes manifests before they reach a node. A manifest is a YAML stream (what `kubectl apply
+// -f` or `kustomize build` sends); the agent's ConfigMaps in it are chosen by name (--configmap)
+// and judged as the agent would see them mounted (mount.ts): through a workload of the same
+// manifest that mounts them, or else through the shipped DaemonSet's mount of key `config`.
 import { stat } from 'node:fs/promises';
 import { parseAllDocuments } from 'yaml';
 import { escapeUnprintable } from '../cidr/index.js';
@@ -18,7 +18,10 @@ import { errorText } from '../errors.js';
 
 export interface CheckOutcome {
   readonly path: string;
-  /** What was checked: `a config file`, `a config directory`, `ConfigMap kube-system/ip-masq-agent`, … */
+  /**
+   * What was checked: `a config file`, `a config directory`, `ConfigMap kube-system/ip-masq-agent`,
+   * …
+   */
   readonly checked: readonly string[];
   readonly errors: readonly string[];
   readonly warnings: readonly string[];

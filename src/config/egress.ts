@@ -1,6 +1,6 @@
-// The values of the egress policy keys (README, "Egress policy"): interface names, SNAT addresses,
-// node names and label selectors, each checked and put in the agent's own spelling, so that what
-// reaches nftables is text the agent formatted, never the file's.
+// The values of the egress policy keys (docs/egress-policy.md, "Egress policy"): interface names,
+// SNAT addresses, node names and label selectors, each checked and put in the agent's own spelling,
+// so that what reaches nftables is text the agent formatted, never the file's.
 import { CidrError, formatAddress, parseAddress, quote } from '../cidr/index.js';
 
 /** A value that is not what its key takes; the caller adds the key and index. */
@@ -66,15 +66,17 @@ export function collapseInterfaces(names: Iterable<string>): string[] {
   });
 }
 
-/** snatAddress / snatAddressIPv6: one address (first === last) or a range, formatted by the agent. */
+/**
+ * snatAddress / snatAddressIPv6: one address (first === last) or a range, formatted by the agent.
+ */
 export interface SnatRange {
   readonly first: string;
   readonly last: string;
 }
 
 /**
- * The source addresses no SNAT target may be (README, "Egress policy"): a reply addressed to any
- * of them never comes back through the network to this node.
+ * The source addresses no SNAT target may be (docs/egress-policy.md, "Egress policy"): a reply
+ * addressed to any of them never comes back through the network to this node.
  */
 const SPECIAL_BLOCKS: Record<4 | 6, readonly (readonly [string, string])[]> = {
   4: [
@@ -112,10 +114,15 @@ function blocks(family: 4 | 6): Block[] {
 
 const NOT_A_SOURCE: Record<4 | 6, readonly Block[]> = { 4: blocks(4), 6: blocks(6) };
 
-/** The most addresses one snatAddress range may span (a /16 of IPv4; README, "Egress policy"). */
+/**
+ * The most addresses one snatAddress range may span (a /16 of IPv4; docs/egress-policy.md, "Egress
+ * policy").
+ */
 export const SNAT_RANGE_MAX = 65536n;
 
-/** Parses `A` or `A-B`, both of the family the key takes (the caller refuses IPv6 while it is off). */
+/**
+ * Parses `A` or `A-B`, both of the family the key takes (the caller refuses IPv6 while it is off).
+ */
 export function parseSnatAddress(text: string, family: 4 | 6): SnatRange {
   const parts = text.split('-');
   if (parts.length > 2 || parts.some((p) => p === '')) {
@@ -144,7 +151,7 @@ export function parseSnatAddress(text: string, family: 4 | 6): SnatRange {
   const count = last.addr - first.addr + 1n;
   if (count > SNAT_RANGE_MAX) {
     throw new ValueError(
-      `${quote(text)} spans ${count} addresses; a SNAT range takes at most ${SNAT_RANGE_MAX} (README, "Egress policy")`,
+      `${quote(text)} spans ${count} addresses; a SNAT range takes at most ${SNAT_RANGE_MAX} (docs/egress-policy.md, "Egress policy")`,
     );
   }
   const refused = NOT_A_SOURCE[family].find(

@@ -1,8 +1,8 @@
-// The everyday edit of a large config (README, "The everyday edit"): a few lines of a CIDR list
-// added or removed. The last load's bytes, where its lists lie and its sets' merge are kept, so
-// that a load whose files differ from the last only in lines of one list each reads just those
-// lines, merges again just near the entries they change, and splices the sets' lists; anything
-// else is loaded whole (load.ts). Either way the result is what a whole load of the files gives
+// The everyday edit of a large config (docs/writes.md, "The everyday edit"): a few lines of a CIDR
+// list added or removed. The last load's bytes, where its lists lie and its sets' merge are kept,
+// so that a load whose files differ from the last only in lines of one list each reads just those
+// lines, merges again just near the entries they change, and splices the sets' lists; anything else
+// is loaded whole (load.ts). Either way the result is what a whole load of the files gives
 // (test/unit/incremental.test.ts holds the two side by side over random edits).
 import { Buffer } from 'node:buffer';
 import {
@@ -40,7 +40,9 @@ interface FileState {
   readonly regions: readonly Region[] | undefined;
 }
 
-/** One set's entries: IPv4 sorted and merged, IPv6 as given (few, merged whole when they change). */
+/**
+ * One set's entries: IPv4 sorted and merged, IPv6 as given (few, merged whole when they change).
+ */
 interface SetEntries {
   readonly v4: MergedSetV4;
   readonly v6: readonly Prefix[];
@@ -66,7 +68,8 @@ export type SetsSplices = Record<SetName, { readonly ipv4: Splice; readonly ipv6
 
 /**
  * The sets' lists as splices of the last result's, each made when first read: the config worker,
- * which sends only the splices (load-worker.ts), makes them every LAZY_MAX edits rather than at each.
+ * which sends only the splices (load-worker.ts), makes them every LAZY_MAX edits rather than at
+ * each.
  */
 function lazySets(old: CidrSets, splices: { ipv4: Splice; ipv6: Splice }): CidrSets {
   let ipv4: readonly string[] | undefined;
@@ -92,13 +95,17 @@ function lazySets(old: CidrSets, splices: { ipv4: Splice; ipv6: Splice }): CidrS
 /** Edits after which the lists are made, so that the chain of splices behind them stays short. */
 const LAZY_MAX = 32;
 
-/** Each side's IPv6 lists beyond this many entries are not merged again on an edit: loaded whole. */
+/**
+ * Each side's IPv6 lists beyond this many entries are not merged again on an edit: loaded whole.
+ */
 const V6_ENTRIES_MAX = 10_000;
 /** Changed lines beyond this many in one file, or bytes beyond these: loaded whole. */
 const CHANGED_LINES_MAX = 4_096;
 const CHANGED_BYTES_MAX = 256 * 1024;
 
-/** The first index at which a and b differ (their common length when one is a prefix of the other). */
+/**
+ * The first index at which a and b differ (their common length when one is a prefix of the other).
+ */
 function commonPrefix(a: Buffer, b: Buffer): number {
   const length = Math.min(a.length, b.length);
   let lo = 0;
@@ -171,7 +178,10 @@ function plainAscii(bytes: Buffer): boolean {
   return true;
 }
 
-/** The items of complete lines read under a list of this indent; undefined: not only items and blanks. */
+/**
+ * The items of complete lines read under a list of this indent; undefined: not only items and
+ * blanks.
+ */
 function itemsOf(text: string, indent: number | undefined): string[] | undefined {
   const items: string[] = [];
   for (const line of linesOf(text)) {
@@ -231,7 +241,9 @@ function entryOf(value: string, options: LoadOptions): Prefix | undefined {
   }
 }
 
-/** Removes one occurrence of each of `gone` (by address and length); undefined if one is missing. */
+/**
+ * Removes one occurrence of each of `gone` (by address and length); undefined if one is missing.
+ */
 function withoutV6(entries: readonly Prefix[], gone: readonly Prefix[]): Prefix[] | undefined {
   const left = [...entries];
   for (const prefix of gone) {
@@ -266,7 +278,9 @@ function optionsKey(options: LoadOptions): string {
   return JSON.stringify({ ...options, nodeLabels: labels });
 }
 
-/** Where an answer worked out from the last one changed a file: its bytes after, the changed range. */
+/**
+ * Where an answer worked out from the last one changed a file: its bytes after, the changed range.
+ */
 export interface EditedRange {
   readonly file: string;
   readonly bytes: Buffer;
@@ -286,14 +300,16 @@ export function linesText(range: EditedRange): string {
 }
 
 /**
- * A fault put in on purpose for the audit's tests (README, "The everyday edit"): with
+ * A fault put in on purpose for the audit's tests (docs/writes.md, "The everyday edit"): with
  * IPMASQ_TEST_CORRUPT_FAST_PATH=config in the environment, the first edit that adds an entry to
  * nonMasqueradeCIDRs leaves it out, as a bug of this file would. Never set in production.
  */
 let faultLeft = process.env.IPMASQ_TEST_CORRUPT_FAST_PATH === 'config';
 
 export interface ConfigCacheOptions {
-  /** Runs each whole load (the config worker gives it the young generation's growth: src/memory.ts). */
+  /**
+   * Runs each whole load (the config worker gives it the young generation's growth: src/memory.ts).
+   */
   readonly aroundWholeLoad?: <T>(load: () => T) => T;
 }
 
@@ -310,7 +326,9 @@ export class ConfigCache {
     this.aroundWholeLoad = options.aroundWholeLoad ?? ((load) => load());
   }
 
-  /** Where the last answer worked out from the one before changed the files (empty: a whole load). */
+  /**
+   * Where the last answer worked out from the one before changed the files (empty: a whole load).
+   */
   lastEdits: readonly EditedRange[] = [];
 
   load(

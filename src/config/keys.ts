@@ -1,8 +1,8 @@
-// The config keys (README, "Configuration" and "Egress policy"), declared once: how each is parsed and
-// checked in one file, and merged across the files that apply (README, "Configuration": directory
-// mode). fragment.ts reads a file's keys by this table, build.ts merges them by it; what the policy
-// keys do to a flow is the decision's (decision.ts). Adding a key: docs/design.md, "Adding a config
-// key".
+// The config keys (README, "Configuration" and "Egress policy"), declared once: how each is parsed
+// and checked in one file, and merged across the files that apply (README, "Configuration":
+// directory mode). fragment.ts reads a file's keys by this table, build.ts merges them by it; what
+// the policy keys do to a flow is the decision's (decision.ts). Adding a key: docs/design.md,
+// "Adding a config key".
 import {
   CidrError,
   escapeUnprintable,
@@ -54,7 +54,10 @@ export interface KeySpec<V, M> {
   readonly merge?: (given: readonly Given<V>[], origin: string) => M;
   /** Each entry as the file wrote it is kept for --explain (LoadOptions.provenance). */
   readonly written?: true;
-  /** The merged value reaches the config as its merged sets (nonMasquerade, masquerade), not in `keys`. */
+  /**
+   * The merged value reaches the config as its merged sets (nonMasquerade, masquerade), not in
+   * `keys`.
+   */
   readonly bySets?: true;
   /** The merged value changes what compile writes, beside the sets and the policy: hashed. */
   readonly hashed?: true;
@@ -223,7 +226,8 @@ const cidrLimit = scalar((value): number => {
 });
 
 const MIN_RESYNC_MS = 1000;
-// setTimeout fires at once for delays above 2^31-1 ms, which would turn a long interval into a busy loop.
+// setTimeout fires at once for delays above 2^31-1 ms, which would turn a long interval into a busy
+// loop.
 const MAX_RESYNC_MS = 2 ** 31 - 1;
 
 const resyncInterval = scalar((value, { warnings, file }): number => {
@@ -291,7 +295,9 @@ const agreed =
 
 const spec = <V, M = never>(s: KeySpec<V, M>) => s;
 
-/** Every key, as written in README "Configuration" and "Egress policy" (matched case-insensitively). */
+/**
+ * Every key, as written in README "Configuration" and "Egress policy" (matched case-insensitively).
+ */
 export const CONFIG_KEYS = {
   nonMasqueradeCIDRs: spec({
     parse: cidrList('nonMasqueradeCIDRs'),
@@ -338,8 +344,8 @@ export const CONFIG_KEYS = {
 };
 
 /**
- * Keys a pod policy may not give (README, "Pod policies"): they are about the node's traffic as a
- * whole, not a pod's.
+ * Keys a pod policy may not give (docs/egress-policy.md, "Pod policies"): they are about the node's
+ * traffic as a whole, not a pod's.
  */
 export const NODE_WIDE_ONLY: readonly KeyName[] = [
   'sourceCIDRs',

@@ -1,5 +1,5 @@
-// A large config's load is mostly parsing and garbage (docs/design.md, "Figures"): it runs on a worker
-// thread so /healthz and /metrics keep answering while it is read. Provenance (the
+// A large config's load is mostly parsing and garbage (docs/design.md, "Figures"): it runs on a
+// worker thread so /healthz and /metrics keep answering while it is read. Provenance (the
 // operator's commands, which load in their own thread) is not carried: its prefixes are classes.
 import { isMainThread, parentPort, Worker } from 'node:worker_threads';
 import { collectGarbage, holdYoungGrowth, keepYoungGeneration } from '../memory.js';
@@ -22,13 +22,13 @@ interface Request {
   readonly options: LoadOptions;
   /** The answer whose config the agent's thread holds, from which a splice may be sent. */
   readonly have: number | undefined;
-  /** Read whole, not from the last load (a resync: README, "The everyday edit"). */
+  /** Read whole, not from the last load (a resync: docs/writes.md, "The everyday edit"). */
   readonly whole?: boolean;
 }
 
 /**
- * A fast answer the whole path disagreed with (README, "The everyday edit"): where the files were
- * edited since the last audit, and the first difference found.
+ * A fast answer the whole path disagreed with (docs/writes.md, "The everyday edit"): where the
+ * files were edited since the last audit, and the first difference found.
  */
 export interface FastPathMismatch {
   /** "FILE lines A-B", one per edit since the last audit (at most AUDIT_EDITS_KEPT). */
@@ -41,7 +41,10 @@ interface AuditReport {
   mismatch?: FastPathMismatch;
 }
 
-/** The four sets of a config as one newline-joined string each: cloned as a copy, not 100 000 strings. */
+/**
+ * The four sets of a config as one newline-joined string each: cloned as a copy, not 100 000
+ * strings.
+ */
 type PackedSets = { nonMasquerade: FamilyLines; masquerade: FamilyLines };
 
 type Reply =
@@ -228,7 +231,8 @@ export function loadSourceOffThread(
   timeLimitMs = LOAD_TIME_LIMIT_MS,
   whole = false,
 ): Promise<LoadResult> {
-  // Provenance's prefixes would lose their class on the way back: the operator's commands load here.
+  // Provenance's prefixes would lose their class on the way back: the operator's commands load
+  // here.
   if (options.provenance) return loadSource(source, options);
   const loader = (current ??= startThread());
   const id = nextId++;
@@ -266,7 +270,8 @@ export function loadSourceOffThread(
  * How long after a fast answer its audit runs when no other edit follows: edits in between are
  * audited together, by the last one's answer (each answer builds on the one before). Short, so that
  * the audit's whole load (~0.1 s at 100 000 CIDRs) falls in the pause after an edit rather than
- * when the next comes, which would wait behind it on this thread (README, "The everyday edit")...
+ * when the next comes, which would wait behind it on this thread (docs/writes.md, "The everyday
+ * edit")...
  */
 export const AUDIT_DELAY_MS = 50;
 /** ...and never later than this after the first answer not yet audited: the contract's second. */

@@ -1,7 +1,8 @@
 // The agent's one config loader (docs/design.md). Each call looks at the config path once
 // (source.ts); while the source's stamp is unchanged the last result is returned without reading
-// (a resync re-reads the config, README "When it writes", and a large one is costly to parse);
-// otherwise small configs parse in this thread and larger ones on the worker (load-worker.ts).
+// (a resync re-reads the config, docs/writes.md "When it writes", and a large one is costly to
+// parse); otherwise small configs parse in this thread and larger ones on the worker
+// (load-worker.ts).
 import { loadSource } from './load.js';
 import { endLoaderThread, loadSourceOffThread } from './load-worker.js';
 import { type ConfigSource, findConfigSource } from './source.js';
@@ -21,16 +22,16 @@ export type Loader = (path: string, options: LoadOptions, mode?: ReadMode) => Pr
 
 /**
  * What the agent's own thread parses (the rest goes to the worker): any file up to 4 KiB (the usual
- * few CIDRs), and up to 64 KiB the shapes parsed in linear time (JSON, or YAML lists of CIDRs one per
- * line beside a few plain keys: yaml-fast.ts). Below these a worker's start and memory would cost
- * more than the parse (docs/design.md, "Figures").
+ * few CIDRs), and up to 64 KiB the shapes parsed in linear time (JSON, or YAML lists of CIDRs one
+ * per line beside a few plain keys: yaml-fast.ts). Below these a worker's start and memory would
+ * cost more than the parse (docs/design.md, "Figures").
  */
 export const IN_THREAD_BUDGET: ParseBudget = { maxBytes: 64 * 1024, fullParserMaxBytes: 4 * 1024 };
 
 /**
- * In-thread within IN_THREAD_BUDGET, else on the worker (`offThread`) with its time limit. The worker
- * stays while loads go to it (the next change of a large config finds it warm, its code optimized)
- * and ends at the first load that fits in-thread.
+ * In-thread within IN_THREAD_BUDGET, else on the worker (`offThread`) with its time limit. The
+ * worker stays while loads go to it (the next change of a large config finds it warm, its code
+ * optimized) and ends at the first load that fits in-thread.
  */
 export async function loadAdaptive(
   source: ConfigSource,
@@ -53,8 +54,8 @@ export async function loadAdaptive(
 }
 
 /**
- * A failure to read (errno: EACCES, EMFILE, …) may pass with the file unchanged, so it is tried again;
- * a file that was read and found invalid stays invalid while its stamp is unchanged.
+ * A failure to read (errno: EACCES, EMFILE, …) may pass with the file unchanged, so it is tried
+ * again; a file that was read and found invalid stays invalid while its stamp is unchanged.
  */
 function worthCaching(result: LoadResult): boolean {
   return result.ok || result.error.kind !== 'unreadable';
@@ -79,8 +80,8 @@ export function configLoader(
     // Compared by value: a caller may build the options anew for every read (the Node's labels).
     const options = optionsKey(loadOptions);
     let source = await findConfigSource(path);
-    // A resync reads a valid config whole again (README, "The everyday edit"); an invalid result
-    // came from a whole load already, and a pathological file is not parsed again.
+    // A resync reads a valid config whole again (docs/writes.md, "The everyday edit"); an invalid
+    // result came from a whole load already, and a pathological file is not parsed again.
     if (
       last &&
       last.path === path &&

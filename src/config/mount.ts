@@ -1,7 +1,7 @@
-// What the agent would read of a ConfigMap once mounted (README, "Explain, diff, check"): the keys
-// a workload's configMap volume presents as files, and which of them its --config path names — one
-// file (the shipped DaemonSet mounts key `config` as /etc/config/ip-masq-agent) or a directory
-// whose ip-masq* files are merged.
+// What the agent would read of a ConfigMap once mounted (docs/explain.md, "Explain, diff, check"):
+// the keys a workload's configMap volume presents as files, and which of them its --config path
+// names — one file (the shipped DaemonSet mounts key `config` as /etc/config/ip-masq-agent) or a
+// directory whose ip-masq* files are merged.
 import { posix } from 'node:path';
 import { escapeUnprintable } from '../cidr/index.js';
 import { record } from '../record.js';

@@ -1,7 +1,7 @@
-// Which pod policy decides each pod address of this node (README, "Pod policies"): the first, in
-// file-name order, that selects the pod; every other selecting policy is an overlap, reported. The
-// membership joins the config (withPodMembers) as the Nodes' pod CIDRs do, so the kernel's verdict
-// map and the hash follow it. Pure.
+// Which pod policy decides each pod address of this node (docs/egress-policy.md, "Pod policies"):
+// the first, in file-name order, that selects the pod; every other selecting policy is an overlap,
+// reported. The membership joins the config (withPodMembers) as the Nodes' pod CIDRs do, so the
+// kernel's verdict map and the hash follow it. Pure.
 import { type Family, formatAddress, parseAddress } from '../cidr/index.js';
 import { hashOf } from './build.js';
 import { EVERYTHING, selects } from './selector.js';

@@ -1,7 +1,8 @@
-// Kubernetes label selectors, as a pod policy's podSelector and namespaceSelector give them (README,
-// "Pod policies"): parsed and checked as the API server checks a LabelSelector (label keys and values,
-// the four operators, `values` given exactly where an operator takes them), matched as
-// apimachinery's labels.Selector matches, and written back in the agent's own spelling. Pure.
+// Kubernetes label selectors, as a pod policy's podSelector and namespaceSelector give them
+// (docs/egress-policy.md, "Pod policies"): parsed and checked as the API server checks a
+// LabelSelector (label keys and values, the four operators, `values` given exactly where an
+// operator takes them), matched as apimachinery's labels.Selector matches, and written back in the
+// agent's own spelling. Pure.
 import { quote } from '../cidr/index.js';
 import { parseLabel, ValueError } from './egress.js';
 
@@ -15,7 +16,9 @@ export interface LabelRequirement {
   readonly values: readonly string[];
 }
 
-/** A selector: every label given and every requirement must hold. Both empty: selects everything. */
+/**
+ * A selector: every label given and every requirement must hold. Both empty: selects everything.
+ */
 export interface LabelSelector {
   /** Sorted by key. */
   readonly matchLabels: ReadonlyArray<readonly [string, string]>;
@@ -27,7 +30,9 @@ export const EVERYTHING: LabelSelector = Object.freeze({
   matchExpressions: Object.freeze([]),
 });
 
-/** A value that is not a selector: the message names where, below the key (`matchLabels["app"]`). */
+/**
+ * A value that is not a selector: the message names where, below the key (`matchLabels["app"]`).
+ */
 export class SelectorError extends Error {}
 
 /** More than any selector an operator writes; the API server's own bound is the object's size. */

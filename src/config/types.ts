@@ -15,7 +15,10 @@ export {
 } from './base.js';
 
 export interface Config {
-  /** Effective non-masquerade set: configured (or default) CIDRs, plus link-local unless masqLinkLocal(IPv6), merged. */
+  /**
+   * Effective non-masquerade set: configured (or default) CIDRs, plus link-local unless
+   * masqLinkLocal(IPv6), merged.
+   */
   readonly nonMasquerade: CidrSets;
   /** masqueradeCIDRs, merged. Always masqueraded, even inside a non-masquerade range. */
   readonly masquerade: CidrSets;
@@ -24,13 +27,22 @@ export interface Config {
   readonly cidrLimit: number;
   /** resyncInterval in milliseconds, at least 1000. */
   readonly resyncIntervalMs: number;
-  /** sha256 hex that depends on meaning only: same addresses in any order or spelling give the same hash. */
+  /**
+   * sha256 hex that depends on meaning only: same addresses in any order or spelling give the same
+   * hash.
+   */
   readonly hash: string;
   /** Files that were read (empty when defaults were used because nothing was found). */
   readonly sources: readonly string[];
-  /** Where each effective prefix came from; only when loaded with `provenance` (explain, diff, check). */
+  /**
+   * Where each effective prefix came from; only when loaded with `provenance` (explain, diff,
+   * check).
+   */
   readonly provenance?: Provenance;
-  /** The egress policy keys of the files that apply (README, "Egress policy"); absent: none given. */
+  /**
+   * The egress policy keys of the files that apply (docs/egress-policy.md, "Egress policy");
+   * absent: none given.
+   */
   readonly egress?: EgressPolicy;
   /**
    * Every key's merged value over the files that apply (config/keys.ts), but the two CIDR lists,
@@ -47,8 +59,9 @@ export interface Config {
   /** The Nodes' pod CIDRs are joined in (withNodePodCIDRs). */
   readonly nodesJoined?: true;
   /**
-   * The pod policies that apply on this node, in file-name order (README, "Pod policies"); absent:
-   * none. The fields above are the node-wide config: the files without selectors.
+   * The pod policies that apply on this node, in file-name order (docs/egress-policy.md, "Pod
+   * policies"); absent: none. The fields above are the node-wide config: the files without
+   * selectors.
    */
   readonly podPolicies?: readonly PodPolicy[];
 }
@@ -69,7 +82,9 @@ export interface PodPolicy {
   readonly masqLinkLocal: boolean;
   readonly masqLinkLocalIPv6: boolean;
   readonly egress?: EgressPolicy;
-  /** The keys this file gives itself (merged as one file), beside the node-wide ones it inherits. */
+  /**
+   * The keys this file gives itself (merged as one file), beside the node-wide ones it inherits.
+   */
   readonly own: MergedKeys;
   /** Where each of its effective prefixes came from; only when loaded with `provenance`. */
   readonly provenance?: Provenance;
@@ -80,11 +95,19 @@ export interface PodPolicy {
   readonly members?: CidrSets;
 }
 
-/** What the egress policy keys add to the decision; each left out when no file that applies gives it. */
+/**
+ * What the egress policy keys add to the decision; each left out when no file that applies gives
+ * it.
+ */
 export interface EgressPolicy {
-  /** sourceCIDRs, merged per family: only traffic from these is considered (an empty family: none of it). */
+  /**
+   * sourceCIDRs, merged per family: only traffic from these is considered (an empty family: none of
+   * it).
+   */
   readonly sourceCIDRs?: CidrSets;
-  /** egressInterfaces, sorted and without repeats: only traffic leaving through these is considered. */
+  /**
+   * egressInterfaces, sorted and without repeats: only traffic leaving through these is considered.
+   */
   readonly egressInterfaces?: readonly string[];
   /** snatAddress / snatAddressIPv6: translated to these instead of masqueraded. */
   readonly snat?: { readonly ipv4?: SnatRange; readonly ipv6?: SnatRange };
@@ -110,13 +133,16 @@ export type Origin =
   | { readonly kind: 'default'; readonly list: 'private' | 'reserved'; readonly prefix: Prefix }
   /** 169.254.0.0/16 (and fe80::/10 with IPv6) unless masqLinkLocal(IPv6). */
   | { readonly kind: 'link-local'; readonly prefix: Prefix }
-  /** A Node's spec.podCIDRs, with nonMasqueradeNodePodCIDRs (README, "Kubernetes API (opt-in)"). */
+  /**
+   * A Node's spec.podCIDRs, with nonMasqueradeNodePodCIDRs (docs/kubernetes.md, "Kubernetes API
+   * (opt-in)").
+   */
   | { readonly kind: 'node'; readonly node: string; readonly prefix: Prefix };
 
 export interface Provenance {
   /** Every origin, in the order of files and entries; merging keeps them all. */
   readonly origins: readonly Origin[];
-  /** The egress policy's entries, in the same order (README, "Egress policy"). */
+  /** The egress policy's entries, in the same order (docs/egress-policy.md, "Egress policy"). */
   readonly policy?: {
     readonly sourceCIDRs: readonly PolicyOrigin<Prefix>[];
     readonly egressInterfaces: readonly PolicyOrigin<string>[];

@@ -1,5 +1,6 @@
-// The few API calls the agent makes (README, "Kubernetes API (opt-in)"), over node:http(s): a JSON
-// request, and a watch read as one JSON object per line. docs/design.md says why this is not
+// The few API calls the agent makes (docs/kubernetes.md, "Kubernetes API (opt-in)"), over
+// node:http(s): a JSON request, and a watch read as one JSON object per line. docs/design.md says
+// why this is not
 // @kubernetes/client-node. Every call has a deadline; every body and line a size bound.
 import http from 'node:http';
 import https from 'node:https';
@@ -52,8 +53,9 @@ export interface WatchOptions {
 const DEFAULT_TIMEOUT_MS = 30_000;
 
 /**
- * The most a server's Retry-After is waited (README, "Kubernetes API (opt-in)"): a proxy or an
- * API server under load may ask for an hour; the reflector's own backoff and jitter apply beyond.
+ * The most a server's Retry-After is waited (docs/kubernetes.md, "Kubernetes API (opt-in)"): a
+ * proxy or an API server under load may ask for an hour; the reflector's own backoff and jitter
+ * apply beyond.
  */
 export const RETRY_AFTER_MAX_MS = 30_000;
 

@@ -1,7 +1,7 @@
-// What the agent knows of its cluster (README, "Kubernetes API (opt-in)"): its own Node's labels and,
-// when a config asks, every Node's pod CIDRs. Each from a reflector that keeps only those fields; the
-// last known data stays while the API is away. Pod CIDRs are parsed in pod-cidrs.ts: only prefixes
-// the agent formatted itself go further.
+// What the agent knows of its cluster (docs/kubernetes.md, "Kubernetes API (opt-in)"): its own
+// Node's labels and, when a config asks, every Node's pod CIDRs. Each from a reflector that keeps
+// only those fields; the last known data stays while the API is away. Pod CIDRs are parsed in
+// pod-cidrs.ts: only prefixes the agent formatted itself go further.
 import type { Logger } from 'pino';
 import { escapeUnprintable, formatAddress, parseAddress } from '../cidr/index.js';
 import type { PodFacts } from '../config/pods.js';
@@ -44,8 +44,9 @@ export function labelsOf(node: Record<string, unknown>): ReadonlyMap<string, str
 const MAX_POD_IPS = 8;
 
 /**
- * What the pod policies need of a pod of this node (README, "Pod policies") while it is Pending or
- * Running and not on the host's network (podFactsOf); undefined otherwise (the pod is then as gone).
+ * What the pod policies need of a pod of this node (docs/egress-policy.md, "Pod policies") while it
+ * is Pending or Running and not on the host's network (podFactsOf); undefined otherwise (the pod is
+ * then as gone).
  */
 export function podOf(pod: Record<string, unknown>, enableIPv6: boolean): PodFacts | undefined {
   if (record(pod.spec).hostNetwork === true) return undefined;
@@ -253,7 +254,9 @@ export class Cluster {
     }
   }
 
-  /** This node's pods (by `namespace/name`); undefined until asked for (wantPods) and first listed. */
+  /**
+   * This node's pods (by `namespace/name`); undefined until asked for (wantPods) and first listed.
+   */
   pods(): ReadonlyMap<string, PodFacts> | undefined {
     return this.podWatch?.listed ? this.podWatch.items : undefined;
   }

@@ -1,13 +1,16 @@
-// Where the API server is and how to prove who we are (README, "Kubernetes API (opt-in)"): the pod's
-// service account (--kubernetes) or a kubeconfig (--kubeconfig). Only the shapes an agent needs are
-// read: a server URL, a CA, a bearer token (or token file) or a client certificate.
+// Where the API server is and how to prove who we are (docs/kubernetes.md, "Kubernetes API
+// (opt-in)"): the pod's service account (--kubernetes) or a kubeconfig (--kubeconfig). Only the
+// shapes an agent needs are read: a server URL, a CA, a bearer token (or token file) or a client
+// certificate.
 import { readFile, stat } from 'node:fs/promises';
 import { delimiter, dirname, isAbsolute, join } from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import { errorText } from '../errors.js';
 import { record } from '../record.js';
 
-/** The TLS material of a connection as it is now: each file-backed part read again as it changes. */
+/**
+ * The TLS material of a connection as it is now: each file-backed part read again as it changes.
+ */
 export interface TlsMaterial {
   readonly ca?: Buffer;
   readonly cert?: Buffer;
@@ -70,8 +73,8 @@ export class ConnectionError extends Error {
 }
 
 /**
- * A kubeconfig asks for something the agent does not do (README, "Kubernetes API (opt-in)"): refused
- * at start with exit 2, as a bad flag is, never followed halfway or ignored.
+ * A kubeconfig asks for something the agent does not do (docs/kubernetes.md, "Kubernetes API
+ * (opt-in)"): refused at start with exit 2, as a bad flag is, never followed halfway or ignored.
  */
 export class UnsupportedKubeconfig extends ConnectionError {
   override name = 'UnsupportedKubeconfig';

@@ -1,6 +1,7 @@
-// Events on the agent's Node (README, "Kubernetes API (opt-in)"), what `kubectl describe node` shows:
-// one Event per distinct cause, repeats counted on it, at most one API write per reason per minute.
-// emit() never waits: the writes run on their own timers, and a failed one is only logged and counted.
+// Events on the agent's Node (docs/kubernetes.md, "Kubernetes API (opt-in)"), what `kubectl
+// describe node` shows: one Event per distinct cause, repeats counted on it, at most one API write
+// per reason per minute. emit() never waits: the writes run on their own timers, and a failed one
+// is only logged and counted.
 import type { Logger } from 'pino';
 import { errorText } from '../errors.js';
 import { escapeUnprintable } from '../cidr/index.js';

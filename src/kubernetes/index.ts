@@ -1,4 +1,5 @@
-// The opt-in Kubernetes API (README, "Kubernetes API (opt-in)"). Imported only with --kubernetes or
+// The opt-in Kubernetes API (docs/kubernetes.md, "Kubernetes API (opt-in)"). Imported only with
+// --kubernetes or
 // --kubeconfig: the file-driven agent never loads this code.
 import type { Logger } from 'pino';
 import { escapeUnprintable } from '../cidr/index.js';
@@ -184,9 +185,9 @@ export async function podsOnNode(options: {
 }
 
 /**
- * `--explain --pod NAMESPACE/NAME`: the pod's addresses, labels and node, and its namespace's labels
- * (undefined where the API refuses them: the caller says so). Rejects with the API's error for the
- * pod itself, or saying there is no such pod.
+ * `--explain --pod NAMESPACE/NAME`: the pod's addresses, labels and node, and its namespace's
+ * labels (undefined where the API refuses them: the caller says so). Rejects with the API's error
+ * for the pod itself, or saying there is no such pod.
  */
 export async function podNamed(options: {
   kubeconfig: string;

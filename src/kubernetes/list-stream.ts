@@ -1,4 +1,4 @@
-// A list answer decoded as it streams (README, "Kubernetes API (opt-in)"): the bytes of
+// A list answer decoded as it streams (docs/kubernetes.md, "Kubernetes API (opt-in)"): the bytes of
 // `{"kind": …, "metadata": {…}, "items": [{…}, {…}, …]}` are scanned for their structure only, and
 // each element of the top-level `items` array is parsed on its own as soon as its last byte
 // arrives, handed over, and dropped; the top-level `metadata` (resourceVersion, continue) is parsed

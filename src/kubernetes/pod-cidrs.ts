@@ -1,6 +1,6 @@
 // A Node's pod CIDRs as the agent takes them from its spec: parsed strictly, bounded in count, and
-// none wider than --widest-node-pod-cidr (README, "Kubernetes API (opt-in)"). Only prefixes the agent
-// formatted itself go further.
+// none wider than --widest-node-pod-cidr (docs/kubernetes.md, "Kubernetes API (opt-in)"). Only
+// prefixes the agent formatted itself go further.
 import { escapeUnprintable, formatPrefix, parseCidr, type Prefix } from '../cidr/index.js';
 import { errorText } from '../errors.js';
 import { record } from '../record.js';
@@ -13,8 +13,8 @@ export interface WidestPodCIDR {
 
 /**
  * A Node's pod range is its slice of the cluster's (kube-controller-manager hands out /24 and /64
- * by default): one wider than /16 or /48 is a mistake or an attack (README, "Kubernetes API
- * (opt-in)").
+ * by default): one wider than /16 or /48 is a mistake or an attack (docs/kubernetes.md, "Kubernetes
+ * API (opt-in)").
  */
 export const DEFAULT_WIDEST_NODE_POD_CIDR: WidestPodCIDR = { ipv4: 16, ipv6: 48 };
 
@@ -50,7 +50,8 @@ export function podCIDRsOf(
     try {
       const prefix = parseCidr(text.slice(0, 64));
       if (text.length > 64) throw new Error(`${escapeUnprintable(text.slice(0, 64))}… is too long`);
-      // A single-stack IPv4 agent leaves the IPv6 half of a dual-stack Node out, as it would a file's.
+      // A single-stack IPv4 agent leaves the IPv6 half of a dual-stack Node out, as it would a
+      // file's.
       if (prefix.family === 6 && !enableIPv6) continue;
       const shortest = prefix.family === 4 ? widest.ipv4 : widest.ipv6;
       if (prefix.len < shortest) {

@@ -1,7 +1,7 @@
-// List, then watch from the list's resourceVersion, forever (README, "Kubernetes API (opt-in)"):
-// what client-go calls a reflector, for one kind (Nodes) and a small extract of each object. The
-// last known items stay whatever the API does; a 410 Gone relists; every failure waits a backoff
-// with full jitter, or the server's Retry-After.
+// List, then watch from the list's resourceVersion, forever (docs/kubernetes.md, "Kubernetes API
+// (opt-in)"): what client-go calls a reflector, for one kind (Nodes) and a small extract of each
+// object. The last known items stay whatever the API does; a 410 Gone relists; every failure waits
+// a backoff with full jitter, or the server's Retry-After.
 import { record } from '../record.js';
 import { ApiError, type ApiClient } from './client.js';
 
@@ -63,7 +63,8 @@ function resourceVersionOf(object: unknown): string | undefined {
 /**
  * How long to wait after `failures` failures in a row: full jitter, a random wait up to the base
  * doubled per failure (at most backoffMaxMs), so that thousands of agents do not come back in step;
- * at least the server's Retry-After. The first 410 relists at once: the data is not wrong, only old.
+ * at least the server's Retry-After. The first 410 relists at once: the data is not wrong, only
+ * old.
  */
 export function backoffDelay(
   failures: number,
@@ -76,7 +77,8 @@ export function backoffDelay(
   const ceiling = Math.min(timings.backoffMaxMs, timings.backoffBaseMs * 2 ** exponent);
   const r = random();
   const jittered = Math.round(r * ceiling);
-  // The server's Retry-After (capped by the client at RETRY_AFTER_MAX_MS), spread by up to a second.
+  // The server's Retry-After (capped by the client at RETRY_AFTER_MAX_MS), spread by up to a
+  // second.
   const asked = err instanceof ApiError ? err.retryAfterMs : undefined;
   return asked !== undefined ? Math.max(asked + Math.round(r * 1000), jittered) : jittered;
 }
@@ -192,9 +194,9 @@ export class Reflector<T> {
    * Every page, then the items replaced at once: a failed page, or a stop, changes nothing. As
    * client-go lists: first from the API server's watch cache (`resourceVersion=0`, no read of etcd
    * per agent); where its continue token expired, from etcd in pages, and a continue token of
-   * etcd's that expired replaced by one full list, as client-go's pager does. Each answer is decoded
-   * as it streams (list-stream.ts): only what `extract` keeps of each item stays, however large the
-   * items or an answer the cache did not page.
+   * etcd's that expired replaced by one full list, as client-go's pager does. Each answer is
+   * decoded as it streams (list-stream.ts): only what `extract` keeps of each item stays, however
+   * large the items or an answer the cache did not page.
    */
   private async list(): Promise<void> {
     let listed: { items: Map<string, T>; version: string } | undefined;

@@ -1,10 +1,10 @@
 // The only module that loads the native addon. Each libnftables call runs in a child process the
 // addon forks for it (docs/design.md, "libnftables"): a crash, abort or hang there is an NftError
 // here, never the end of the agent. Writes and the reads of our own tables are serialised: one at
-// a time keeps the libuv pool free for I/O, and the kernel serialises nftables commits per namespace
-// anyway. Reads that only look (netlink dumps, the prints of other tables' chains) are not queued
-// behind them: nothing of ours waits on another table's size (README, "Other NAT on the node"), and
-// no write waits on a look.
+// a time keeps the libuv pool free for I/O, and the kernel serialises nftables commits per
+// namespace anyway. Reads that only look (netlink dumps, the prints of other tables' chains) are
+// not queued behind them: nothing of ours waits on another table's size (docs/observability.md,
+// "Other NAT on the node"), and no write waits on a look.
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -259,12 +259,17 @@ export async function nftGenerationId(): Promise<number> {
   return serialised(() => native.generationId());
 }
 
-/** Every table in the namespace as the kernel names it, from one netlink dump (no libnftables). Not queued. */
+/**
+ * Every table in the namespace as the kernel names it, from one netlink dump (no libnftables). Not
+ * queued.
+ */
 export async function nftTableNames(): Promise<Array<{ family: string; name: string }>> {
   return addon().listTables();
 }
 
-/** Every chain in the namespace, with its hook when it has one, from one netlink dump. Not queued. */
+/**
+ * Every chain in the namespace, with its hook when it has one, from one netlink dump. Not queued.
+ */
 export async function nftChains(): Promise<ChainInfo[]> {
   return addon().listChains();
 }
@@ -291,8 +296,8 @@ export async function nftCounters(family: string, table: string): Promise<Counte
 
 /**
  * One dump of the family's source-translated conntrack entries, aggregated on a pool thread
- * (native/nat-stats.h): flows and the busiest destination by protocol, and by source with `bySource`.
- * Not queued behind our writes: it changes nothing.
+ * (native/nat-stats.h): flows and the busiest destination by protocol, and by source with
+ * `bySource`. Not queued behind our writes: it changes nothing.
  */
 export async function natSample(request: NatSampleRequest): Promise<NatSample> {
   const { family } = request;
@@ -393,10 +398,10 @@ function rangeElementBytes(family: 4 | 6, elements: Elements, concat: boolean): 
 
 /**
  * Writes an element-only change of our tables as one netlink transaction, without libnftables
- * (README, "The everyday edit"), with the generation ids read around it in the same turn of the
- * queue as every commit of ours. Refused whole (an NftError) when the kernel's tables are not as
- * the change was worked out from: the marked rule missing, an element missing or there already, or
- * (with `generation`) another commit since.
+ * (docs/writes.md, "The everyday edit"), with the generation ids read around it in the same turn of
+ * the queue as every commit of ours. Refused whole (an NftError) when the kernel's tables are not
+ * as the change was worked out from: the marked rule missing, an element missing or there already,
+ * or (with `generation`) another commit since.
  */
 export async function editElements(edit: ElementEdit): Promise<CommitStep> {
   const native = addon();
@@ -439,9 +444,9 @@ export async function editElements(edit: ElementEdit): Promise<CommitStep> {
 
 /**
  * What the kernel's set holds compared with `elements`, the agent's own prefixes (the audit of an
- * element-only write, README "The everyday edit"): read over netlink and compared on a pool thread,
- * the prefixes parsed there on their own, not by the write's packing (rangeElementBytes). Not queued
- * behind our writes: a read, judged by the generation ids its caller reads around it.
+ * element-only write, docs/writes.md "The everyday edit"): read over netlink and compared on a pool
+ * thread, the prefixes parsed there on their own, not by the write's packing (rangeElementBytes).
+ * Not queued behind our writes: a read, judged by the generation ids its caller reads around it.
  */
 export async function auditSet(
   ref: TableRef,
@@ -460,7 +465,9 @@ export async function auditSet(
   });
 }
 
-/** The comments of a chain's rules in order ("" for a rule without one), over netlink. Not queued. */
+/**
+ * The comments of a chain's rules in order ("" for a rule without one), over netlink. Not queued.
+ */
 export async function ruleComments(ref: TableRef, chain: string): Promise<string[]> {
   return addon().ruleComments(ref.family === 'ip' ? 4 : 6, ref.name, chain);
 }
@@ -490,8 +497,8 @@ export function openCommitMonitor(): { drain(): CommitsHeard; close(): void } {
 
 /**
  * Returns the C heap's free pages to the system (glibc's malloc_trim): the pool threads' and V8
- * helpers' arenas keep what they freed otherwise (docs/design.md, "Memory"). Quick enough for the JS
- * thread; false when nothing was released or the addon is missing.
+ * helpers' arenas keep what they freed otherwise (docs/design.md, "Memory"). Quick enough for the
+ * JS thread; false when nothing was released or the addon is missing.
  */
 export function releaseMemory(): boolean {
   try {
@@ -529,7 +536,9 @@ export async function pageOutFileMappings(): Promise<number> {
   }
 }
 
-/** The libnftables version the addon was built against, e.g. `1.0.6`; `unknown` without the addon. */
+/**
+ * The libnftables version the addon was built against, e.g. `1.0.6`; `unknown` without the addon.
+ */
 export function libnftablesVersion(): string {
   try {
     return addon().libnftablesVersion;

@@ -1,5 +1,6 @@
-// Changes of a table of ours in place (README, "When it writes"; docs/design.md, "Writes on the
-// wire"): which shape each set's change takes, as measured, and the transactions for each shape.
+// Changes of a table of ours in place (docs/writes.md, "When it writes"; docs/design.md, "Writes on
+// the wire"): which shape each set's change takes, as measured, and the transactions for each
+// shape.
 import { listWindow } from '../cidr/index.js';
 import type { TransientObjects } from './listing.js';
 import { STAND_IN_COMMENT, standInName } from './ownership.js';
@@ -31,18 +32,18 @@ function presentSets(next: Table, old: Table | undefined, present?: ReadonlySet<
 }
 
 /**
- * The change from `old` (what the kernel holds, exactly) to `next`, keeping the table, its chains and
- * its sets in place: element deletions and additions, the decision chain's rules only where they
- * differ, and the jump rule with the new write's mark. With `old` unknown (a table of ours whose
- * content is not known, of the same structure), every set is flushed and refilled and every chain's
- * rules rewritten: measured to open no window either (docs/design.md, "Writes on the wire").
- * Additions are written inside a set block, which keeps nft's cache fill away.
+ * The change from `old` (what the kernel holds, exactly) to `next`, keeping the table, its chains
+ * and its sets in place: element deletions and additions, the decision chain's rules only where
+ * they differ, and the jump rule with the new write's mark. With `old` unknown (a table of ours
+ * whose content is not known, of the same structure), every set is flushed and refilled and every
+ * chain's rules rewritten: measured to open no window either (docs/design.md, "Writes on the
+ * wire"). Additions are written inside a set block, which keeps nft's cache fill away.
  *
  * `present` names the sets the kernel holds (by default `old`'s, or else `next`'s). A set `next`
- * adds (the egress policy's, when its key first appears) is made, filled, in a transaction of its own
- * before the rest, since a rule may not refer to a set made in its own transaction without a few new
- * flows slipping past it; a set `next` drops is deleted last, once no rule refers to it. Returns the
- * transactions in order: one, or two when a set is made.
+ * adds (the egress policy's, when its key first appears) is made, filled, in a transaction of its
+ * own before the rest, since a rule may not refer to a set made in its own transaction without a
+ * few new flows slipping past it; a set `next` drops is deleted last, once no rule refers to it.
+ * Returns the transactions in order: one, or two when a set is made.
  */
 export function renderInPlace(
   next: Table,
@@ -99,8 +100,8 @@ export function renderInPlace(
 
 /**
  * The transient objects (the late replies' set and chain) made anew: those the kernel holds
- * deleted — a chain emptied first, a set once no rule refers to it — and the table's declared again.
- * They take no part in the decision, so no new flow is decided otherwise meanwhile.
+ * deleted — a chain emptied first, a set once no rule refers to it — and the table's declared
+ * again. They take no part in the decision, so no new flow is decided otherwise meanwhile.
  */
 function remakeTransient(next: Table, remake: TransientObjects): string[] {
   const { family, name } = next;
@@ -160,7 +161,9 @@ export function setChange(
 
 type ElementDiff = { readonly removed: Elements; readonly added: Elements };
 
-/** Diffs worked out, by the list they start from: a write asks again while rendering (converge.ts). */
+/**
+ * Diffs worked out, by the list they start from: a write asks again while rendering (converge.ts).
+ */
 const diffs = new WeakMap<Elements, { after: Elements; diff: ElementDiff }>();
 
 /**
@@ -224,11 +227,12 @@ export function nextSetName(name: string): string {
 }
 
 /**
- * A change of the sets' key (the `auto` layout switch) as four transactions, each measured to open no
- * window (docs/design.md, "Writes on the wire"): rules may not reference a set created in their own
- * transaction without a few new flows slipping past it. 1: the new sets under temporary names,
+ * A change of the sets' key (the `auto` layout switch) as four transactions, each measured to open
+ * no window (docs/design.md, "Writes on the wire"): rules may not reference a set created in their
+ * own transaction without a few new flows slipping past it. 1: the new sets under temporary names,
  * filled; 2: the rules moved to them, the old sets deleted; 3: the new sets under their own names,
- * filled; 4: the rules moved back, the write's mark, the temporary sets deleted. Between steps the decision is the old config's (1) or the new one's (2-4).
+ * filled; 4: the rules moved back, the write's mark, the temporary sets deleted. Between steps the
+ * decision is the old config's (1) or the new one's (2-4).
  */
 export function renderKeyChange(
   next: Table,
@@ -254,7 +258,8 @@ export function renderKeyChange(
       chain.base ? chain : { ...chain, rules: chain.rules.map(toTemporary) },
     ),
   };
-  // The counters the rules of step 2 count in, declared with the sets of step 1 (a no-op when held).
+  // The counters the rules of step 2 count in, declared with the sets of step 1 (a no-op when
+  // held).
   const block = (sets: readonly NamedSet[]) =>
     [
       `table ${family} ${name} {`,
@@ -324,7 +329,8 @@ export function renderUpgrade(
     (leftover ? remove(standIn) : '') + unhooked(standIn),
     hooks(standIn),
     remove(table),
-    // The new table's counters go on from the old one's (what the stand-in counted meanwhile is lost).
+    // The new table's counters go on from the old one's (what the stand-in counted meanwhile is
+    // lost).
     unhooked(table, counts),
     hooks(table) + remove(standIn),
   ];
@@ -345,7 +351,7 @@ const sameList = <T>(a: readonly T[] | undefined, b: readonly T[] | undefined) =
  * (keys, flags, size, timeout), chains and counters, every set changed by a delta (setChange), and
  * one rule differing only in its comment, in a base chain. Undefined for any other change, which
  * renderInPlace writes through libnftables. Plain interval sets are left to libnftables: it keeps
- * their end elements and open intervals (README, "The everyday edit").
+ * their end elements and open intervals (docs/writes.md, "The everyday edit").
  */
 export function elementEdit(next: Table, old: Table): TableElementEdit | undefined {
   validateTable(next);
@@ -403,7 +409,10 @@ export function elementEdit(next: Table, old: Table): TableElementEdit | undefin
   return { family: next.family, table: next.name, sets, ...marked };
 }
 
-/** The same change as an nft script (what libnftables would be given): for tests and the fake kernel. */
+/**
+ * The same change as an nft script (what libnftables would be given): for tests and the fake
+ * kernel.
+ */
 export function renderElementEdit(edits: readonly TableElementEdit[]): string {
   const lines: string[] = [];
   for (const edit of edits) {

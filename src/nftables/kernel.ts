@@ -44,41 +44,72 @@ export interface AnyTableRef {
 export interface Kernel {
   /** The table's listing as nft prints it, or null when it does not exist. */
   listTable(ref: TableRef): Promise<string | null>;
-  /** Runs one script as one transaction; the generation ids around it tell whether others committed. */
+  /**
+   * Runs one script as one transaction; the generation ids around it tell whether others committed.
+   */
   apply(script: string): Promise<CommitStep>;
-  /** An element-only change as one transaction over netlink, without libnftables (nftables/change.ts). */
+  /**
+   * An element-only change as one transaction over netlink, without libnftables
+   * (nftables/change.ts).
+   */
   edit(edit: ElementEdit): Promise<CommitStep>;
-  /** A set of ours read back over netlink and compared with these elements (the element-write audit). */
+  /**
+   * A set of ours read back over netlink and compared with these elements (the element-write
+   * audit).
+   */
   auditSet(ref: TableRef, set: NamedSet, elements: Elements): Promise<SetAudit>;
   /** The comments of a chain's rules in order, over netlink ("" for a rule without one). */
   ruleComments(ref: TableRef, chain: string): Promise<string[]>;
   /** The namespace's nftables generation id (moves on every commit by anyone). */
   generationId(): Promise<number>;
-  /** Every table in the namespace, from plain netlink: works where libnftables cannot parse them. */
+  /**
+   * Every table in the namespace, from plain netlink: works where libnftables cannot parse them.
+   */
   tableNames(): Promise<AnyTableRef[]>;
-  /** Every chain in the namespace with its hook, from plain netlink (no libnftables, no set elements). */
+  /**
+   * Every chain in the namespace with its hook, from plain netlink (no libnftables, no set
+   * elements).
+   */
   chains(): Promise<ChainInfo[]>;
   /** One chain's rules as their expressions show them, from plain netlink. */
   ruleShapes(family: string, table: string, chain: string): Promise<RuleShape[]>;
-  /** These chains' rules as nft prints them, with handles and counters without values (`nft -a -s`). */
+  /**
+   * These chains' rules as nft prints them, with handles and counters without values (`nft -a -s`).
+   */
   listRules(
     chains: ReadonlyArray<{ family: string; table: string; chain: string }>,
   ): Promise<string>;
-  /** A table's named counters and their counts, from plain netlink ([] when the table is absent). */
+  /**
+   * A table's named counters and their counts, from plain netlink ([] when the table is absent).
+   */
   counters(ref: TableRef): Promise<CounterValue[]>;
-  /** Whether libnftables can list this table (false when listing it crashes or hangs libnftables). */
+  /**
+   * Whether libnftables can list this table (false when listing it crashes or hangs libnftables).
+   */
   readable(ref: AnyTableRef): Promise<boolean>;
-  /** Which of these chains exist in iptables-nft's `ip nat` (the original agent's, docs/migration.md). */
+  /**
+   * Which of these chains exist in iptables-nft's `ip nat` (the original agent's,
+   * docs/migration.md).
+   */
   legacyChains(names: readonly string[]): Promise<string[]>;
-  /** Deletes that chain and the POSTROUTING rules jumping to it, in one transaction: the rules deleted. */
+  /**
+   * Deletes that chain and the POSTROUTING rules jumping to it, in one transaction: the rules
+   * deleted.
+   */
   removeLegacyChain(chain: string): Promise<number>;
   /** Whether the kernel's set holds `element` (for an interval set, a range containing it). */
   setHas(ref: TableRef, set: string, element: string): Promise<boolean>;
-  /** The conntrack entries a config change must delete, judged one by one (README, "Existing flows"). */
+  /**
+   * The conntrack entries a config change must delete, judged one by one (docs/writes.md, "Existing
+   * flows").
+   */
   judgeFlows(request: FlowJudgement): Promise<FlowPlan>;
   /** Lets the plan's late replies through untracked for a moment: one commit to our table's set. */
   holdReplies(plan: FlowPlan, table: string, set: string): Promise<CommitStep>;
-  /** The family's source-translated conntrack entries, aggregated (README, "What the node's NAT does"). */
+  /**
+   * The family's source-translated conntrack entries, aggregated (docs/observability.md, "What the
+   * node's NAT does").
+   */
   natSample(request: NatSampleRequest): Promise<NatSample>;
   /** Deletes the plan's entries, at once (`now`) or those in flight after their grace (`later`). */
   deleteFlows(plan: FlowPlan, which: 'now' | 'later'): Promise<DeletedFlows>;
@@ -149,7 +180,8 @@ export const nftKernel: Kernel = {
   async listRules(chains) {
     // A call per chain: libnftables 1.0.6 fills its cache for the last of several `list chain`
     // commands only, and fails the others. Names are checked by the caller (nat-chains.ts).
-    // Reads only, beside our writes: never queued before one (README, "Other NAT on the node").
+    // Reads only, beside our writes: never queued before one (docs/observability.md, "Other NAT on
+    // the node").
     let text = '';
     for (const c of chains)
       text += await readNft(`list chain ${c.family} ${c.table} ${c.chain}`, { listing: true });

@@ -65,7 +65,7 @@ function withoutHeldReplies(text: string): string {
 /**
  * The held replies' elements come and go with the set's own timeout and are never compared, but
  * for those that carry a timeout of their own: the agent never writes one, so such an element was
- * put there by someone else, to stay (README, "Existing flows").
+ * put there by someone else, to stay (docs/writes.md, "Existing flows").
  */
 function plantedReplies(items: string): string {
   const planted = items
@@ -75,7 +75,9 @@ function plantedReplies(items: string): string {
   return planted.length > 0 ? ` elements = { ${planted.sort().join(', ')} }` : '';
 }
 
-/** A flattened table's objects (brace depth 1 to 2), each `set NAME { … }` or `chain NAME { … }`. */
+/**
+ * A flattened table's objects (brace depth 1 to 2), each `set NAME { … }` or `chain NAME { … }`.
+ */
 function objectsOf(flat: string): string[] {
   const open = flat.indexOf('{');
   const objects: string[] = [];
@@ -147,12 +149,13 @@ export function listedSetNames(listing: string): Set<string> {
 }
 
 /**
- * How a table of ours in the kernel relates to the one wanted: `same` objects (an in-place write can
- * change it), the same objects but another `key` for the sets (the layout switch), or `other`. Sets
- * only one side has do not count, but for the transient ones: an in-place write makes or deletes
- * them (nftables/change.ts); nor counters only the wanted table has (an in-place write adds them). An
- * object only the kernel has and no in-place write removes (another tool's counter) is `other`: the
- * table is written whole, its counters given back (README, "What the node's NAT does").
+ * How a table of ours in the kernel relates to the one wanted: `same` objects (an in-place write
+ * can change it), the same objects but another `key` for the sets (the layout switch), or `other`.
+ * Sets only one side has do not count, but for the transient ones: an in-place write makes or
+ * deletes them (nftables/change.ts); nor counters only the wanted table has (an in-place write adds
+ * them). An object only the kernel has and no in-place write removes (another tool's counter) is
+ * `other`: the table is written whole, its counters given back (docs/observability.md, "What the
+ * node's NAT does").
  */
 export function compareStructure(listing: string, table: Table): 'same' | 'key' | 'other' {
   const found = structure(listing);
@@ -182,7 +185,10 @@ function transientNames(table: Table): Set<string> {
   ]);
 }
 
-/** The transient objects a table of ours in the kernel holds, by kind, to delete before remaking them. */
+/**
+ * The transient objects a table of ours in the kernel holds, by kind, to delete before remaking
+ * them.
+ */
 export interface TransientObjects {
   readonly sets: readonly string[];
   readonly chains: readonly string[];
@@ -216,9 +222,9 @@ const opensQuote = (text: string) => (text.split('"').length - 1) % 2 === 1;
 
 /**
  * `nft -a -s list chain …` output, each chain's rules in order (the text without its handle). Lines
- * that are not rules — the chain's hook line, braces — have no handle and are left out. A rule whose
- * string holds a newline (a comment written over netlink) is printed over several lines: they are
- * read as one, up to the line that closes the string and ends with the handle.
+ * that are not rules — the chain's hook line, braces — have no handle and are left out. A rule
+ * whose string holds a newline (a comment written over netlink) is printed over several lines: they
+ * are read as one, up to the line that closes the string and ends with the handle.
  */
 export function parseRuleListing(text: string): Map<string, ListedRule[]> {
   const chains = new Map<string, ListedRule[]>();

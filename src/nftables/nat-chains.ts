@@ -1,8 +1,8 @@
-// Other tables' nat postrouting chains (README, "Other NAT on the node"): found from the kernel's
-// chain and rule dumps, which carry no set's elements and need no libnftables; their rules printed
-// by libnftables only when the chains' rules changed since the last look, and only when the kernel's
-// expressions show one of them translating. A chain libnftables cannot print is reported as
-// unreadable, from what the expressions show.
+// Other tables' nat postrouting chains (docs/observability.md, "Other NAT on the node"): found from
+// the kernel's chain and rule dumps, which carry no set's elements and need no libnftables; their
+// rules printed by libnftables only when the chains' rules changed since the last look, and only
+// when the kernel's expressions show one of them translating. A chain libnftables cannot print is
+// reported as unreadable, from what the expressions show.
 import type { Kernel } from './kernel.js';
 import { parseRuleListing } from './listing.js';
 import { nameProblem } from './names.js';
@@ -37,22 +37,30 @@ export interface NatScan {
   readonly chains: readonly NatChain[];
   /** Every chain of the namespace (the original agent's leftover chain is looked for here). */
   readonly all: readonly ChainInfo[];
-  /** The look stopped at its budget (LOOK_CHAINS_MAX, LOOK_RULES_MAX, LOOK_TIME_MS): beyond was not read. */
+  /**
+   * The look stopped at its budget (LOOK_CHAINS_MAX, LOOK_RULES_MAX, LOOK_TIME_MS): beyond was not
+   * read.
+   */
   readonly truncated: boolean;
-  /** The namespace's generation id read before the look: unchanged, the next look reuses this one. */
+  /**
+   * The namespace's generation id read before the look: unchanged, the next look reuses this one.
+   */
   readonly generation?: number;
 }
 
 const SCANNED_FAMILIES = new Set(['ip', 'ip6', 'inet']);
 
 /**
- * The look's budget (README, "Other NAT on the node"): at most this many chains' rules read per look
- * (one netlink dump each), over all the base chains; the jumps beyond are not followed.
+ * The look's budget (docs/observability.md, "Other NAT on the node"): at most this many chains'
+ * rules read per look (one netlink dump each), over all the base chains; the jumps beyond are not
+ * followed.
  */
 export const LOOK_CHAINS_MAX = 1_000;
 /** At most this many rules read per look (over all the chains followed). */
 export const LOOK_RULES_MAX = 20_000;
-/** At most this long spent following chains in one look (the prints that follow are not counted). */
+/**
+ * At most this long spent following chains in one look (the prints that follow are not counted).
+ */
 export const LOOK_TIME_MS = 2_000;
 
 interface Printed {
@@ -67,18 +75,24 @@ interface Printed {
 export type ListingCache = Map<string, { readonly handles: string; readonly printed: Printed }>;
 
 export interface ScanOptions {
-  /** Awaited before each print with libnftables: the agent's writes go first (reconcile/reconciler.ts). */
+  /**
+   * Awaited before each print with libnftables: the agent's writes go first
+   * (reconcile/reconciler.ts).
+   */
   readonly beforePrint?: () => Promise<void>;
-  /** The last look: returned as it is while nobody committed since (the generation id unchanged). */
+  /**
+   * The last look: returned as it is while nobody committed since (the generation id unchanged).
+   */
   readonly last?: NatScan;
   readonly now?: () => number;
 }
 
 /**
- * Finds the base chains of tables other than ours hooked at nat postrouting, follows their jumps and
- * gotos (at most LOOK_CHAINS_MAX chains), and prints the rules of the chains that reach a
+ * Finds the base chains of tables other than ours hooked at nat postrouting, follows their jumps
+ * and gotos (at most LOOK_CHAINS_MAX chains), and prints the rules of the chains that reach a
  * translating rule: each chain once per distinct content (libnftables downloads the table's sets
- * for each print, README, "Other NAT on the node"), none while as the last look printed them.
+ * for each print, docs/observability.md, "Other NAT on the node"), none while as the last look
+ * printed them.
  */
 export async function scanNatChains(
   kernel: Kernel,

@@ -11,22 +11,29 @@ const objectNames = {
   NONMASQ_SET: 'nonmasq',
   /** masqueradeCIDRs: always masqueraded. */
   MASQ_SET: 'masq',
-  /** sourceCIDRs (README, "Egress policy"): declared only while the config gives them. */
+  /**
+   * sourceCIDRs (docs/egress-policy.md, "Egress policy"): declared only while the config gives
+   * them.
+   */
   SOURCES_SET: 'sources',
   /** egressInterfaces: declared only while the config gives them. */
   EGRESS_INTERFACES_SET: 'egress-interfaces',
   /**
    * Replies on their way while the conntrack flush deletes their flow's entry: let through
    * untracked for a moment, or they would start an entry the other way round that keeps the flow on
-   * its old decision (README, "Existing flows"). Bounded in size; each element lives as long as
-   * the set's own timeout.
+   * its old decision (docs/writes.md, "Existing flows"). Bounded in size; each element lives as
+   * long as the set's own timeout.
    */
   LATE_REPLIES_SET: 'late-replies',
-  /** The raw prerouting base chain (before conntrack) that lets what the late-replies set holds through untracked. */
+  /**
+   * The raw prerouting base chain (before conntrack) that lets what the late-replies set holds
+   * through untracked.
+   */
   LATE_REPLIES_CHAIN: 'prerouting',
   /**
-   * The verdict map from a pod's source address to its pod policy's chain (README, "Pod policies"):
-   * one lookup, whatever the number of policies. Declared only while some pod policy applies.
+   * The verdict map from a pod's source address to its pod policy's chain (docs/egress-policy.md,
+   * "Pod policies"): one lookup, whatever the number of policies. Declared only while some pod
+   * policy applies.
    */
   POD_POLICY_MAP: 'pod-policies',
 } as const;
@@ -57,16 +64,18 @@ export function podPolicyChainIndex(chain: string): number | undefined {
   return match ? Number(match[1]) : undefined;
 }
 
-/** Which pod policy an object of ours belongs to, by its name: its index, or undefined (node-wide). */
+/**
+ * Which pod policy an object of ours belongs to, by its name: its index, or undefined (node-wide).
+ */
 export function podPolicyIndex(name: string): { index: number; rest: string } | undefined {
   const match = /^pod-policy-(\d{1,4})-(.+)$/.exec(name);
   return match ? { index: Number(match[1]), rest: match[2]! } : undefined;
 }
 
 /**
- * The named counters of the decision chain's outcomes (README, "What the node's NAT does"): each step
- * counts the new flows it decides. Objects of the table, so a write that changes the rules keeps
- * their counts; a table written whole is given them back (reconcile/converge.ts).
+ * The named counters of the decision chain's outcomes (docs/observability.md, "What the node's NAT
+ * does"): each step counts the new flows it decides. Objects of the table, so a write that changes
+ * the rules keeps their counts; a table written whole is given them back (reconcile/converge.ts).
  */
 export const DECISION_COUNTERS = ['translated', 'exempt', 'skipped'] as const;
 export type DecisionCounter = (typeof DECISION_COUNTERS)[number];
@@ -75,7 +84,9 @@ export type DecisionCounter = (typeof DECISION_COUNTERS)[number];
 export const countIn = (counter: DecisionCounter, prefix = '') =>
   `counter name "${prefix}${counter}"`;
 
-/** A UDP reply's addresses and ports, from the remote to the pod, as the late-replies set keys them. */
+/**
+ * A UDP reply's addresses and ports, from the remote to the pod, as the late-replies set keys them.
+ */
 export function lateReplyKey(family: TableFamily): string {
   return `${family} saddr . udp sport . ${family} daddr . udp dport`;
 }

@@ -1,5 +1,5 @@
-// Data types of the nftables objects the agent writes, and of what the kernel port (kernel.ts) takes
-// and answers. Behaviour (rendering) lives in render.ts.
+// Data types of the nftables objects the agent writes, and of what the kernel port (kernel.ts)
+// takes and answers. Behaviour (rendering) lives in render.ts.
 import type { Range, RangeList } from '../cidr/index.js';
 
 export type TableFamily = 'ip' | 'ip6';
@@ -7,25 +7,31 @@ export type TableFamily = 'ip' | 'ip6';
 /**
  * What a set's elements are keyed by. Sets are declared `typeof EXPRESSION`, never `type
  * ipv4_addr`: libnftables up to 1.1.1 crashes on `type` sets written by 1.1.2 and later, while
- * `typeof` sets read back in every version (README, "nftables versions").
+ * `typeof` sets read back in every version (docs/operations.md, "nftables versions").
  */
 export interface SetKey {
   /** Declared with `typeof` and matched in rules: `ip daddr`, or `ip daddr . meta l4proto`. */
   readonly expression: string;
   /** Written after every prefix: the concatenated layout pairs each with all protocols. */
   readonly elementSuffix: '' | ' . 0-255';
-  /** Written after an address looked up in the set (`nft get element`): one protocol of the range. */
+  /**
+   * Written after an address looked up in the set (`nft get element`): one protocol of the range.
+   */
   readonly probeSuffix?: ' . udp';
-  /** `names`: the elements are interface names (checked again and quoted when written), not prefixes. */
+  /**
+   * `names`: the elements are interface names (checked again and quoted when written), not
+   * prefixes.
+   */
   readonly elements?: 'names';
 }
 
 declare const frozenList: unique symbol;
 
 /**
- * A set's elements: a frozen list, so that what is worked out from one list — its rendering ahead of
- * a write, a diff against another — can be kept by the list itself (render.ts, change.ts) and found
- * again by whoever holds the same list. Made by frozenElements; a copy made elsewhere is not one.
+ * A set's elements: a frozen list, so that what is worked out from one list — its rendering ahead
+ * of a write, a diff against another — can be kept by the list itself (render.ts, change.ts) and
+ * found again by whoever holds the same list. Made by frozenElements; a copy made elsewhere is not
+ * one.
  */
 export type Elements = readonly string[] & { readonly [frozenList]: true };
 
@@ -55,8 +61,8 @@ export interface NamedSet {
    */
   readonly transient?: true;
   /**
-   * A verdict map (`map NAME { typeof KEY : verdict }`): each element is a prefix, ` : goto `, and a
-   * chain of the table (`10.244.1.5/32 : goto pod-policy-0`). Written by libnftables only.
+   * A verdict map (`map NAME { typeof KEY : verdict }`): each element is a prefix, ` : goto `, and
+   * a chain of the table (`10.244.1.5/32 : goto pod-policy-0`). Written by libnftables only.
    */
   readonly map?: 'verdict';
   /** Written as the object's comment: text the agent made safe (objects.ts, safeComment). */
@@ -96,7 +102,7 @@ export interface Table {
 
 /**
  * A change of our tables that only adds and deletes elements of concatenated interval sets and
- * moves the mark (README, "The everyday edit"): written as one netlink transaction, without
+ * moves the mark (docs/writes.md, "The everyday edit"): written as one netlink transaction, without
  * libnftables (nftables/change.ts, elementEdit; the addon's editElements).
  */
 export interface ElementEdit {
@@ -123,8 +129,8 @@ export interface TableElementEdit {
 
 /**
  * One set as the kernel holds it, compared with what an element-only write meant (the audit of
- * that write, README "The everyday edit"): element counts, and the first few differing elements
- * as address ranges ("first-last").
+ * that write, docs/writes.md "The everyday edit"): element counts, and the first few differing
+ * elements as address ranges ("first-last").
  */
 export interface SetAudit {
   readonly held: number;
@@ -142,9 +148,9 @@ export interface TableRef {
 
 /**
  * What one config decides for a family's flows beside their destination, as the conntrack flush
- * judges each entry by it (README, "Existing flows"): the senders it considers (null: every one), the
- * egress interfaces (null: every one; a trailing `*` a prefix), and the SNAT range it translates to
- * (null: masquerade). Ranges in normal form.
+ * judges each entry by it (docs/writes.md, "Existing flows"): the senders it considers (null: every
+ * one), the egress interfaces (null: every one; a trailing `*` a prefix), and the SNAT range it
+ * translates to (null: masquerade). Ranges in normal form.
  */
 export interface FlowPolicy {
   readonly sources: RangeList | null;
@@ -160,7 +166,9 @@ export interface FlowJudgement {
   /** Destinations exempt before the change only, and after it only. */
   readonly lost: RangeList;
   readonly gained: RangeList;
-  /** Every destination exempt after the change, given when the policies differ (then any may flip). */
+  /**
+   * Every destination exempt after the change, given when the policies differ (then any may flip).
+   */
   readonly exemptAfter: RangeList | null;
   readonly before: FlowPolicy;
   readonly after: FlowPolicy;
@@ -199,7 +207,9 @@ export interface CommitStep {
   readonly after: number | undefined;
 }
 
-/** How a libnftables call can fail (nftables/addon.ts), each counted by kind (reconcile/metrics.ts). */
+/**
+ * How a libnftables call can fail (nftables/addon.ts), each counted by kind (reconcile/metrics.ts).
+ */
 export const nftFailureKinds = ['error', 'crash', 'timeout', 'spawn'] as const;
 export type NftFailureKind = (typeof nftFailureKinds)[number];
 
@@ -220,7 +230,9 @@ export interface ChainInfo {
 /** What a rule's expressions show, read from the kernel without libnftables. */
 export interface RuleShape {
   readonly handle: number;
-  /** It masquerades or source-translates (`masq`, `nat` snat, an x_tables MASQUERADE/SNAT/NETMAP). */
+  /**
+   * It masquerades or source-translates (`masq`, `nat` snat, an x_tables MASQUERADE/SNAT/NETMAP).
+   */
   readonly translates: boolean;
   /** Chains it jumps or goes to with a verdict of its own. */
   readonly jumps: readonly string[];
@@ -240,8 +252,8 @@ export interface ListedRule {
   readonly handle: number;
   readonly text: string;
   /**
-   * What the kernel's own expressions say (native/netlink.h): a rule they show translating is read as
-   * translating even where its text is not understood, with a match that cannot be judged.
+   * What the kernel's own expressions say (native/netlink.h): a rule they show translating is read
+   * as translating even where its text is not understood, with a match that cannot be judged.
    */
   readonly translates?: boolean;
   /** The chains its verdict maps may send a packet to, as the kernel's elements say. */
@@ -272,8 +284,8 @@ export interface NatSampleRequest {
 
 /**
  * --flows' records (native/nat-stats.h, FlowRecords): one per (source, translated address,
- * destination, port, protocol), `stride` bytes each in `data`, in the order they are shown: by their
- * source's flows, then each source's destinations by flows.
+ * destination, port, protocol), `stride` bytes each in `data`, in the order they are shown: by
+ * their source's flows, then each source's destinations by flows.
  */
 export interface NatRecords {
   readonly width: 4 | 16;

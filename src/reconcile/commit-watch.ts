@@ -1,9 +1,10 @@
-// Commits by anyone else to our tables seen at once (README, "When it writes"): the agent hears
-// nf_tables' own notifications (the netlink group `nft monitor` listens to), and when a commit names
-// one of our tables — or notifications were dropped — it asks whether the kernel is still where it
-// last knew it held our tables; if not, a sync reads them back and repairs them. A commit to other
-// tables costs one drain of the socket: no read, no sync; its generation step is told on, so that a
-// readiness probe need not read our tables back for it (README, "HTTP").
+// Commits by anyone else to our tables seen at once (docs/writes.md, "When it writes"): the agent
+// hears nf_tables' own notifications (the netlink group `nft monitor` listens to), and when a
+// commit names one of our tables — or notifications were dropped — it asks whether the kernel is
+// still where it last knew it held our tables; if not, a sync reads them back and repairs them. A
+// commit to other tables costs one drain of the socket: no read, no sync; its generation step is
+// told on, so that a readiness probe need not read our tables back for it (docs/observability.md,
+// "HTTP").
 import type { CommitsHeard } from '../nftables/addon.js';
 
 export interface CommitWatchDeps {

@@ -1,6 +1,7 @@
-// Conntrack health of the node's namespace (README, "What the node's NAT does"): how full the table
-// is and the kernel's per-CPU event counters summed, read from /proc (the namespace's own files: a
-// few hundred bytes whatever the number of entries, no dump of the table). Pure but for the reads.
+// Conntrack health of the node's namespace (docs/observability.md, "What the node's NAT does"): how
+// full the table is and the kernel's per-CPU event counters summed, read from /proc (the
+// namespace's own files: a few hundred bytes whatever the number of entries, no dump of the table).
+// Pure but for the reads.
 import { readFile } from 'node:fs/promises';
 
 /** The per-CPU statistics exported, by the name the series uses (and /proc's column name). */
@@ -16,7 +17,10 @@ export interface ConntrackHealth {
   /** Absent where /proc's value makes no sense (`problems` says why). */
   readonly entries?: number;
   readonly max?: number;
-  /** Summed over the CPUs; a kind this kernel does not count, or whose values make no sense, is absent. */
+  /**
+   * Summed over the CPUs; a kind this kernel does not count, or whose values make no sense, is
+   * absent.
+   */
   readonly events: Partial<Record<ConntrackEventKind, number>>;
   /** What could not be read as /proc defines it: each leaves its series absent. */
   readonly problems: readonly string[];

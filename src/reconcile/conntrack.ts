@@ -1,6 +1,7 @@
-// Existing flows follow a config change (README, "Existing flows"): after a write that changes the
-// decision for some flows, the conntrack entries of exactly those flows are deleted, so that each
-// one's next packet is decided by the new rules; every other entry stays. Never fatal to the write.
+// Existing flows follow a config change (docs/writes.md, "Existing flows"): after a write that
+// changes the decision for some flows, the conntrack entries of exactly those flows are deleted, so
+// that each one's next packet is decided by the new rules; every other entry stays. Never fatal to
+// the write.
 import type { Logger } from 'pino';
 import {
   inRanges,
@@ -63,8 +64,8 @@ const JUDGED_ORDER = /^(oifname,)?(saddr,)?daddr,daddr,,$/;
 
 /**
  * What a config decides for a family's flows beside their destination, as the flush judges them:
- * the interface and source steps of its decision (decision.ts) and its translation. The native judge
- * evaluates them in the decision's order (interface, source, then the destination's outcome),
+ * the interface and source steps of its decision (decision.ts) and its translation. The native
+ * judge evaluates them in the decision's order (interface, source, then the destination's outcome),
  * which is checked here.
  */
 export function flowPolicy(config: Decisive, family: AddressFamily): FlowPolicy {
@@ -97,9 +98,9 @@ export function samePolicy(a: FlowPolicy, b: FlowPolicy): boolean {
 }
 
 /**
- * Sources judged alike by one decision before a change and one after (README, "Pod policies"): the
- * node-wide config's, or a pod policy's. `only`: just these addresses; `except`: every address
- * but these; absent: every source (a config without pod policies, before and after).
+ * Sources judged alike by one decision before a change and one after (docs/egress-policy.md, "Pod
+ * policies"): the node-wide config's, or a pod policy's. `only`: just these addresses; `except`:
+ * every address but these; absent: every source (a config without pod policies, before and after).
  */
 export interface SourceGroup {
   readonly before: Decisive;
@@ -202,8 +203,9 @@ export class ConntrackFlush {
     const families: AddressFamily[] = this.deps.enableIPv6 ? ['ipv4', 'ipv6'] : ['ipv4'];
     const deleted: Record<string, Record<string, number>> = {};
     const summary = { lateRepliesHeld: 0, inFlight: 0, unjudged: 0 };
-    // Each group of sources by what decided them before and after (pod policies, README "Pod
-    // policies"); without pod policies, one group of every source per family, as before them.
+    // Each group of sources by what decided them before and after (pod policies,
+    // docs/egress-policy.md "Pod policies"); without pod policies, one group of every source per
+    // family, as before them.
     for (const family of families) {
       for (const group of sourceGroups(before, after, family)) {
         await this.flushGroup(family, group, generation, deleted, summary);

@@ -1,8 +1,9 @@
-// Makes the kernel hold the config's tables, writing only when they differ (README, "When it
-// writes"): trusts the namespace's generation id to skip a read-back only when our own commit
-// provably moved it, reads our tables back otherwise, and changes them in place — element
-// additions and deletions, rules only where they differ — so that no packet sees a mix (docs/design.md,
-// "Writes on the wire"). A table is written whole only where it is created or no longer has our shape.
+// Makes the kernel hold the config's tables, writing only when they differ (docs/writes.md, "When
+// it writes"): trusts the namespace's generation id to skip a read-back only when our own commit
+// provably moved it, reads our tables back otherwise, and changes them in place — element additions
+// and deletions, rules only where they differ — so that no packet sees a mix (docs/design.md,
+// "Writes on the wire"). A table is written whole only where it is created or no longer has our
+// shape.
 import type { Logger } from 'pino';
 import { compile, remark, type CompileOptions } from '../compile.js';
 import type { Config } from '../config/types.js';
@@ -59,10 +60,10 @@ export type Timed = <T>(phase: string, work: () => Promise<T>) => Promise<T>;
 
 /**
  * How one family's table is written: changed from what the kernel holds exactly (`exact`), refilled
- * in place (ours, same objects, content not known), moved to another set key in steps (`key`), created,
- * replaced whole (not of our shape any more: a repair), or made anew beside a stand-in (`upgrade`: an
- * older release's table, whose comment cannot change in place; README, "Reading `nft list table
- * ip ipmasq`").
+ * in place (ours, same objects, content not known), moved to another set key in steps (`key`),
+ * created, replaced whole (not of our shape any more: a repair), or made anew beside a stand-in
+ * (`upgrade`: an older release's table, whose comment cannot change in place; README, "Reading `nft
+ * list table ip ipmasq`").
  */
 type Plan =
   | { readonly kind: 'exact'; readonly old: Table; readonly remake?: TransientObjects }
@@ -92,13 +93,14 @@ const breathe = () => new Promise<void>((resolve) => setImmediate(resolve));
 export const CONVERGE_ROUNDS = 3;
 
 /**
- * A fault put in on purpose for the element-write audit's tests (README, "The everyday edit"): with
- * IPMASQ_TEST_CORRUPT_FAST_PATH=element-write in the environment, the first element-only write that
- * adds elements leaves one out, as a bug of the netlink path would. Never set in production.
+ * A fault put in on purpose for the element-write audit's tests (docs/writes.md, "The everyday
+ * edit"): with IPMASQ_TEST_CORRUPT_FAST_PATH=element-write in the environment, the first
+ * element-only write that adds elements leaves one out, as a bug of the netlink path would. Never
+ * set in production.
  */
 let elementFaultLeft = process.env.IPMASQ_TEST_CORRUPT_FAST_PATH === 'element-write';
 
-/** What the audit of an element-only write found (README, "The everyday edit"). */
+/** What the audit of an element-only write found (docs/writes.md, "The everyday edit"). */
 export type ElementAudit =
   /** No element-only write waits for its audit. */
   | 'none'
@@ -118,7 +120,9 @@ function named(what: string, count: number, list: readonly string[]): string[] {
     : [`${count} ${what} (${list.join(', ')}${count > list.length ? ', …' : ''})`];
 }
 
-/** How many times the audit of one element-only write is tried when another commit was in its way. */
+/**
+ * How many times the audit of one element-only write is tried when another commit was in its way.
+ */
 const AUDIT_TRIES = 3;
 /** How many other tools' commits elsewhere are remembered (kube-proxy commits often). */
 const ELSEWHERE_STEPS_KEPT = 1_024;
@@ -154,7 +158,7 @@ export class Converger {
    * Other tools' commits heard from nf_tables' notifications naming none of our tables: before →
    * after. Trusted by readiness probes only (unchangedForProbe); every sync still reads our tables
    * back when the generation moved, and finding them changed where these steps said not is a
-   * mismatch of that fast path (README, "HTTP").
+   * mismatch of that fast path (docs/observability.md, "HTTP").
    */
   private readonly elsewhereSteps = new Map<number, number>();
   /** Families whose table this process has written: ours even if its comment was changed. */
@@ -194,7 +198,10 @@ export class Converger {
     if (found !== undefined && found > this.generation) this.generation = found;
   }
 
-  /** The generation id reached from `genId` through our own commits that left the tables as they were. */
+  /**
+   * The generation id reached from `genId` through our own commits that left the tables as they
+   * were.
+   */
   private pastOwnSteps(genId: number): number {
     let at = genId;
     for (let hop = 0; hop < OWN_STEPS_KEPT; hop++) {
@@ -235,7 +242,10 @@ export class Converger {
     }
   }
 
-  /** Whether `to` is reached from `from` by our held replies and others' commits that named none of our tables. */
+  /**
+   * Whether `to` is reached from `from` by our held replies and others' commits that named none of
+   * our tables.
+   */
   private leftAlone(from: number, to: number | undefined): boolean {
     let at = from;
     for (let hop = 0; hop <= ELSEWHERE_STEPS_KEPT + OWN_STEPS_KEPT; hop++) {
@@ -247,7 +257,10 @@ export class Converger {
     return false;
   }
 
-  /** Whether `genId` is reached from where the kernel was known to hold our tables by steps that left them alone. */
+  /**
+   * Whether `genId` is reached from where the kernel was known to hold our tables by steps that
+   * left them alone.
+   */
   private reachedElsewhere(genId: number | undefined): boolean {
     if (genId === undefined || this.verifiedGenId === undefined || this.lastTables.size === 0)
       return false;
@@ -266,8 +279,8 @@ export class Converger {
   /**
    * Makes the kernel hold `config`'s tables and knows that it does: after its own write, a
    * generation step other than its own commits' means another tool committed around it, and the
-   * tables are read back and repaired in this same sync (README, "When it writes"). Rejects when the
-   * kernel cannot be read or written.
+   * tables are read back and repaired in this same sync (docs/writes.md, "When it writes"). Rejects
+   * when the kernel cannot be read or written.
    */
   async converge(config: Config, timed: Timed): Promise<Converged> {
     const { kernel, compileOptions, logger, metrics, otherAgent, writer } = this.deps;
@@ -350,7 +363,8 @@ export class Converger {
           this.lastTables.size > 0 && !holds(found!, [...this.lastTables.values()]);
         drift = verdict === 'drift' && !this.ownFault && (this.kernelKey === key || changedUnder());
         // The notifications said only others' tables changed, and ours did: a readiness probe
-        // trusted them meanwhile. Not the drift's repair, which follows as ever: counted and logged.
+        // trusted them meanwhile. Not the drift's repair, which follows as ever: counted and
+        // logged.
         if (drift && this.reachedElsewhere(readAt))
           reportMismatch(logger, metrics, 'commit-notifications', {
             generation: this.generation,
@@ -359,7 +373,7 @@ export class Converger {
         // Another tool committed, elsewhere: the kernel still holds exactly what this process last
         // wrote, as read at `base`. The change is worked out from that, as when nothing was
         // committed: an element-only change stays one (libnftables' element commands would download
-        // every plain interval set in the namespace first, README "The everyday edit").
+        // every plain interval set in the namespace first, docs/writes.md "The everyday edit").
         heldLast = base !== undefined && !drift && (await this.holdsLast(found));
       }
       const generation = nextGeneration(this.generation);
@@ -432,7 +446,10 @@ export class Converger {
     }
   }
 
-  /** Whether the tables read back are exactly those this process last wrote (large sets rendered a slice at a time). */
+  /**
+   * Whether the tables read back are exactly those this process last wrote (large sets rendered a
+   * slice at a time).
+   */
   private async holdsLast(found: KernelTables): Promise<boolean> {
     if (this.lastTables.size === 0) return false;
     const last = [...this.lastTables.values()];
@@ -547,10 +564,13 @@ export class Converger {
     for (const table of tables) this.lastTables.set(table.family, table);
   }
 
-  /** How each family's table is written, from what the kernel was found to hold (or is known to). */
+  /**
+   * How each family's table is written, from what the kernel was found to hold (or is known to).
+   */
   private plan(table: Table, found: KernelTables | undefined, held?: Table): Plan {
     const last = this.lastTables.get(table.family);
-    // New sets where the key changes, or where the change is cheaper made that way (nftables/change.ts).
+    // New sets where the key changes, or where the change is cheaper made that way
+    // (nftables/change.ts).
     const fromLast = (old: Table): Plan =>
       old.sets.every((set) => {
         const next = table.sets.find((s) => s.name === set.name);
@@ -585,9 +605,10 @@ export class Converger {
   }
 
   /**
-   * The counts of our table's counters, for a write that makes it whole again (README, "What the
-   * node's NAT does": the decisions' counters never go back while the table lives). Read right before
-   * the write; what is counted between the read and the commit is lost. None from a table not ours.
+   * The counts of our table's counters, for a write that makes it whole again
+   * (docs/observability.md, "What the node's NAT does": the decisions' counters never go back while
+   * the table lives). Read right before the write; what is counted between the read and the commit
+   * is lost. None from a table not ours.
    */
   private async counts(table: Table, found: KernelTables | undefined): Promise<CounterValue[]> {
     if (found?.owners.get(table.family)?.kind !== 'ours') return [];

@@ -1,7 +1,7 @@
-// The audits of the agent's fast paths (README, "The everyday edit"): a config read from the last
-// load and an element-only write are each checked by the whole path within a second; a
-// disagreement is an error, logged and counted here, and the whole path's answer is then applied
-// by a sync that reads the config whole and the kernel back.
+// The audits of the agent's fast paths (docs/writes.md, "The everyday edit"): a config read from
+// the last load and an element-only write are each checked by the whole path within a second; a
+// disagreement is an error, logged and counted here, and the whole path's answer is then applied by
+// a sync that reads the config whole and the kernel back.
 import type { Logger } from 'pino';
 import type { AgentMetrics, FastPath } from './metrics.js';
 

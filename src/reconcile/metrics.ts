@@ -1,5 +1,5 @@
-// The agent's Prometheus series (README, "HTTP"). Each instance owns its Registry so that tests, and
-// anything else sharing the process, never collide in prom-client's global one.
+// The agent's Prometheus series (docs/observability.md, "HTTP"). Each instance owns its Registry so
+// that tests, and anything else sharing the process, never collide in prom-client's global one.
 import type { AddressFamily } from '../config/types.js';
 import { nftFailureKinds, type CounterValue, type NftFailureKind } from '../nftables/types.js';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
@@ -31,7 +31,9 @@ const syncDurationBuckets = [
   0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
 ];
 
-/** The fast paths the agent audits (README, "The everyday edit"): the `path` label's values. */
+/**
+ * The fast paths the agent audits (docs/writes.md, "The everyday edit"): the `path` label's values.
+ */
 export const FAST_PATHS = ['config', 'element-write', 'commit-notifications'] as const;
 export type FastPath = (typeof FAST_PATHS)[number];
 
@@ -113,7 +115,9 @@ export class AgentMetrics {
   private readonly conntrackFlushFailures: Counter;
   private readonly podPolicyPods: Gauge<'policy'>;
   private readonly podPolicyOverlaps: Gauge;
-  /** The process and runtime series, the costly ones to collect: cached for EXPOSITION_MAX_AGE_MS. */
+  /**
+   * The process and runtime series, the costly ones to collect: cached for EXPOSITION_MAX_AGE_MS.
+   */
   readonly runtime: Registry;
   private cached: { at: number; text: Promise<string> } | undefined;
 
@@ -203,9 +207,10 @@ export class AgentMetrics {
   }
 
   /**
-   * The decisions the kernel counted (README, "What the node's NAT does"): our tables' named
-   * counters, read when scraped, at most once a second, over plain netlink (no set's elements: the
-   * same cost at any number of CIDRs). A family whose table is not there has no series.
+   * The decisions the kernel counted (docs/observability.md, "What the node's NAT does"): our
+   * tables' named counters, read when scraped, at most once a second, over plain netlink (no set's
+   * elements: the same cost at any number of CIDRs). A family whose table is not there has no
+   * series.
    */
   decisions(
     read: () => Promise<
@@ -251,8 +256,9 @@ export class AgentMetrics {
   }
 
   /**
-   * The SNAT port headroom's series (README, "What the node's NAT does"), registered only while
-   * sampling is on (--nat-stats-interval other than 0): returns where each complete sample goes.
+   * The SNAT port headroom's series (docs/observability.md, "What the node's NAT does"), registered
+   * only while sampling is on (--nat-stats-interval other than 0): returns where each complete
+   * sample goes.
    */
   snatHeadroom(): (rows: readonly Headroom[]) => void {
     const usage = new Gauge({
@@ -272,8 +278,8 @@ export class AgentMetrics {
   }
 
   /**
-   * Conntrack health (README, "What the node's NAT does"): read when scraped, at most once a second
-   * (cheap: /proc, no dump); absent where conntrack is not loaded.
+   * Conntrack health (docs/observability.md, "What the node's NAT does"): read when scraped, at
+   * most once a second (cheap: /proc, no dump); absent where conntrack is not loaded.
    */
   conntrackHealth(
     read: () => Promise<ConntrackHealth | undefined> = readConntrackHealth,
@@ -324,8 +330,8 @@ export class AgentMetrics {
   }
 
   /**
-   * The Kubernetes API's series (README, "Kubernetes API (opt-in)"), registered only when the agent
-   * reads the API: a file-driven agent does not export a gauge saying "down".
+   * The Kubernetes API's series (docs/kubernetes.md, "Kubernetes API (opt-in)"), registered only
+   * when the agent reads the API: a file-driven agent does not export a gauge saying "down".
    */
   kubernetes(): { setUp(up: boolean): void; incError(op: string): void } {
     const up = new Gauge(this.series('ipmasq_kubernetes_up'));
@@ -433,14 +439,16 @@ function withoutSample(gauge: Gauge): void {
   (gauge as unknown as { hashMap: Record<string, unknown> }).hashMap = {};
 }
 
-/** At most this many ipmasq_other_nat_rules series (README, "Other NAT on the node"). */
+/**
+ * At most this many ipmasq_other_nat_rules series (docs/observability.md, "Other NAT on the node").
+ */
 export const OTHER_NAT_SERIES_MAX = 100;
 
 /**
- * Counter values that never go back (README, "What the node's NAT does"): where the kernel's count
- * falls (`nft reset counters`, counts lost between a whole write's read and its commit), the fall is
- * added to the series' offset from then on. Nothing is invented: a reset hides what was counted
- * between the last read and the reset.
+ * Counter values that never go back (docs/observability.md, "What the node's NAT does"): where the
+ * kernel's count falls (`nft reset counters`, counts lost between a whole write's read and its
+ * commit), the fall is added to the series' offset from then on. Nothing is invented: a reset hides
+ * what was counted between the last read and the reset.
  */
 export class MonotonicCounts {
   private readonly last = new Map<string, { raw: number; offset: number }>();

@@ -1,14 +1,17 @@
-// SNAT port headroom (README, "What the node's NAT does"): every --nat-stats-interval, one dump of
-// each family's source-translated conntrack entries, aggregated on a pool thread (nftables/addon.ts,
-// natSample), sets ipmasq_snat_flows and ipmasq_snat_port_usage_ratio. A sample that runs past its
-// CPU budget stops; the series keep the last complete sample, and it is said once.
+// SNAT port headroom (docs/observability.md, "What the node's NAT does"): every
+// --nat-stats-interval, one dump of each family's source-translated conntrack entries, aggregated
+// on a pool thread (nftables/addon.ts, natSample), sets ipmasq_snat_flows and
+// ipmasq_snat_port_usage_ratio. A sample that runs past its CPU budget stops; the series keep the
+// last complete sample, and it is said once.
 import type { Logger } from 'pino';
 import type { AddressFamily } from '../config/types.js';
 import { errorText } from '../errors.js';
 import { headroomOf, type Headroom } from '../flows.js';
 import type { Kernel } from '../nftables/kernel.js';
 
-/** The most CPU one family's sample may take (README, "What the node's NAT does"). */
+/**
+ * The most CPU one family's sample may take (docs/observability.md, "What the node's NAT does").
+ */
 export const NAT_SAMPLE_BUDGET_S = 5;
 
 /**

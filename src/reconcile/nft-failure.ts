@@ -1,7 +1,7 @@
 // Turns a failed kernel call into the words an operator needs. When libnftables crashed,
-// the usual cause is an object it cannot parse that another tool wrote (README, "nftables
-// versions"): the tables are named over plain netlink and each foreign one is listed on its own,
-// each in its own libnftables process, to say which one it is.
+// the usual cause is an object it cannot parse that another tool wrote (docs/operations.md,
+// "nftables versions"): the tables are named over plain netlink and each foreign one is listed on
+// its own, each in its own libnftables process, to say which one it is.
 import { libnftablesVersion, NftError, type AnyTableRef, type Kernel } from '../nftables/kernel.js';
 import { errorText } from '../errors.js';
 

@@ -1,10 +1,11 @@
-// Who else translates (README, "Other NAT on the node"): at start and at each resync, the other
-// tables' nat postrouting chains whose rules may translate traffic we leave alone, and a kernel's
-// legacy x_tables nat table, reported — one warning and one Event per distinct finding while it lasts
-// (at most WARNINGS_PER_LOOK a look, one more summing up the rest), the gauge ipmasq_other_nat_rules
-// while it is there (at most OTHER_NAT_SERIES_MAX series). Every name and rule text from another
-// table is escaped, every message bounded. The original agent's leftover chain is found by
-// the same look (legacy.ts keeps its own warning, metric and removal). Never fatal.
+// Who else translates (docs/observability.md, "Other NAT on the node"): at start and at each
+// resync, the other tables' nat postrouting chains whose rules may translate traffic we leave
+// alone, and a kernel's legacy x_tables nat table, reported — one warning and one Event per
+// distinct finding while it lasts (at most WARNINGS_PER_LOOK a look, one more summing up the rest),
+// the gauge ipmasq_other_nat_rules while it is there (at most OTHER_NAT_SERIES_MAX series). Every
+// name and rule text from another table is escaped, every message bounded. The original agent's
+// leftover chain is found by the same look (legacy.ts keeps its own warning, metric and removal).
+// Never fatal.
 import { readFile } from 'node:fs/promises';
 import type { Logger } from 'pino';
 import { escapeUnprintable } from '../cidr/index.js';
@@ -34,13 +35,20 @@ export interface OtherNatFinding {
   /** The base chain ('' for the legacy x_tables table). */
   readonly chain: string;
   readonly position: NatPosition | 'unknown';
-  /** How many of its rules may translate (for an unreadable chain: what the kernel's expressions show). */
+  /**
+   * How many of its rules may translate (for an unreadable chain: what the kernel's expressions
+   * show).
+   */
   readonly count: number;
-  /** Those rules as nft prints them, `CHAIN: rule` where reached through a jump; escaped, bounded. */
+  /**
+   * Those rules as nft prints them, `CHAIN: rule` where reached through a jump; escaped, bounded.
+   */
   readonly rules: readonly string[];
   /** Why its rules could not be printed. */
   readonly unreadable?: string;
-  /** The chain's rules, to judge one flow by (--explain --live); absent when unreadable or legacy. */
+  /**
+   * The chain's rules, to judge one flow by (--explain --live); absent when unreadable or legacy.
+   */
   readonly chainRules?: ChainRules;
 }
 
@@ -83,7 +91,9 @@ export function shownRuleOf(rule: ListedRule, base: string): string {
   return shownRule(rule.chain === base ? rule.text : `${rule.chain}: ${rule.text}`);
 }
 
-/** The x_tables families whose nat table the kernel has loaded (their rules nftables cannot show). */
+/**
+ * The x_tables families whose nat table the kernel has loaded (their rules nftables cannot show).
+ */
 export type LegacyNatReader = () => Promise<Array<'ip' | 'ip6'>>;
 
 export const readLegacyNat: LegacyNatReader = async () => {
@@ -98,7 +108,9 @@ export const readLegacyNat: LegacyNatReader = async () => {
   return found;
 };
 
-/** What a look at the kernel found, as findings (pure but for the libnftables version in a text). */
+/**
+ * What a look at the kernel found, as findings (pure but for the libnftables version in a text).
+ */
 export function findingsOf(
   scan: NatScan,
   legacyNat: ReadonlyArray<'ip' | 'ip6'>,
@@ -265,7 +277,8 @@ export class OtherNatWatch {
         ),
       );
     }
-    // One Event per look for what appeared in it (Events are written at most once a minute per reason).
+    // One Event per look for what appeared in it (Events are written at most once a minute per
+    // reason).
     if (appeared.length > 0) {
       events?.(
         'OtherNATPresent',

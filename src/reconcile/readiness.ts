@@ -1,8 +1,8 @@
-// /readyz answers from a look at the kernel made after the namespace's last nftables commit (README,
-// "HTTP"): when the generation id moved since the kernel was last known to hold our tables, a sync
-// looks now and the answer waits for it, within the probe's time. Such looks are at most one a
-// second, however many probes ask: a flood of probes cannot make the agent read its tables back
-// more often than that.
+// /readyz answers from a look at the kernel made after the namespace's last nftables commit
+// (docs/observability.md, "HTTP"): when the generation id moved since the kernel was last known to
+// hold our tables, a sync looks now and the answer waits for it, within the probe's time. Such
+// looks are at most one a second, however many probes ask: a flood of probes cannot make the agent
+// read its tables back more often than that.
 export interface ReadinessDeps {
   /** Whether the generation id is still where the kernel was last known to hold our tables. */
   readonly unchanged: () => Promise<boolean>;

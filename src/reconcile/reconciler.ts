@@ -1,5 +1,6 @@
 // One sync: read the config, converge the kernel on it, record the facts the status is derived
-// from (status.ts), and log what an operator needs once. README, "What it does" and "When it writes".
+// from (status.ts), and log what an operator needs once. README, "What it does" and "When it
+// writes".
 import type { Logger } from 'pino';
 import { podPolicyName, type CompileOptions } from '../compile.js';
 import { DEFAULT_RESYNC_INTERVAL_MS } from '../config/build.js';
@@ -46,7 +47,9 @@ export interface ReconcilerDeps {
   readonly kernel: Kernel;
   readonly logger: Logger;
   readonly metrics: AgentMetrics;
-  /** What happens to existing flows whose decision a config change flips (the default is plan()'s). */
+  /**
+   * What happens to existing flows whose decision a config change flips (the default is plan()'s).
+   */
   readonly conntrackFlush: ConntrackFlushMode;
   /** How long a flipped flow with a query in flight keeps its entry (tests pass a short one). */
   readonly conntrackGraceMs?: number;
@@ -161,10 +164,16 @@ export class Reconciler {
     });
   }
 
-  /** A fast path's answer was found wrong: the next sync reads the config whole, whatever its reason. */
+  /**
+   * A fast path's answer was found wrong: the next sync reads the config whole, whatever its
+   * reason.
+   */
   private wholeNext = false;
 
-  /** The next sync reads the config whole (after a fast path's mismatch: README, "The everyday edit"). */
+  /**
+   * The next sync reads the config whole (after a fast path's mismatch: docs/writes.md, "The
+   * everyday edit").
+   */
   readWholeNext(): void {
     this.wholeNext = true;
   }
@@ -178,10 +187,11 @@ export class Reconciler {
 
   /**
    * The element-write audit beside the syncs, not in one: its read of the sets the write changed
-   * (over netlink, compared on a pool thread: tens of ms at 100 000 elements) must not hold back the
-   * next edit's write, which runs meanwhile (the audit's calls are not queued behind our writes). A
-   * write committed during the read makes it `moved`: that write is audited in turn. A disagreement
-   * asks for a sync, which reads back and repairs (the converger no longer trusts the kernel).
+   * (over netlink, compared on a pool thread: tens of ms at 100 000 elements) must not hold back
+   * the next edit's write, which runs meanwhile (the audit's calls are not queued behind our
+   * writes). A write committed during the read makes it `moved`: that write is audited in turn. A
+   * disagreement asks for a sync, which reads back and repairs (the converger no longer trusts the
+   * kernel).
    */
   private async auditBeside(ask: (reason: string) => void): Promise<void> {
     // A write since this audit began is audited once this one ends (below).
@@ -224,7 +234,10 @@ export class Reconciler {
     else this.auditAsked = true; // audited by the next sync (--once, tests)
   }
 
-  /** The pod policies' names, in order, of the config last read valid (README, "Pod policies"). */
+  /**
+   * The pod policies' names, in order, of the config last read valid (docs/egress-policy.md, "Pod
+   * policies").
+   */
   podPolicyNames(): string[] {
     return (this.config.good?.podPolicies ?? []).map(podPolicyName);
   }
@@ -233,7 +246,10 @@ export class Reconciler {
     return this.config.good?.resyncIntervalMs ?? DEFAULT_RESYNC_INTERVAL_MS;
   }
 
-  /** Resolves when the conntrack flushes of the writes so far have ended (they run beside the syncs). */
+  /**
+   * Resolves when the conntrack flushes of the writes so far have ended (they run beside the
+   * syncs).
+   */
   flushesSettled(): Promise<void> {
     return this.conntrack.settled();
   }
@@ -269,14 +285,17 @@ export class Reconciler {
     this.facts = { ...this.facts, ...changes, lastSyncTime: new Date() };
   }
 
-  /** What the last look at other tables' nat chains reported (README, "Other NAT on the node"). */
+  /**
+   * What the last look at other tables' nat chains reported (docs/observability.md, "Other NAT on
+   * the node").
+   */
   get otherNatFindings() {
     return this.otherNat.findings;
   }
 
   /**
    * One sync. `reason` is the runner's: at start, at a periodic resync, on SIGHUP and after a fast
-   * path's mismatch the config is read whole (README, "The everyday edit").
+   * path's mismatch the config is read whole (docs/writes.md, "The everyday edit").
    */
   async sync(reason = 'start'): Promise<SyncOutcome> {
     const once = this.syncOnce(reason);
@@ -288,17 +307,19 @@ export class Reconciler {
       return await once;
     } finally {
       this.syncing = undefined;
-      // At start and at each resync (periodic or SIGHUP), once the write is made (README, "Other
-      // NAT on the node"): who else translates. Beside the syncs, never holding the next one back:
-      // libnftables may take seconds to print another table's chains (it downloads that table's
-      // sets), and a config change must not wait for it.
+      // At start and at each resync (periodic or SIGHUP), once the write is made
+      // (docs/observability.md, "Other NAT on the node"): who else translates. Beside the syncs,
+      // never holding the next one back: libnftables may take seconds to print another table's
+      // chains (it downloads that table's sets), and a config change must not wait for it.
       this.lookBeside(WHOLE_READS.has(reason) && reason !== FAST_PATH_MISMATCH);
     }
   }
 
   /** The sync under way, if any (settles, never rejects). */
   private syncing: Promise<void> | undefined;
-  /** The look at other NAT under way, and whether another was asked for meanwhile (and if `now`). */
+  /**
+   * The look at other NAT under way, and whether another was asked for meanwhile (and if `now`).
+   */
   private looking: Promise<void> | undefined;
   private lookAsked: boolean | undefined;
 
@@ -317,7 +338,9 @@ export class Reconciler {
     })().finally(() => (this.looking = undefined));
   }
 
-  /** Resolves when the look at other NAT under way, if any, has ended (tests, one-shot commands). */
+  /**
+   * Resolves when the look at other NAT under way, if any, has ended (tests, one-shot commands).
+   */
   async lookSettled(): Promise<void> {
     while (this.looking) await this.looking;
   }
@@ -345,7 +368,8 @@ export class Reconciler {
     } catch (err) {
       // Read whole when retried too.
       this.wholeNext ||= whole;
-      // The loader itself failed (its worker died): not a verdict on the config; retried with backoff.
+      // The loader itself failed (its worker died): not a verdict on the config; retried with
+      // backoff.
       const lastError = `loading the config failed: ${errorText(err)}`;
       this.logFailure(lastError, () =>
         this.deps.logger.error(`${lastError}; retrying with backoff`),

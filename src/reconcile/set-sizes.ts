@@ -1,6 +1,6 @@
 // The sizes of the sets the kernel holds, once a write or a read-back confirmed them: their series,
-// and the warning when an interval set is large enough to slow other nftables users (README,
-// "Performance").
+// and the warning when an interval set is large enough to slow other nftables users
+// (docs/performance.md, "Performance").
 import type { Logger } from 'pino';
 import type { CompileOptions } from '../compile.js';
 import type { Config } from '../config/types.js';

@@ -1,5 +1,6 @@
-// What the agent reports (README, "HTTP"): one pure function of the facts the reconciler records.
-// The server only reads the result; readiness and its reason are never stored, always derived.
+// What the agent reports (docs/observability.md, "HTTP"): one pure function of the facts the
+// reconciler records. The server only reads the result; readiness and its reason are never stored,
+// always derived.
 import type { CidrSets } from '../config/types.js';
 
 /** What the reconciler knows after its last sync. */
@@ -8,7 +9,10 @@ export interface SyncFacts {
   readonly configHash: string | null;
   /** Why the last config read was invalid; null when it was valid (or none was read yet). */
   readonly configError: string | null;
-  /** What the config waits for from the API server (README, "Kubernetes API (opt-in)"); null: nothing. */
+  /**
+   * What the config waits for from the API server (docs/kubernetes.md, "Kubernetes API (opt-in)");
+   * null: nothing.
+   */
   readonly waiting: string | null;
   /**
    * The kernel: not written or confirmed yet, holding the last good config, written but not yet
@@ -17,7 +21,9 @@ export interface SyncFacts {
   readonly kernel: 'unknown' | 'in-sync' | 'unverified' | 'failed';
   /** Why the last kernel write failed, while kernel is 'failed'. */
   readonly kernelError: string | null;
-  /** The last sync's error (a kernel failure, or the loader itself failing); null after a good sync. */
+  /**
+   * The last sync's error (a kernel failure, or the loader itself failing); null after a good sync.
+   */
   readonly lastError: string | null;
   /** Another agent wrote our table lately (other-agent.ts): we hold back and are not ready. */
   readonly otherAgent: boolean;

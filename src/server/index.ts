@@ -1,6 +1,6 @@
-// The health and metrics server (README, "HTTP"). It only reads: the agent hands it a status function
-// and its metrics, so a probe never waits on libnftables; /readyz alone may wait, within its time,
-// for a sync to look at the kernel again (reconcile/readiness.ts).
+// The health and metrics server (docs/observability.md, "HTTP"). It only reads: the agent hands it
+// a status function and its metrics, so a probe never waits on libnftables; /readyz alone may wait,
+// within its time, for a sync to look at the kernel again (reconcile/readiness.ts).
 import Fastify, {
   LogController,
   type FastifyBaseLogger,
@@ -20,7 +20,8 @@ export interface ServerOptions {
   metrics: AgentMetrics;
   /**
    * Whether the kernel is known to hold our tables as of now, looking again if another commit came
-   * since the last look (reconcile/readiness.ts); without it, /readyz answers from the status alone.
+   * since the last look (reconcile/readiness.ts); without it, /readyz answers from the status
+   * alone.
    */
   fresh?: () => Promise<boolean>;
 }
@@ -34,7 +35,7 @@ export class ServerOptionsError extends Error {
   }
 }
 
-/** /healthz and /livez: the same body with 200 or 503 (README, "HTTP"). */
+/** /healthz and /livez: the same body with 200 or 503 (docs/observability.md, "HTTP"). */
 interface HealthReply {
   status: 'ok' | 'unhealthy';
   generation: number;
@@ -177,8 +178,9 @@ const SERVER_LIMITS = {
 
 /**
  * Fastify loads ajv and fast-json-stringify unless it is given its schema compilers: memory an idle
- * agent would hold for nothing (docs/design.md, "Memory"). The routes take no input and declare no schemas: their replies are
- * typed objects that JSON.stringify writes. A schema declared by mistake throws, never compiled.
+ * agent would hold for nothing (docs/design.md, "Memory"). The routes take no input and declare no
+ * schemas: their replies are typed objects that JSON.stringify writes. A schema declared by mistake
+ * throws, never compiled.
  */
 const schemaController = {
   compilersFactory: {

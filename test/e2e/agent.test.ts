@@ -1,5 +1,6 @@
-// The running agent in a node namespace (README, "When it writes" and "HTTP"): live reload, invalid config, drift repair,
-// SIGHUP, generation-gated resyncs, restarts, SIGTERM — checked in the kernel, on HTTP and on the wire.
+// The running agent in a node namespace (docs/writes.md, "When it writes" and "HTTP"): live reload,
+// invalid config, drift repair, SIGHUP, generation-gated resyncs, restarts, SIGTERM — checked in
+// the kernel, on HTTP and on the wire.
 import { join } from 'node:path';
 import t from 'tap';
 import {

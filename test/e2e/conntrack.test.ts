@@ -1,6 +1,6 @@
-// README, "When it writes" (existing flows): after a config change flips the decision for some
-// destinations, the agent deletes the conntrack entries of flows to them, so long-lived UDP flows
-// follow the new rules within a second; flows to unaffected destinations keep their entries.
+// docs/writes.md, "When it writes" (existing flows): after a config change flips the decision for
+// some destinations, the agent deletes the conntrack entries of flows to them, so long-lived UDP
+// flows follow the new rules within a second; flows to unaffected destinations keep their entries.
 import { renameSync, writeFileSync } from 'node:fs';
 import t from 'tap';
 import { generationOf, listTable, waitFor } from '../../harness/agent.js';
@@ -34,7 +34,10 @@ if (requireRoot(t)) {
   const agentOn = (t: TapTest, topo: Topology, mode: string, first = A) =>
     agentInTopology(t, topo, first, ['--enable-ipv6', `--conntrack-flush=${mode}`]);
 
-  /** conntrack entries in the node namespace, optionally of one protocol and destination, with their ids. */
+  /**
+   * conntrack entries in the node namespace, optionally of one protocol and destination, with their
+   * ids.
+   */
   async function entries(topo: Topology, ...filter: string[]): Promise<string[]> {
     const { stdout } = await inNetns(topo.node, 'conntrack', ['-L', ...filter, '-o', 'id']);
     // Each line without what changes while an entry lives: its remaining timeout, [ASSURED] (set on
@@ -170,8 +173,9 @@ if (requireRoot(t)) {
     );
     await new Promise((resolve) => setTimeout(resolve, 300));
     // Every entry is still there, the same one (tuples, NAT and id). New ones may appear: with the
-    // table deleted the namespace has no nat chain, so the kernel stops translating established flows
-    // until the repair, and a reply to a datagram that left untranslated meanwhile is a new flow.
+    // table deleted the namespace has no nat chain, so the kernel stops translating established
+    // flows until the repair, and a reply to a datagram that left untranslated meanwhile is a new
+    // flow.
     const after = await entries(topo, '-p', 'udp');
     t.same(
       before.filter((entry) => !after.includes(entry)),
@@ -289,7 +293,8 @@ if (requireRoot(t)) {
       const topo = await makeTopology(t, { ipv6: true });
       await startSlowEcho(t, topo, 0.135);
       // The pods' own range is exempt in both, as in a cluster: a reply that comes back to a pod
-      // after its flow's entry was deleted is then let through as the start of a flow the other way.
+      // after its flow's entry was deleted is then let through as the start of a flow the other
+      // way.
       const pods = '10.244.0.0/16, "fd00:10:244::/48"';
       const exempt = `nonMasqueradeCIDRs: [${pods}, 10.9.0.0/16, "fd12::/16"]\nresyncInterval: 1h\n`;
       const masqueraded = `nonMasqueradeCIDRs: [${pods}]\nresyncInterval: 1h\n`;

@@ -1,8 +1,9 @@
-// The egress policy keys on real packets (README, "Egress policy"): a client on the node that is not
-// a pod keeps its address under sourceCIDRs; only the chosen way out is masqueraded under
-// egressInterfaces (an exact name and a wildcard); the remote sees exactly snatAddress, an address
-// of its range, and a --to-ports port; a nodeNames file applies on its node only. Each case is
-// written while the agent runs (in place), and a bad value keeps the last good ruleset.
+// The egress policy keys on real packets (docs/egress-policy.md, "Egress policy"): a client on the
+// node that is not a pod keeps its address under sourceCIDRs; only the chosen way out is
+// masqueraded under egressInterfaces (an exact name and a wildcard); the remote sees exactly
+// snatAddress, an address of its range, and a --to-ports port; a nodeNames file applies on its node
+// only. Each case is written while the agent runs (in place), and a bad value keeps the last good
+// ruleset.
 import { mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -93,7 +94,10 @@ async function egressTopology(t: TapTest): Promise<Topology> {
   return topo;
 }
 
-/** The agent on the topology's node with a config file it watches; `write` waits for the next generation. */
+/**
+ * The agent on the topology's node with a config file it watches; `write` waits for the next
+ * generation.
+ */
 async function agentOn(t: TapTest, topo: Topology, flags: string[] = []) {
   const dir = mkdtempSync(join(tmpdir(), 'ipmasq-egress-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));

@@ -1,8 +1,9 @@
-// The fast config path on the wire (README, "The everyday edit"): a config over 64 KiB (read on the
-// worker, edits answered from the last load) edited as editors do — an item commented out with `#`
-// at column 0, put back, two item lines joined — with a fresh flow probed after each step; then an
-// agent whose fast path is made wrong on purpose (IPMASQ_TEST_CORRUPT_FAST_PATH=config, test-only)
-// must find it by its audit, count it, and apply the whole answer.
+// The fast config path on the wire (docs/writes.md, "The everyday edit"): a config over 64 KiB
+// (read on the worker, edits answered from the last load) edited as editors do — an item commented
+// out with `#` at column 0, put back, two item lines joined — with a fresh flow probed after each
+// step; then an agent whose fast path is made wrong on purpose
+// (IPMASQ_TEST_CORRUPT_FAST_PATH=config, test-only) must find it by its audit, count it, and apply
+// the whole answer.
 import t, { type Test } from 'tap';
 import { waitFor } from '../../harness/agent.js';
 import { inNetns, requireRoot } from '../../harness/netns.js';
@@ -94,7 +95,8 @@ if (requireRoot(t)) {
 
   /**
    * An agent with the test-only fault `path` at 203.0.113.0/24 added: waits for the mismatch's
-   * error line, its count and the whole answer in the kernel; returns the line and the agent's node.
+   * error line, its count and the whole answer in the kernel; returns the line and the agent's
+   * node.
    */
   async function caught(t: Test, path: 'config' | 'element-write') {
     // The last agent's table goes first: its generation would pass for the new agent's first write.
@@ -110,7 +112,8 @@ if (requireRoot(t)) {
     }
     const { agent, node } = running;
     t.equal(await seenAs(V4.testNet3), 'node', '203.0.113.0/24 masqueraded at start');
-    // The fault leaves the added entry out of the fast answer; the audit within a second puts it in.
+    // The fault leaves the added entry out of the fast answer; the audit within a second puts it
+    // in.
     writeConfig(node, configText([TEST_NET_2, TEST_NET_3]));
     const line = await waitFor(
       'the mismatch logged',

@@ -1,8 +1,9 @@
-// --flows in bounded memory (README, "What the node's NAT does"; issue 51, item 7): 250 000 distinct
-// groups in a namespace's conntrack (bench/ct-fill.c) printed as text and as JSON — 16 MB and 60 MB
-// of output — by a process whose peak RSS stays far from what it was (528 and 583 MiB): the records
-// are kept compact in the addon and the output is written a piece at a time. The bound here is
-// generous for any machine; `npm run bench` measures the figure against the 64 MiB goal.
+// --flows in bounded memory (docs/observability.md, "What the node's NAT does"; issue 51, item 7):
+// 250 000 distinct groups in a namespace's conntrack (bench/ct-fill.c) printed as text and as JSON
+// — 16 MB and 60 MB of output — by a process whose peak RSS stays far from what it was (528 and 583
+// MiB): the records are kept compact in the addon and the output is written a piece at a time. The
+// bound here is generous for any machine; `npm run bench` measures the figure against the 64 MiB
+// goal.
 import { readFileSync, writeFileSync } from 'node:fs';
 import t from 'tap';
 import { buildConntrackFill, flowsPeak } from '../../harness/flows.js';

@@ -1,7 +1,7 @@
-// `--flows` naming the pods from a real kube-apiserver's pod list (README, "What the node's NAT
-// does"), on real packets: the agent's ServiceAccount holds the shipped RBAC's token; the pods of
-// this Node are named, another Node's are not; with the ClusterRole's pods rule taken away it says
-// once that it may not list pods and prints the addresses.
+// `--flows` naming the pods from a real kube-apiserver's pod list (docs/observability.md, "What the
+// node's NAT does"), on real packets: the agent's ServiceAccount holds the shipped RBAC's token;
+// the pods of this Node are named, another Node's are not; with the ClusterRole's pods rule taken
+// away it says once that it may not list pods and prints the addresses.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';

@@ -1,11 +1,12 @@
-// --flows against real conntrack (README, "What the node's NAT does"): source-translated entries of
-// both families written with conntrack(8) in a namespace — sources, destinations, ports, protocols and
-// translated addresses drawn at random (seeded), some groups translated to two addresses — and the
-// JSON --flows prints is exactly what the entries say, worked out here on their own: each source's
-// flows, its destinations by (destination, port, protocol) with their flows and translated addresses,
-// the busiest translated address's flows to each destination and port over the ports, sources most
-// flows first (IPv4 first where equal), each source's destinations likewise, ties by address, port
-// and protocol. The addon aggregates and sorts them (native/nat-stats.cc); this is its oracle.
+// --flows against real conntrack (docs/observability.md, "What the node's NAT does"):
+// source-translated entries of both families written with conntrack(8) in a namespace — sources,
+// destinations, ports, protocols and translated addresses drawn at random (seeded), some groups
+// translated to two addresses — and the JSON --flows prints is exactly what the entries say, worked
+// out here on their own: each source's flows, its destinations by (destination, port, protocol)
+// with their flows and translated addresses, the busiest translated address's flows to each
+// destination and port over the ports, sources most flows first (IPv4 first where equal), each
+// source's destinations likewise, ties by address, port and protocol. The addon aggregates and
+// sorts them (native/nat-stats.cc); this is its oracle.
 import t from 'tap';
 import { runAgentOnce } from '../../harness/agent.js';
 import { inNetns, makeNetns, requireRoot } from '../../harness/netns.js';

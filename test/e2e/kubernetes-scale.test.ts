@@ -1,8 +1,9 @@
-// The API client at cluster size (README, "Kubernetes API (opt-in)"), against a real kube-apiserver
-// and etcd: 5 000 Nodes of ~100 KiB each (a 500 MiB list). The agent holds the shipped
-// ServiceAccount's token while its ClusterRole is not there yet, so it waits (refused) with all
-// Nodes already in the server; then the RBAC is applied, and its first list must put every Node's
-// pod CIDR into the kernel within 30 s, its RSS growing by at most 64 MiB over what it held waiting.
+// The API client at cluster size (docs/kubernetes.md, "Kubernetes API (opt-in)"), against a real
+// kube-apiserver and etcd: 5 000 Nodes of ~100 KiB each (a 500 MiB list). The agent holds the
+// shipped ServiceAccount's token while its ClusterRole is not there yet, so it waits (refused) with
+// all Nodes already in the server; then the RBAC is applied, and its first list must put every
+// Node's pod CIDR into the kernel within 30 s, its RSS growing by at most 64 MiB over what it held
+// waiting.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';

@@ -1,9 +1,10 @@
-// What the node's NAT does (README, "What the node's NAT does"): the kernel counts each new flow by
-// the decision that took it — N flows to a masqueraded destination, M to an exempt one, K from a
-// source the egress policy skips move ipmasq_flows_total by exactly N, M and K, per family — and the
-// counts never go back: not across a write that changes the decision chain's rules, a repair that
-// writes the table whole, a restart, or `nft reset counters`. Another tool's counter in our table is
-// drift, repaired, and never a series. The conntrack series agree with conntrack(8)'s own view.
+// What the node's NAT does (docs/observability.md, "What the node's NAT does"): the kernel counts
+// each new flow by the decision that took it — N flows to a masqueraded destination, M to an exempt
+// one, K from a source the egress policy skips move ipmasq_flows_total by exactly N, M and K, per
+// family — and the counts never go back: not across a write that changes the decision chain's
+// rules, a repair that writes the table whole, a restart, or `nft reset counters`. Another tool's
+// counter in our table is drift, repaired, and never a series. The conntrack series agree with
+// conntrack(8)'s own view.
 import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';

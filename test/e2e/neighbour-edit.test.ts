@@ -1,9 +1,9 @@
-// The everyday edit beside a large neighbour (README, "The everyday edit"): another table's
+// The everyday edit beside a large neighbour (docs/writes.md, "The everyday edit"): another table's
 // 200 000-element plain interval set, which libnftables downloads for every element command. A
-// one-CIDR removal at 3 CIDRs (the default layout's plain interval sets), 1 500 (still interval: 2 000
-// and link-local cross to the concatenated layout) and 100 000 (concatenated sets) must go as a netlink element batch, never through libnftables, and
-// leave the kernel holding the config. The time each took is printed, not judged (npm run bench
-// judges it).
+// one-CIDR removal at 3 CIDRs (the default layout's plain interval sets), 1 500 (still interval: 2
+// 000 and link-local cross to the concatenated layout) and 100 000 (concatenated sets) must go as a
+// netlink element batch, never through libnftables, and leave the kernel holding the config. The
+// time each took is printed, not judged (npm run bench judges it).
 import t from 'tap';
 import { startAgent, waitFor } from '../../harness/agent.js';
 import { inNetns, requireRoot } from '../../harness/netns.js';

@@ -1,11 +1,11 @@
-// Another table never holds our writes back (README, "Other NAT on the node"; the red team's case,
-// issue 51 item 1): one foreign table with a 200 000-element interval set and four nat postrouting
-// base chains sharing one jumped chain, and a writer replacing that chain's rule every second, so
-// that every look (one per resync, here every 2 s) prints it again with libnftables, downloading the
-// set each time. Meanwhile: the first write comes at once, every config change reaches the kernel
-// within a few seconds (the look used to hold them for its prints: 26-97 s), and /readyz and
-// /healthz, probed throughout on fresh connections, always answer 200. Beside a base chain jumping to
-// 10 000 chains, the look stops at its budget and the writes go on.
+// Another table never holds our writes back (docs/observability.md, "Other NAT on the node"; the
+// red team's case, issue 51 item 1): one foreign table with a 200 000-element interval set and four
+// nat postrouting base chains sharing one jumped chain, and a writer replacing that chain's rule
+// every second, so that every look (one per resync, here every 2 s) prints it again with
+// libnftables, downloading the set each time. Meanwhile: the first write comes at once, every
+// config change reaches the kernel within a few seconds (the look used to hold them for its prints:
+// 26-97 s), and /readyz and /healthz, probed throughout on fresh connections, always answer 200.
+// Beside a base chain jumping to 10 000 chains, the look stops at its budget and the writes go on.
 import t from 'tap';
 import { startAgent, startHealthProbe, waitFor } from '../../harness/agent.js';
 import { lookHeavyTable, startRuleWriter, wideTable } from '../../harness/foreign-nat.js';

@@ -1,6 +1,7 @@
-// Other tables' NAT looked at again at every resync, SIGHUP included (README, "Other NAT on the
-// node"): a translating chain added after start is reported at the next SIGHUP, and cleared at the
-// one after its table is deleted, with a resync interval long enough that no periodic look helps.
+// Other tables' NAT looked at again at every resync, SIGHUP included (docs/observability.md, "Other
+// NAT on the node"): a translating chain added after start is reported at the next SIGHUP, and
+// cleared at the one after its table is deleted, with a resync interval long enough that no
+// periodic look helps.
 import t from 'tap';
 import { startAgent, waitFor } from '../../harness/agent.js';
 import { inNetns, requireRoot } from '../../harness/netns.js';

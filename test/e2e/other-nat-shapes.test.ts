@@ -1,9 +1,9 @@
-// Every translating shape of another table is seen (README, "Other NAT on the node"; the red team's
-// shapes, issue 51 item 2): verdict maps, anonymous and named, followed like jumps and gotos; a mark
-// set in the same chain before the rule that matches it (not kube-proxy's shape, which returns the
-// unmarked first); a comment holding a newline. For each, a real UDP packet from the pod to a
-// destination our config leaves alone arrives translated to the node's address, the running agent
-// warns about the chain, and --explain --live notes it for that flow.
+// Every translating shape of another table is seen (docs/observability.md, "Other NAT on the node";
+// the red team's shapes, issue 51 item 2): verdict maps, anonymous and named, followed like jumps
+// and gotos; a mark set in the same chain before the rule that matches it (not kube-proxy's shape,
+// which returns the unmarked first); a comment holding a newline. For each, a real UDP packet from
+// the pod to a destination our config leaves alone arrives translated to the node's address, the
+// running agent warns about the chain, and --explain --live notes it for that flow.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';

@@ -1,10 +1,11 @@
-// Who else translates (README, "Other NAT on the node"): other tables' nat postrouting chains that
-// may translate traffic we leave alone are reported — warning, gauge with their position against
-// ours, Event — and kube-proxy's mark-guarded shapes are not; --explain --live names the chain and
-// says it would translate an exempt destination, and a real packet to it arrives masqueraded (the note
-// tells the truth). A finding that goes away clears its gauge; nothing is repeated while unchanged.
-// The Event is read from the fake API server, which records what it was sent: this file is about
-// the finding, and a real server's storing of Events is in test/e2e/kubernetes-real.test.ts.
+// Who else translates (docs/observability.md, "Other NAT on the node"): other tables' nat
+// postrouting chains that may translate traffic we leave alone are reported — warning, gauge with
+// their position against ours, Event — and kube-proxy's mark-guarded shapes are not; --explain
+// --live names the chain and says it would translate an exempt destination, and a real packet to it
+// arrives masqueraded (the note tells the truth). A finding that goes away clears its gauge;
+// nothing is repeated while unchanged. The Event is read from the fake API server, which records
+// what it was sent: this file is about the finding, and a real server's storing of Events is in
+// test/e2e/kubernetes-real.test.ts.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
@@ -295,7 +296,8 @@ if (requireRoot(t)) {
         [],
         'no error logged',
       );
-      // Deleted by the nft that wrote it: an older one may not be able to read it even to delete it.
+      // Deleted by the nft that wrote it: an older one may not be able to read it even to delete
+      // it.
       await runNftTool(topo.node, other, ['delete', 'table', 'ip', 'newer']);
     },
   );

@@ -1,12 +1,13 @@
-// Pod policies (README, "Pod policies") against a real kube-apiserver and etcd, on real packets:
-// Pod and Namespace objects made in the server (bound to this Node, their addresses set through the
-// status subresource: no kubelet needed), the agent holding the shipped RBAC's token. Each "pod" is
-// an address of the pod namespace, so one namespace sends as many pods. A selected pod's flows
-// arrive from its policy's snatAddress, an unselected one's from the node, a namespace opted out
-// untranslated, a hostNetwork pod is never selected; a label change moves a running UDP stream; a
-// deleted pod's address reused by a pod of another policy; two policies on one pod: the first
-// decides, said once and counted; the API server stopped: nothing changes, and once it is back the
-// changes made meanwhile apply; an invalid selector is refused, the last good config kept.
+// Pod policies (docs/egress-policy.md, "Pod policies") against a real kube-apiserver and etcd, on
+// real packets: Pod and Namespace objects made in the server (bound to this Node, their addresses
+// set through the status subresource: no kubelet needed), the agent holding the shipped RBAC's
+// token. Each "pod" is an address of the pod namespace, so one namespace sends as many pods. A
+// selected pod's flows arrive from its policy's snatAddress, an unselected one's from the node, a
+// namespace opted out untranslated, a hostNetwork pod is never selected; a label change moves a
+// running UDP stream; a deleted pod's address reused by a pod of another policy; two policies on
+// one pod: the first decides, said once and counted; the API server stopped: nothing changes, and
+// once it is back the changes made meanwhile apply; an invalid selector is refused, the last good
+// config kept.
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

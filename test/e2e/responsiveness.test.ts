@@ -1,6 +1,7 @@
-// README, "HTTP": the server keeps answering while a 100 000-CIDR transaction is applied, because
-// libnftables runs off the JavaScript thread. A client inside the namespace probes /healthz the way
-// the kubelet does (a new connection each time) before, during and after the write.
+// docs/observability.md, "HTTP": the server keeps answering while a 100 000-CIDR transaction is
+// applied, because libnftables runs off the JavaScript thread. A client inside the namespace probes
+// /healthz the way the kubelet does (a new connection each time) before, during and after the
+// write.
 import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
@@ -46,7 +47,8 @@ if (requireRoot(t)) {
   const ns = await makeNetns(t, 'resp');
   await inNetns(ns, 'ip', ['link', 'set', 'lo', 'up']);
   const port = 9410;
-  // tap's child_process wrapper puts its loaders back into NODE_OPTIONS; the agent runs without them.
+  // tap's child_process wrapper puts its loaders back into NODE_OPTIONS; the agent runs without
+  // them.
   const agent = startAgent(
     t,
     ns,

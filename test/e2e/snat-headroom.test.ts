@@ -1,6 +1,8 @@
-// SNAT port headroom and --flows (README, "What the node's NAT does"), on real packets: with
-// --to-ports of 10 ports, long-lived UDP flows from distinct pod ports to one remote address and port
-// read 0.8 at 8 flows and 1.0 at 10, and an 11th finds no port (the kernel's statistics say so);
+// SNAT port headroom and --flows (docs/observability.md, "What the node's NAT does"), on real
+// packets: with
+// --to-ports of 10 ports, long-lived UDP flows from distinct pod ports to one remote address and
+// port read 0.8 at 8 flows and 1.0 at 10, and an 11th finds no port (the kernel's statistics say
+// so);
 // --flows groups two pod addresses' flows and filters them (test/e2e/flows-pods.test.ts has its
 // pods named by a real API server).
 import { writeFileSync } from 'node:fs';
@@ -157,7 +159,8 @@ if (requireRoot(t)) {
   t.test(
     '--flows reads the ports from our rules’ expressions: snat to an IPv6 address, ranges or none',
     async (t) => {
-      // An address's last group is no port (the rule text's `snat to 2001:db8:5::1` read as 1 port).
+      // An address's last group is no port (the rule text's `snat to 2001:db8:5::1` read as 1
+      // port).
       const egress = 'snatAddress: 192.0.2.10\nsnatAddressIPv6: "2001:db8:5::1"\n';
       for (const [toPorts, want] of [
         [[], 64_512],

@@ -1,8 +1,8 @@
-// README, "Existing flows": a config change deletes the conntrack entries of exactly the flows whose
-// decision it changes. Flows it does not decide otherwise — a pod's stream to an address exempt
-// before and after, the node's own stream, DNS-like queries — lose no reply through egress policy
-// changes; queries through a real flip lose at most 1 % of their answers, in both directions and
-// both families; and a flush of 60 000 flows leaves the next change as fast as ever.
+// docs/writes.md, "Existing flows": a config change deletes the conntrack entries of exactly the
+// flows whose decision it changes. Flows it does not decide otherwise — a pod's stream to an
+// address exempt before and after, the node's own stream, DNS-like queries — lose no reply through
+// egress policy changes; queries through a real flip lose at most 1 % of their answers, in both
+// directions and both families; and a flush of 60 000 flows leaves the next change as fast as ever.
 import t from 'tap';
 import { startHealthProbe, waitFor } from '../../harness/agent.js';
 import { inNetns, requireRoot } from '../../harness/netns.js';

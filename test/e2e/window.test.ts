@@ -1,9 +1,10 @@
-// Atomic on the wire (README, "When it writes"; docs/design.md, "Writes on the wire"): while the
-// config changes, no new flow to a destination that every config exempts is ever masqueraded. A
-// prober in the pod opens fresh UDP flows (a 5-tuple no probe used before) to 10.9.0.1 while the
-// running agent writes ≥ 60 changes of each kind; the remote counts the probes by source address,
-// and the node's conntrack table must hold no translated entry to it at the end. Whole-table writes
-// let a few of those flows through masqueraded at every write (measured; this test fails on them).
+// Atomic on the wire (docs/writes.md, "When it writes"; docs/design.md, "Writes on the wire"):
+// while the config changes, no new flow to a destination that every config exempts is ever
+// masqueraded. A prober in the pod opens fresh UDP flows (a 5-tuple no probe used before) to
+// 10.9.0.1 while the running agent writes ≥ 60 changes of each kind; the remote counts the probes
+// by source address, and the node's conntrack table must hold no translated entry to it at the end.
+// Whole-table writes let a few of those flows through masqueraded at every write (measured; this
+// test fails on them).
 import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
@@ -25,8 +26,8 @@ const EXEMPT = '10.9.0.1';
 const EXEMPT6 = 'fd12::1';
 const MASQUERADED = '198.19.0.4';
 const FLIPS = 60;
-// Seven kinds of 60 writes each, 60 of them agent restarts: ~80 s on a quiet machine, more than tap's
-// 120 s per file with both cores busy. Every step waits for its event; this bounds the whole.
+// Seven kinds of 60 writes each, 60 of them agent restarts: ~80 s on a quiet machine, more than
+// tap's 120 s per file with both cores busy. Every step waits for its event; this bounds the whole.
 t.setTimeout(600_000);
 const RATE = 40_000;
 
@@ -81,7 +82,9 @@ if (requireRoot(t)) {
     t.equal(await translatedEntries(topo, exempt), 0, 'no translated conntrack entry to it');
   }
 
-  /** The same, probing an address that every config masquerades: none may slip through untouched. */
+  /**
+   * The same, probing an address that every config masquerades: none may slip through untouched.
+   */
   async function flippingMasqueraded(t: Test, topo: Topology, step: (i: number) => Promise<void>) {
     await inNetns(topo.node, 'conntrack', ['-F']).catch(() => undefined);
     const prober = await startWindowProber(t, topo, MASQUERADED, { rate: RATE, seconds: 240 });
@@ -122,8 +125,8 @@ if (requireRoot(t)) {
     await flipping(t, topo, (i) => change(configText(i % 2 ? cidrs(2_000, 1) : cidrs(2_000))));
   });
 
-  // The everyday edit at 100 000 (README, "The everyday edit"): loaded from the last load and
-  // written as element edits over netlink, one batch each, with the mark's rule replaced in it.
+  // The everyday edit at 100 000 (docs/writes.md, "The everyday edit"): loaded from the last load
+  // and written as element edits over netlink, one batch each, with the mark's rule replaced in it.
   t.test('100 000 elements, default layout: one CIDR added and removed over netlink', async (t) => {
     const block = (extra: string[]) =>
       `cidrLimit: 100016\nresyncInterval: 1h\nnonMasqueradeCIDRs:\n${[...cidrs(100_000), ...extra]
@@ -191,7 +194,8 @@ if (requireRoot(t)) {
   // An older release's table (its mark in the table comment, which cannot change in place) is made
   // anew once by the first agent of this release: beside a stand-in, so that a table deciding alike
   // is there at every moment. Each round the test turns the table back into an older release's (a
-  // whole-table write of its own, before the prober starts), then probes while an agent upgrades it.
+  // whole-table write of its own, before the prober starts), then probes while an agent upgrades
+  // it.
   t.test("an older release's table made anew: no new flow decided otherwise", async (t) => {
     const ROUNDS = 20;
     write(configText(cidrs(2)));

@@ -1,5 +1,6 @@
-// 500 config writes in 5 s (README, "When it writes": applied within 1 s of the write): the kernel ends with
-// the last one within 1 s of the last write, and the agent holds no more fds or memory after.
+// 500 config writes in 5 s (docs/writes.md, "When it writes": applied within 1 s of the write): the
+// kernel ends with the last one within 1 s of the last write, and the agent holds no more fds or
+// memory after.
 import t from 'tap';
 import { startAgent } from '../../harness/agent.js';
 import { requireRoot } from '../../harness/netns.js';

@@ -1,8 +1,9 @@
-// kill -9 in the middle of a 100 000-CIDR write (README, "What it does": one transaction, old or new, never a
-// mix), then a restart that converges. The kill is timed from outside: the agent's libnftables
-// process (forked per call, killed with the agent) opens a netlink socket per call (the agent's
-// own, hearing notifications, is left out), and the write is the first one after a config change that stays
-// open for long (generation-id reads take microseconds), so a kill 100 ms into it lands mid-write.
+// kill -9 in the middle of a 100 000-CIDR write (README, "What it does": one transaction, old or
+// new, never a mix), then a restart that converges. The kill is timed from outside: the agent's
+// libnftables process (forked per call, killed with the agent) opens a netlink socket per call (the
+// agent's own, hearing notifications, is left out), and the write is the first one after a config
+// change that stays open for long (generation-id reads take microseconds), so a kill 100 ms into it
+// lands mid-write.
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import t from 'tap';
 import { httpGet, startAgent, waitFor, type RunningAgent } from '../../harness/agent.js';
@@ -28,7 +29,7 @@ const KILL_AFTER_MS = [50, 150, 250];
 
 /**
  * The sockets of the agent's children: its libnftables processes. The agent's own netlink socket
- * for nftables' notifications (README, "When it writes") is open all along and is no write.
+ * for nftables' notifications (docs/writes.md, "When it writes") is open all along and is no write.
  */
 function socketInodes(pid: number): Set<string> {
   const inodes = new Set<string>();

@@ -1,7 +1,8 @@
-// Another tool commits to our table around a config change (README, "When it writes"): one `nft`
-// command — an element added or deleted, a rule inserted, the set flushed — at swept delays after
-// the rename. Whatever the interleaving, the kernel ends up holding the config, well before the next
-// resync (1 h here), and every /readyz 200 is true: the kernel holds the config when it is given.
+// Another tool commits to our table around a config change (docs/writes.md, "When it writes"): one
+// `nft` command — an element added or deleted, a rule inserted, the set flushed — at swept delays
+// after the rename. Whatever the interleaving, the kernel ends up holding the config, well before
+// the next resync (1 h here), and every /readyz 200 is true: the kernel holds the config when it is
+// given.
 import t from 'tap';
 import { httpGet, startAgent, waitFor } from '../../harness/agent.js';
 import { inNetns, requireRoot } from '../../harness/netns.js';

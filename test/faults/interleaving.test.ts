@@ -1,8 +1,8 @@
 // Another tool's commit landing between the agent's commit and its reading of the generation id
-// (hardening round 2, item 1). The agent is stopped (SIGSTOP) while its libnftables process commits,
-// an element is added to our set meanwhile (the nft command succeeding says it landed), and the agent
-// continued: it must not take the id it then reads for its own commit's, and repairs the element
-// away in that same sync (README, "When it writes").
+// (hardening round 2, item 1). The agent is stopped (SIGSTOP) while its libnftables process
+// commits, an element is added to our set meanwhile (the nft command succeeding says it landed),
+// and the agent continued: it must not take the id it then reads for its own commit's, and repairs
+// the element away in that same sync (docs/writes.md, "When it writes").
 import t from 'tap';
 import { startAgent, waitFor } from '../../harness/agent.js';
 import { inNetns, requireRoot } from '../../harness/netns.js';

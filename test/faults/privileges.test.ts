@@ -1,6 +1,7 @@
-// The agent without CAP_NET_ADMIN (README, "When it writes": retry with backoff, 1 s doubling, capped at
-// resyncInterval). test/e2e/ops.test.ts checks the 503; this one watches the retry rhythm over
-// ~15 s: no crash, no busy loop, one error line for the cause and one debug line per attempt.
+// The agent without CAP_NET_ADMIN (docs/writes.md, "When it writes": retry with backoff, 1 s
+// doubling, capped at resyncInterval). test/e2e/ops.test.ts checks the 503; this one watches the
+// retry rhythm over ~15 s: no crash, no busy loop, one error line for the cause and one debug line
+// per attempt.
 import t from 'tap';
 import { httpGet, startAgent } from '../../harness/agent.js';
 import { requireRoot } from '../../harness/netns.js';

@@ -1,11 +1,12 @@
-// Saved tables of ours put back by `nft -f` (README, "When it writes": a restore is drift, whichever
-// process of ours wrote it). First, a saved ruleset restored whole (`flush ruleset` and an older copy
-// of our table, as config management restoring /etc/nftables.conf does): repaired within a resync,
-// counted, the agent ready throughout. Then snapshots taken from real agents — this agent's own older
-// writes (another config, and the same one), the previous agent process's (another config), and one
-// of an agent that started later in another namespace — each repaired when the agent next looks (a
-// readiness probe here, as kubelet's), counted as drift, and never taken for another agent: they used
-// to open a conflict (8 intervals not ready) or be held back from for an interval.
+// Saved tables of ours put back by `nft -f` (docs/writes.md, "When it writes": a restore is drift,
+// whichever process of ours wrote it). First, a saved ruleset restored whole (`flush ruleset` and
+// an older copy of our table, as config management restoring /etc/nftables.conf does): repaired
+// within a resync, counted, the agent ready throughout. Then snapshots taken from real agents —
+// this agent's own older writes (another config, and the same one), the previous agent process's
+// (another config), and one of an agent that started later in another namespace — each repaired
+// when the agent next looks (a readiness probe here, as kubelet's), counted as drift, and never
+// taken for another agent: they used to open a conflict (8 intervals not ready) or be held back
+// from for an interval.
 import t from 'tap';
 import { httpGet, listTable, metricValue, startAgent, waitFor } from '../../harness/agent.js';
 import { inNetns, requireRoot } from '../../harness/netns.js';
@@ -89,7 +90,9 @@ if (requireRoot(t)) {
     const node = await makeNode(t, 'restores');
     const other = await makeNode(t, 'restores-other');
 
-    /** Runs an agent on `cidrs` in `where` until it wrote, and returns its table as nft lists it. */
+    /**
+     * Runs an agent on `cidrs` in `where` until it wrote, and returns its table as nft lists it.
+     */
     const snapshotOf = async (where: typeof node, cidrs: string[]) => {
       writeConfig(where, config(cidrs));
       const agent = startAgent(t, where.ns, agentArgs(where));

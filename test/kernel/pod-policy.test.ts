@@ -1,10 +1,11 @@
-// Pod policies on real packets (README, "Pod policies"), without an API server: random policies
-// (selectors, their own lists and SNAT addresses, overlapping on purpose) and random pods (labels,
-// namespaces' labels, each an address of the pod namespace) go through the agent's own membership,
-// compiler and addon into the node namespace; every pod then sends to destinations inside and outside
-// each list, and the source the remote sees must be what --explain says offline from the pod's
-// labels (the policy that decides, its snatAddress, or the node-wide config). Each write after the
-// first changes only the membership and is an in-place write of the verdict map's elements.
+// Pod policies on real packets (docs/egress-policy.md, "Pod policies"), without an API server:
+// random policies (selectors, their own lists and SNAT addresses, overlapping on purpose) and
+// random pods (labels, namespaces' labels, each an address of the pod namespace) go through the
+// agent's own membership, compiler and addon into the node namespace; every pod then sends to
+// destinations inside and outside each list, and the source the remote sees must be what --explain
+// says offline from the pod's labels (the policy that decides, its snatAddress, or the node-wide
+// config). Each write after the first changes only the membership and is an in-place write of the
+// verdict map's elements.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -128,7 +129,8 @@ if (requireRoot(t)) {
       const [table] = compile(first, OPTIONS, 1);
       await run('add table ip ipmasq\ndelete table ip ipmasq\n' + renderTable(table!));
       // The membership moves: an in-place write, as the agent makes one for a pod event; every
-      // other case together with the sets' layout (the key change's steps, the map kept through them).
+      // other case together with the sets' layout (the key change's steps, the map kept through
+      // them).
       const second = joined(c.later);
       const layoutChange = i % 2 === 1;
       const [next] = compile(

@@ -95,7 +95,8 @@ const cases: Array<[string, Config, Partial<CompileOptions>]> = [
     }),
     { setLayout: 'concat', enableIPv6: true },
   ],
-  // The egress policy (README, "Egress policy"): its sets and rules come first in the decision chain.
+  // The egress policy (docs/egress-policy.md, "Egress policy"): its sets and rules come first in
+  // the decision chain.
   [
     'egress-sources-interfaces',
     config({
@@ -197,7 +198,8 @@ t.test('to-ports draws give each range its share of the ports', async (t) => {
     { first: 9000, last: 9999 },
   ];
   const rules = masqueradeRules(true, ranges);
-  // Rule i matches with probability size_i / remaining_i; the product of misses before it gives its share.
+  // Rule i matches with probability size_i / remaining_i; the product of misses before it gives its
+  // share.
   let miss = 1;
   const shares = rules.slice(0, ranges.length).map((rule) => {
     const m = / mod (\d+) < (\d+)/.exec(rule);

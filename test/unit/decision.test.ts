@@ -47,7 +47,7 @@ const changedRanges = (a: Config, b: Config, which: Array<'ipv4' | 'ipv6'>) =>
     .filter((change) => change.ranges.length > 0);
 
 t.test(
-  'the steps of README "Egress policy", in order, each with its key, set and outcome',
+  'the steps of docs/egress-policy.md "Egress policy", in order, each with its key, set and outcome',
   async (t) => {
     const plain = config('nonMasqueradeCIDRs: [10.0.0.0/8]\nmasqueradeCIDRs: [10.9.0.0/16]\n');
     t.same(

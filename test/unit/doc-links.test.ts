@@ -15,23 +15,38 @@ const documents = [
     .map((f) => `docs/${f}`),
 ];
 
+/** A document's headings (outside code blocks), backquotes aside. */
 function headings(document: string): Set<string> {
+  let fenced = false;
   return new Set(
     readFileSync(at(document), 'utf8')
       .split('\n')
-      .filter((line) => /^#{1,4} /.test(line))
+      .filter((line) => {
+        if (line.startsWith('```')) fenced = !fenced;
+        return !fenced && /^#{1,4} /.test(line);
+      })
       .map((line) => line.replace(/^#+ /, '').replaceAll('`', '').trim()),
   );
+}
+
+/**
+ * The anchor a heading gets where the documents are read (GitHub's: lower case, words joined by -).
+ */
+function anchorOf(heading: string): string {
+  return heading
+    .toLowerCase()
+    .replace(/[^\p{L}\p{N} _-]/gu, '')
+    .replaceAll(' ', '-');
 }
 
 /** Every file whose text may cite a section: sources, tests, scripts, documents. */
 function citing(folder = ''): string[] {
   const found: string[] = [];
   for (const entry of readdirSync(at(folder || '.'))) {
-    if (/^(node_modules|dist|build|\..*)$/.test(entry)) continue;
+    if (/^(node_modules|dist|build|\..*)$/.test(entry) && entry !== '.ci') continue;
     const path = folder ? `${folder}/${entry}` : entry;
     if (statSync(at(path)).isDirectory()) found.push(...citing(path));
-    else if (/\.(ts|mjs|js|cc|h|c|sh|md|py|yaml)$/.test(entry)) found.push(path);
+    else if (/\.(ts|mjs|js|cc|h|c|sh|md|py|yaml)$|^(Dockerfile|run)$/.test(entry)) found.push(path);
   }
   return found;
 }
@@ -42,11 +57,40 @@ t.test('relative links in README.md and docs/ name files that are there', async 
     const text = readFileSync(at(document), 'utf8');
     for (const [, target] of text.matchAll(/\]\(([^)\s]+)\)/g)) {
       if (/^[a-z]+:/.test(target!) || target!.startsWith('#')) continue;
-      const file = target!.split('#')[0]!;
-      if (!existsSync(join(dirname(at(document)), file))) broken.push(`${document}: ${target}`);
+      const [file, anchor] = target!.split('#') as [string, string | undefined];
+      const path = join(dirname(document), file);
+      if (!existsSync(at(path))) broken.push(`${document}: ${target}`);
+      else if (anchor !== undefined && path.endsWith('.md')) {
+        const anchors = [...headings(path)].map(anchorOf);
+        if (!anchors.includes(anchor)) broken.push(`${document}: ${target} (no such heading)`);
+      }
     }
   }
   t.same(broken, []);
+});
+
+t.test('the README leads to every page of docs/, and every page back to it', async (t) => {
+  const pages = documents.filter((d) => d.startsWith('docs/') && !d.endsWith('.template.md'));
+  const readme = readFileSync(at('README.md'), 'utf8');
+  const linked = new Set([...readme.matchAll(/\]\((docs\/[^)#\s]+)/g)].map((m) => m[1]));
+  t.same(
+    pages.filter((page) => !linked.has(page)),
+    [],
+    "every page in the README's handbook",
+  );
+  t.same(
+    pages.filter((page) => !readFileSync(at(page), 'utf8').includes('](../README.md')),
+    [],
+    'every page links back to the README',
+  );
+  t.ok(readme.split('\n').length <= 400, 'the README is a front page: 400 lines at most');
+});
+
+t.test('anchors are made as the documents are shown', async (t) => {
+  t.equal(anchorOf("What the node's NAT does"), 'what-the-nodes-nat-does');
+  t.equal(anchorOf('Explain, diff, check'), 'explain-diff-check');
+  t.equal(anchorOf('Kubernetes API (opt-in)'), 'kubernetes-api-opt-in');
+  t.equal(anchorOf('Reading nft list table ip ipmasq'), 'reading-nft-list-table-ip-ipmasq');
 });
 
 t.test('every cited section is a heading of its document', async (t) => {

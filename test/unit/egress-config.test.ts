@@ -1,5 +1,6 @@
-// The egress policy keys (README, "Egress policy"): parsed, validated with file, key, index and value
-// in every error, merged across a directory, scoped to nodes; a config without them is unchanged.
+// The egress policy keys (docs/egress-policy.md, "Egress policy"): parsed, validated with file,
+// key, index and value in every error, merged across a directory, scoped to nodes; a config without
+// them is unchanged.
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

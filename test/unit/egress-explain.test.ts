@@ -1,6 +1,6 @@
-// --explain and --diff along the egress policy (README, "Egress policy"): the decision order of the
-// README against a reference written from its six steps, for random configs, sources, interfaces
-// and destinations of both families; and what --diff says of a changed policy.
+// --explain and --diff along the egress policy (docs/egress-policy.md, "Egress policy"): the
+// decision order of the README against a reference written from its six steps, for random configs,
+// sources, interfaces and destinations of both families; and what --diff says of a changed policy.
 import fc from 'fast-check';
 import t from 'tap';
 import { inRanges, parseAddress, parseCidr, prefixRange } from '../../src/cidr/index.js';

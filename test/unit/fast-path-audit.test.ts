@@ -1,7 +1,8 @@
-// The config worker audits its fast answers (README, "The everyday edit"): each answer worked out
-// from the last load is compared with a whole load of the same bytes soon after. With the test-only
-// fault IPMASQ_TEST_CORRUPT_FAST_PATH=config, the first edit adding an entry leaves it out: the audit
-// must find that, name the file and line, and the worker must load whole from then on.
+// The config worker audits its fast answers (docs/writes.md, "The everyday edit"): each answer
+// worked out from the last load is compared with a whole load of the same bytes soon after. With
+// the test-only fault IPMASQ_TEST_CORRUPT_FAST_PATH=config, the first edit adding an entry leaves
+// it out: the audit must find that, name the file and line, and the worker must load whole from
+// then on.
 import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';

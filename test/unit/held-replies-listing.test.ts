@@ -1,7 +1,7 @@
 // A read-back compare (src/nftables/listing.ts listingIs) beside a full late-replies set: the held
 // replies' elements are never compared — but for one that carries a timeout of its own, put there
-// by someone else to stay (README, "Existing flows") — and 16 384 of them are cut out before any pass
-// over the listing's text.
+// by someone else to stay (docs/writes.md, "Existing flows") — and 16 384 of them are cut out
+// before any pass over the listing's text.
 import t from 'tap';
 import { compile } from '../../src/compile.js';
 import { parseConfigText } from '../../src/config/index.js';

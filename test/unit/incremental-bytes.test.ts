@@ -1,9 +1,9 @@
-// The incremental load (config/incremental.ts) against a whole load over edits made byte by byte, as
-// an editor or an attacker makes them: text put in or taken out at column 0 and mid-line, lines
+// The incremental load (config/incremental.ts) against a whole load over edits made byte by byte,
+// as an editor or an attacker makes them: text put in or taken out at column 0 and mid-line, lines
 // joined and split, comment markers, CRLF, tabs, a BOM, quotes, the final newline dropped, lines
 // swapped, and invalid results. Every load is compared with a cold load of the same bytes. The
-// number of sequences is IPMASQ_PROPERTY_RUNS when set (README, "The everyday edit": the nightly
-// size), else a CI size.
+// number of sequences is IPMASQ_PROPERTY_RUNS when set (docs/writes.md, "The everyday edit": the
+// nightly size), else a CI size.
 import { deepStrictEqual } from 'node:assert';
 import { Buffer } from 'node:buffer';
 import fc from 'fast-check';
@@ -132,7 +132,9 @@ function offset(text: string, where: Spot): number {
   return newline < 0 ? text.length : newline;
 }
 
-/** The text after one edit (UTF-8 text: a BOM or a multibyte character makes the file non-ASCII). */
+/**
+ * The text after one edit (UTF-8 text: a BOM or a multibyte character makes the file non-ASCII).
+ */
 export function applyByteEdit(text: string, e: ByteEdit): string {
   const starts = lineStarts(text);
   const line = (n: number) => {

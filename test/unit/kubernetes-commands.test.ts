@@ -1,9 +1,9 @@
-// The one-shot commands with --kubeconfig (README, "Kubernetes API (opt-in)"): --explain names the
-// Node whose pod CIDR decides, --render writes the Nodes' pod CIDRs and judges nodeSelector files on
-// the Node's labels, and an API server that cannot be read is a clear failure. The built command,
-// against the fake API server on the loopback: without root, no namespace to run the real one in
-// (the real server is in test/e2e/kubernetes-real.test.ts, --once included), and a refusal toggled
-// on demand.
+// The one-shot commands with --kubeconfig (docs/kubernetes.md, "Kubernetes API (opt-in)"):
+// --explain names the Node whose pod CIDR decides, --render writes the Nodes' pod CIDRs and judges
+// nodeSelector files on the Node's labels, and an API server that cannot be read is a clear
+// failure. The built command, against the fake API server on the loopback: without root, no
+// namespace to run the real one in (the real server is in test/e2e/kubernetes-real.test.ts, --once
+// included), and a refusal toggled on demand.
 import { execFile } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';

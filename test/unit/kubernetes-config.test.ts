@@ -1,7 +1,7 @@
-// The config with the cluster's data (README, "Kubernetes API (opt-in)"): nodeSelector judged on the
-// Node's labels, nonMasqueradeNodePodCIDRs joining every Node's pod CIDRs, and until the API has
-// answered, waiting (nothing applied, /readyz says why) rather than invalid. Real files, the agent's
-// own loader; the cluster is a stand-in for src/kubernetes/cluster.ts.
+// The config with the cluster's data (docs/kubernetes.md, "Kubernetes API (opt-in)"): nodeSelector
+// judged on the Node's labels, nonMasqueradeNodePodCIDRs joining every Node's pod CIDRs, and until
+// the API has answered, waiting (nothing applied, /readyz says why) rather than invalid. Real
+// files, the agent's own loader; the cluster is a stand-in for src/kubernetes/cluster.ts.
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -262,7 +262,8 @@ t.test(
     t.match(exposition, /ipmasq_pod_policy_pods\{policy="ip-masq-b-open"\} 1/);
     t.match(exposition, /ipmasq_pod_policy_overlaps 1/);
 
-    // A label change, a namespace's label change, an address reused by a newer pod of another policy.
+    // A label change, a namespace's label change, an address reused by a newer pod of another
+    // policy.
     const first = r.good!;
     cluster.setPods([
       pod('shop', 'db-0', { app: 'web' }, ['10.244.1.5']),

@@ -1,6 +1,7 @@
-// The decision counters' series never go back (README, "What the node's NAT does"): a kernel count
-// that falls (`nft reset counters`, counts lost around a whole write) adds its fall to the series'
-// offset; nothing is invented; keys are apart. And only our decisions' counters become series.
+// The decision counters' series never go back (docs/observability.md, "What the node's NAT does"):
+// a kernel count that falls (`nft reset counters`, counts lost around a whole write) adds its fall
+// to the series' offset; nothing is invented; keys are apart. And only our decisions' counters
+// become series.
 import t from 'tap';
 import { AgentMetrics, MonotonicCounts } from '../../src/reconcile/metrics.js';
 

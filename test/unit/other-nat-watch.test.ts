@@ -1,8 +1,8 @@
-// The other-NAT look's reports are escaped and bounded (README, "Other NAT on the node"; issue 51,
-// item 5): table and chain names holding ESC, BEL or a newline appear escaped in the warning, the
-// gauge's labels and the Event; no message passes MESSAGE_MAX; 305 translating chains make at most
-// OTHER_NAT_SERIES_MAX series (the rest in table="(more)" with their rules' count) and
-// WARNINGS_PER_LOOK warnings plus one that sums up the rest; when they go, as few lines.
+// The other-NAT look's reports are escaped and bounded (docs/observability.md, "Other NAT on the
+// node"; issue 51, item 5): table and chain names holding ESC, BEL or a newline appear escaped in
+// the warning, the gauge's labels and the Event; no message passes MESSAGE_MAX; 305 translating
+// chains make at most OTHER_NAT_SERIES_MAX series (the rest in table="(more)" with their rules'
+// count) and WARNINGS_PER_LOOK warnings plus one that sums up the rest; when they go, as few lines.
 import pino from 'pino';
 import t from 'tap';
 import type { Kernel } from '../../src/nftables/kernel.js';

@@ -1,4 +1,5 @@
-// One mapping from flags to stage options serves every mode; --cleanup goes through the Kernel port.
+// One mapping from flags to stage options serves every mode; --cleanup goes through the Kernel
+// port.
 import { pino } from 'pino';
 import t from 'tap';
 import { STAND_IN_COMMENT } from '../../src/nftables/ownership.js';
@@ -36,7 +37,8 @@ t.test('plan: each stage gets exactly the flags it consumes', async (t) => {
     nodeName: 'n1',
     scoping: 'agent',
   });
-  // The operator's commands describe a node rather than run on one (README, "Egress policy").
+  // The operator's commands describe a node rather than run on one (docs/egress-policy.md, "Egress
+  // policy").
   t.equal(plan(options(['--explain', '10.0.0.1'])).load.scoping, 'describe');
   t.equal(plan(options(['--check', 'x'])).load.scoping, 'describe');
   t.equal(plan(options(['--once'])).load.scoping, 'agent');

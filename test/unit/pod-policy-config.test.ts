@@ -1,7 +1,8 @@
-// Pod policies as config files (README, "Pod policies"): label selectors parsed and checked as the
-// API server checks them, a policy's keys inherited from the node-wide merge where it leaves them
-// out, the keys only a node-wide file may give refused naming file and key, and no pod policy
-// without the API server. The node-wide config stays what the files without selectors say.
+// Pod policies as config files (docs/egress-policy.md, "Pod policies"): label selectors parsed and
+// checked as the API server checks them, a policy's keys inherited from the node-wide merge where
+// it leaves them out, the keys only a node-wide file may give refused naming file and key, and no
+// pod policy without the API server. The node-wide config stays what the files without selectors
+// say.
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -428,7 +429,7 @@ t.test('an explainer kept over many addresses answers as a fresh explain of each
       async (node, policies, queries) => {
         const files: Record<string, string> = { 'ip-masq-agent': text(node) };
         policies.forEach(([app, f], i) => {
-          // sourceCIDRs is the node's alone (README, "Pod policies").
+          // sourceCIDRs is the node's alone (docs/egress-policy.md, "Pod policies").
           const own = { ...f, sources: undefined };
           files[`ip-masq-p${i}`] = `podSelector: {matchLabels: {app: ${app}}}\n${text(own)}`;
         });

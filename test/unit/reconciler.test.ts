@@ -546,7 +546,8 @@ t.test(
     const older = `table ip ipmasq {\n\tcomment "ipmasq-agent generation 4 config sha256:${'ee'.repeat(32)}"\n}\n`;
     const { reconciler: first } = setup(kernel);
     await first.sync();
-    // What a crash between the upgrade's steps leaves: our table made anew, the stand-in still there.
+    // What a crash between the upgrade's steps leaves: our table made anew, the stand-in still
+    // there.
     const standIn = kernel.tables
       .get('ip ipmasq')!
       .replace('table ip ipmasq {', 'table ip ipmasq_upgrade {')
@@ -556,7 +557,8 @@ t.test(
     t.same(await reconciler.sync(), { ok: true });
     t.notOk(kernel.tables.has('ip ipmasq_upgrade'), 'the stand-in is gone');
     t.equal(reconciler.status(true).ready, true);
-    // Another's table under the stand-in's name: the older release's table is replaced whole instead.
+    // Another's table under the stand-in's name: the older release's table is replaced whole
+    // instead.
     const theirs = 'table ip ipmasq_upgrade {\n\tchain c {\n\t}\n}\n';
     kernel.tables.set('ip ipmasq_upgrade', theirs);
     kernel.tables.set('ip ipmasq', older);
@@ -627,8 +629,9 @@ t.test(
     t.same(await reconciler.sync(), { ok: true });
     t.notMatch(kernel.tables.get('ip ipmasq'), /198\.51\.100/, 'the foreign element is gone');
     t.match(kernel.tables.get('ip ipmasq'), /172\.16\.0\.0\/12/);
-    // Both were changes of our table by someone else, repaired: each counted (an element-only change
-    // refused because another commit came first is drift when that commit changed our tables).
+    // Both were changes of our table by someone else, repaired: each counted (an element-only
+    // change refused because another commit came first is drift when that commit changed our
+    // tables).
     t.equal(await metric('ipmasq_drift_repairs_total'), 2);
     t.equal(logs.filter((l) => /drifted from the config/.test(l.msg)).length, 2, 'each logged');
     t.equal(reconciler.status(true).ready, true);
@@ -721,7 +724,8 @@ t.test(
     now += 60_000;
     await reconciler.sync();
     t.equal(kernel.applies.length, 4);
-    // The other agent is gone: our write stays; after the longest hold (8 intervals) the conflict ends.
+    // The other agent is gone: our write stays; after the longest hold (8 intervals) the conflict
+    // ends.
     await reconciler.sync();
     t.equal(await metric('ipmasq_conflicting_writer'), 1, 'too soon to tell it is gone');
     now += 8 * 60_000;
@@ -895,8 +899,8 @@ t.test(
     const wanted = compile(withPolicy.config, compileOptions(), 2, writer);
     t.ok(listingIs(kernel.tables.get('ip ipmasq') ?? '', wanted[0]!), 'exactly the new table');
 
-    // A restart finds the policy's sets and a config without it: refilled in place, the sets deleted
-    // once the rules no longer use them.
+    // A restart finds the policy's sets and a config without it: refilled in place, the sets
+    // deleted once the rules no longer use them.
     const second = setup(kernel, policy(undefined));
     await second.reconciler.sync();
     const last = kernel.applies.at(-1) ?? '';
@@ -1004,7 +1008,8 @@ t.test(
     kernel.failWrites = new Error('Operation not permitted');
     const { reconciler, logs, metric } = setup(kernel, undefined, { legacy });
     await reconciler.sync();
-    // The look that finds it runs beside the syncs (README, "Other NAT on the node").
+    // The look that finds it runs beside the syncs (docs/observability.md, "Other NAT on the
+    // node").
     await reconciler.lookSettled();
     t.ok(kernel.legacy.has('IP-MASQ'), 'kept while our table is not in the kernel');
     t.ok(logs.some((l) => l.level === 40 && /removed once our table is in the kernel/.test(l.msg)));
@@ -1179,8 +1184,8 @@ t.test(
     t.ok(Date.now() - started >= 50, 'the flows in flight after their grace');
     t.same(kernel.holds, [{ family: 4, table: 'ipmasq', set: 'late-replies', hold: 1 }]);
     t.equal(reconciler.status(true).ready, true, 'still in sync: the hold is not drift');
-    // The write was an element edit: the next sync reads it back once, its audit (README, "The
-    // everyday edit"), past the hold's step.
+    // The write was an element edit: the next sync reads it back once, its audit (docs/writes.md,
+    // "The everyday edit"), past the hold's step.
     const audited = kernel.audits.length;
     await reconciler.sync();
     t.ok(kernel.audits.length > audited, 'the element write read back by its audit');
@@ -1260,8 +1265,8 @@ t.test('Events on the Node (--kubernetes): each cause once, where its log line i
   await reconciler.sync();
   t.same(
     events.map(([reason]) => reason),
-    // The look that finds the legacy chain comes after the sync's write (README, "Other NAT on the
-    // node"): the write's failure is told first.
+    // The look that finds the legacy chain comes after the sync's write (docs/observability.md,
+    // "Other NAT on the node"): the write's failure is told first.
     ['KernelWriteFailed', 'LegacyChainPresent', 'ConfigInvalid', 'ConfigRecovered'],
   );
   t.match(events[1]![1], /IP-MASQ is still in table ip nat/);

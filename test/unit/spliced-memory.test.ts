@@ -1,7 +1,7 @@
-// Lists made by splicedList (src/cidr/lines.ts) keep no list made before them alive: the agent makes
-// a new list at every edit, and a chain of them held from the newest was the ~8 MiB an edit the
-// agent grew by at 100 000 CIDRs (README, "The everyday edit"). listWindow still finds where a list
-// and the one it was made from differ without walking them.
+// Lists made by splicedList (src/cidr/lines.ts) keep no list made before them alive: the agent
+// makes a new list at every edit, and a chain of them held from the newest was the ~8 MiB an edit
+// the agent grew by at 100 000 CIDRs (docs/writes.md, "The everyday edit"). listWindow still finds
+// where a list and the one it was made from differ without walking them.
 import t from 'tap';
 import { listWindow, splicedList } from '../../src/cidr/index.js';
 import { collectGarbage } from '../../src/memory.js';
