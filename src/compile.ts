@@ -1,8 +1,14 @@
 // Config + flags → the agent's desired tables (pure). README, "What it does".
 import { snatText } from './config/egress.js';
-import { decisionOf, type ListStep, type Step } from './decision.js';
+import {
+  decisionOf,
+  type ListStep,
+  type Step,
+  type Translation,
+  type TranslationFlags,
+} from './decision.js';
 import { basename } from 'node:path';
-import type { Config, PodPolicy, SnatRange } from './config/types.js';
+import type { Config, PodPolicy } from './config/types.js';
 import { markText, TABLE_COMMENT, type WriteMark } from './nftables/ownership.js';
 import {
   BASE_CHAIN,
@@ -29,11 +35,6 @@ import {
   type Table,
 } from './nftables/types.js';
 
-export interface PortRange {
-  readonly first: number;
-  readonly last: number;
-}
-
 /**
  * `interval`: sets of addresses (README, "What it does"). `concat`: address . protocol ranges,
  * which other tools' element commands do not download. `auto`: interval up to
@@ -42,11 +43,9 @@ export interface PortRange {
 export const setLayouts = ['auto', 'interval', 'concat'] as const;
 export type SetLayout = (typeof setLayouts)[number];
 
-export interface CompileOptions {
+export interface CompileOptions extends TranslationFlags {
   readonly table: string;
   readonly masqChain: string;
-  readonly randomFully: boolean;
-  readonly toPorts: readonly PortRange[];
   readonly enableIPv6: boolean;
   /** `auto` (the default) when left out. */
   readonly setLayout?: SetLayout;
@@ -66,12 +65,13 @@ function integer(n: number, what: string): string {
  * statement.
  */
 export function masqueradeRules(
-  randomFully: boolean,
-  toPorts: readonly PortRange[],
-  snat?: { readonly family: TableFamily; readonly to: SnatRange },
+  translation: Translation,
+  family: TableFamily,
   count = '',
 ): string[] {
-  const flags = randomFully ? ' fully-random' : '';
+  const { ports: toPorts, snat: to } = translation;
+  const snat = to ? { family, to } : undefined;
+  const flags = translation.fullyRandom ? ' fully-random' : '';
   // The counting statement, where given, right before the translating one: a flow is counted by the
   // rule that translates it, once.
   const counted = count ? `${count} ` : '';
@@ -208,16 +208,11 @@ function podPolicyObjects(
   layout: 'interval' | 'concat',
 ): { chain: Chain; sets: NamedSet[]; counters: string[] } {
   const prefix = podPolicyPrefix(index);
-  const decision = decisionOf(policy, family === 'ip' ? 'ipv4' : 'ipv6');
+  const decision = decisionOf(policy, family === 'ip' ? 'ipv4' : 'ipv6', options);
   const steps = decision.steps.map((step) =>
     step.field === undefined ? step : { ...step, set: `${prefix}${step.set}` },
   );
-  const translate = masqueradeRules(
-    options.randomFully,
-    options.toPorts,
-    decision.snat ? { family, to: decision.snat } : undefined,
-    countIn('translated', prefix),
-  );
+  const translate = masqueradeRules(decision.translation, family, countIn('translated', prefix));
   const comment = safeComment(podPolicyName(policy));
   const sets = steps
     .filter((step): step is ListStep => step.field !== undefined)
@@ -244,13 +239,8 @@ function compileFamily(
   mark: WriteMark,
   layout: 'interval' | 'concat',
 ): Table {
-  const decision = decisionOf(config, family === 'ip' ? 'ipv4' : 'ipv6');
-  const translate = masqueradeRules(
-    options.randomFully,
-    options.toPorts,
-    decision.snat ? { family, to: decision.snat } : undefined,
-    countIn('translated'),
-  );
+  const decision = decisionOf(config, family === 'ip' ? 'ipv4' : 'ipv6', options);
+  const translate = masqueradeRules(decision.translation, family, countIn('translated'));
   const listed = decision.steps.filter((step): step is ListStep => step.field !== undefined);
   const sets = listed
     .map((step) => stepSet(step, family, layout))

@@ -43,12 +43,39 @@ export interface LastStep {
 
 export type Step = ListStep | LastStep;
 
-/** One family's decision: its steps in order, and what `translated` translates to. */
-export interface Decision {
-  readonly family: AddressFamily;
-  readonly steps: readonly Step[];
+/** A range of source ports (--to-ports). */
+export interface PortRange {
+  readonly first: number;
+  readonly last: number;
+}
+
+/** What the flags say of every translation: --random-fully, --to-ports. */
+export interface TranslationFlags {
+  readonly randomFully: boolean;
+  readonly toPorts: readonly PortRange[];
+}
+
+/**
+ * What `translated` does to a flow: masqueraded to the interface's address or translated to the
+ * family's snatAddress, with which source ports. compile.ts renders it, explain.ts explains it.
+ */
+export interface Translation {
   /** snatAddress(IPv6): translated to it; absent: masqueraded to the interface's address. */
   readonly snat?: SnatRange;
+  /** tcp, udp and sctp take a port of one of these, each in proportion to its size; empty: any. */
+  readonly ports: readonly PortRange[];
+  readonly fullyRandom: boolean;
+}
+
+/** One family's steps in order. */
+export interface FamilySteps {
+  readonly family: AddressFamily;
+  readonly steps: readonly Step[];
+}
+
+/** One family's decision: its steps in order, and what `translated` translates to. */
+export interface Decision extends FamilySteps {
+  readonly translation: Translation;
 }
 
 /** What a decision reads of a config. */
@@ -59,7 +86,7 @@ export type Decisive = Pick<Config, 'nonMasquerade' | 'masquerade' | 'egress'>;
  * egressInterfaces, or from a source not in sourceCIDRs (each while given): skipped; to
  * masqueradeCIDRs: translated; to the non-masquerade set: exempt; otherwise translated.
  */
-export function decisionOf(config: Decisive, family: AddressFamily): Decision {
+export function stepsOf(config: Decisive, family: AddressFamily): FamilySteps {
   const egress = config.egress;
   const steps: Step[] = [];
   if (egress?.egressInterfaces) {
@@ -103,8 +130,22 @@ export function decisionOf(config: Decisive, family: AddressFamily): Decision {
     },
     { outcome: 'translated' },
   );
-  const snat = egress?.snat?.[family];
-  return Object.freeze({ family, steps: Object.freeze(steps), ...(snat ? { snat } : {}) });
+  return Object.freeze({ family, steps: Object.freeze(steps) });
+}
+
+/** The family's decision: its steps, and its translation as the config and the flags give it. */
+export function decisionOf(
+  config: Decisive,
+  family: AddressFamily,
+  flags: TranslationFlags,
+): Decision {
+  const snat = config.egress?.snat?.[family];
+  const translation: Translation = Object.freeze({
+    ...(snat ? { snat } : {}),
+    ports: flags.toPorts,
+    fullyRandom: flags.randomFully,
+  });
+  return Object.freeze({ ...stepsOf(config, family), translation });
 }
 
 /** Whether an interface name is in an interface list: a name, or a prefix ending in `*`. */
@@ -140,7 +181,7 @@ export interface Verdict {
 export class Judge {
   private readonly ranges: Array<Range[] | undefined>;
 
-  constructor(readonly decision: Decision) {
+  constructor(readonly decision: FamilySteps) {
     this.ranges = decision.steps.map(() => undefined);
   }
 
@@ -197,7 +238,7 @@ export function setRanges(cidrs: readonly string[], family: AddressFamily): Rang
  * through: each step takes what it lists of what the steps before it did not take (masqueradeCIDRs
  * before the non-masquerade set). IPv4 as numbers: exact, and fast at 100 000 CIDRs.
  */
-export function exemptRanges(decision: Decision): Range[] {
+export function exemptRanges(decision: FamilySteps): Range[] {
   const walk = <T extends Bound>(parse: (cidr: string) => Range<T>): Range<T>[] => {
     let taken: Range<T>[] = [];
     let exempt: Range<T>[] = [];
@@ -223,8 +264,8 @@ export function flippedRanges(
   which: readonly AddressFamily[],
 ): Array<{ family: Family; lost: Range[]; gained: Range[] }> {
   return which.map((family) => {
-    const was = exemptRanges(decisionOf(before, family));
-    const will = exemptRanges(decisionOf(after, family));
+    const was = exemptRanges(stepsOf(before, family));
+    const will = exemptRanges(stepsOf(after, family));
     return { family: families[family], lost: subtract(was, will), gained: subtract(will, was) };
   });
 }

@@ -17,7 +17,7 @@ import { snatText } from './config/egress.js';
 import { selectingPolicies } from './config/pods.js';
 import { selectorText } from './config/selector.js';
 import type { AddressFamily, Config, Origin, PodPolicy } from './config/types.js';
-import { decisionOf, interfaceListed, Judge, type Flow } from './decision.js';
+import { decisionOf, interfaceListed, Judge, type Flow, type Translation } from './decision.js';
 
 export type Reason =
   /** IPv6 with --enable-ipv6 off: the agent has no ip6 table, so it does not touch the traffic. */
@@ -154,6 +154,7 @@ function deciderOf(
 function policyAnswer(
   config: Pick<Config, 'egress' | 'provenance'>,
   judge: Judge,
+  translation: Translation,
   flow: Flow,
   from: ReturnType<typeof parseAddress> | undefined,
 ): PolicyAnswer | undefined {
@@ -189,7 +190,7 @@ function policyAnswer(
       };
     }
   }
-  if (decision.snat) answer.snat = snatText(decision.snat);
+  if (translation.snat) answer.snat = snatText(translation.snat);
   return answer;
 }
 
@@ -257,11 +258,11 @@ function matching(index: OriginIndex, family: Family, addr: bigint): Origin[] {
   return found.sort((a, b) => a.order - b.order).map((entry) => entry.origin);
 }
 
-export function portPolicy(options: CompileOptions): PortPolicy {
-  const total = options.toPorts.reduce((sum, r) => sum + r.last - r.first + 1, 0);
+export function portPolicy(translation: Translation): PortPolicy {
+  const total = translation.ports.reduce((sum, r) => sum + r.last - r.first + 1, 0);
   return {
-    fullyRandom: options.randomFully,
-    ranges: options.toPorts.map((r) => ({
+    fullyRandom: translation.fullyRandom,
+    ranges: translation.ports.map((r) => ({
       ports: r.first === r.last ? String(r.first) : `${r.first}-${r.last}`,
       share: (r.last - r.first + 1) / total,
     })),
@@ -283,6 +284,7 @@ export function explain(
  */
 interface Prepared {
   readonly judge: Judge;
+  readonly translation: Translation;
   /** Built the first time an address's set step needs its origins. */
   origins(): OriginIndex;
 }
@@ -303,8 +305,10 @@ export function explainer(
     const slot = decider === config ? 0 : 1 + policies.indexOf(decider as PodPolicy);
     const byFamily = (prepared[slot] ??= {});
     let origins: OriginIndex | undefined;
+    const decision = decisionOf(decider, familyName(family), options);
     return (byFamily[family] ??= {
-      judge: new Judge(decisionOf(decider, familyName(family))),
+      judge: new Judge(decision),
+      translation: decision.translation,
       origins: () => (origins ??= originIndex(decider, family)),
     });
   };
@@ -322,7 +326,7 @@ function explainOne(
   // A flow from a pod a pod policy selects is that policy's to decide (docs/egress-policy.md, "Pod
   // policies").
   const { decider, answer: podPolicy } = deciderOf(config, context);
-  const { judge, origins: indexed } = prepare(decider, family);
+  const { judge, translation, origins: indexed } = prepare(decider, family);
   const from = context.from === undefined ? undefined : parseAddress(context.from.trim());
   // A source of the other family is no flow to this destination: not judged.
   const flow: Flow = {
@@ -330,7 +334,7 @@ function explainOne(
     ...(from !== undefined && from.family === family ? { saddr: from.addr } : {}),
     ...(context.via !== undefined ? { oifname: context.via } : {}),
   };
-  const policy = policyAnswer(decider, judge, flow, from);
+  const policy = policyAnswer(decider, judge, translation, flow, from);
   const base = {
     address: address.trim(),
     family: familyName(family),
@@ -354,7 +358,7 @@ function explainOne(
         reason: 'masqueradeCIDRs',
         decidedBy: origins.filter(isMasq).map(text),
         overridden: origins.filter((o) => !isMasq(o)).map(text),
-        ports: portPolicy(options),
+        ports: portPolicy(translation),
       };
     }
     case 'nonMasqueradeCIDRs': {
@@ -379,7 +383,7 @@ function explainOne(
         reason: 'no match',
         decidedBy: [],
         overridden: [],
-        ports: portPolicy(options),
+        ports: portPolicy(translation),
       };
   }
 }

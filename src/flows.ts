@@ -3,7 +3,7 @@
 // protocol, and the operator's view of `--flows` from a NAT sample's records (nftables/types.ts,
 // NatRecords), read a source at a time and written a piece at a time: memory flat whatever the
 // number of groups. Pure.
-import type { PortRange } from './compile.js';
+import type { PortRange } from './decision.js';
 import type { AddressFamily } from './config/types.js';
 import { endianness } from 'node:os';
 import { formatAddress } from './cidr/index.js';

@@ -4,7 +4,7 @@
 import type { CompileOptions, SetLayout } from './compile.js';
 import type { LoadOptions } from './config/types.js';
 import type { WidestPodCIDR } from './kubernetes/pod-cidrs.js';
-import type { PortRange } from './compile.js';
+import type { PortRange } from './decision.js';
 import type { ConntrackFlushMode } from './reconcile/flush-modes.js';
 import type { LegacyOptions } from './reconcile/legacy.js';
 

@@ -1,7 +1,7 @@
 // The parsers of the flags' values (README, "Flags"): each returns the option's value or throws a
 // FlagError naming the flag and what is wrong with the value.
 import { isIPv4, isIPv6 } from 'node:net';
-import type { PortRange } from '../compile.js';
+import type { PortRange } from '../decision.js';
 import { BASE_CHAIN, LATE_REPLIES_CHAIN } from '../nftables/objects.js';
 import { nameProblem } from '../nftables/names.js';
 

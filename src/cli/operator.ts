@@ -3,7 +3,7 @@
 // the agent uses, and prints text or one JSON document.
 import { CidrError, escapeUnprintable, formatAddress, parseAddress } from '../cidr/index.js';
 import { compile, type CompileOptions } from '../compile.js';
-import { decisionOf, type ListStep } from '../decision.js';
+import { stepsOf, type ListStep } from '../decision.js';
 import type { Table } from '../nftables/types.js';
 import { objectDrift } from '../nftables/listing.js';
 import { standInName, tableOwner } from '../nftables/ownership.js';
@@ -400,7 +400,7 @@ async function liveAnswers(
     const policy = index === null ? undefined : config.podPolicies?.[index];
     const prefix = policy ? podPolicyPrefix(index!) : '';
     let decided: ListStep | undefined;
-    for (const step of decisionOf(policy ?? config, e.family).steps) {
+    for (const step of stepsOf(policy ?? config, e.family).steps) {
       if (step.field !== 'daddr') continue;
       const name = `${prefix}${step.set}`;
       const probe = table?.sets.find((set) => set.name === name)?.key.probeSuffix ?? '';

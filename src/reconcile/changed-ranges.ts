@@ -15,7 +15,7 @@ import {
   type RangeList,
 } from '../cidr/index.js';
 import type { AddressFamily } from '../config/types.js';
-import { decisionOf, exemptRanges, flippedRanges, type Decisive } from '../decision.js';
+import { exemptRanges, flippedRanges, stepsOf, type Decisive } from '../decision.js';
 
 /** Up to this many entries in both configs together, the computation is cheaper than a worker. */
 export const IN_THREAD_MAX_ENTRIES = 4_000;
@@ -77,7 +77,7 @@ function compute(
       family,
       lost,
       gained,
-      exemptAfter: withExempt.includes(name) ? exemptRanges(decisionOf(after, name)) : null,
+      exemptAfter: withExempt.includes(name) ? exemptRanges(stepsOf(after, name)) : null,
     };
   });
 }

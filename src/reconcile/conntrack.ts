@@ -12,7 +12,13 @@ import {
   subtract,
 } from '../cidr/index.js';
 import type { AddressFamily, Config } from '../config/types.js';
-import { decisionOf, setRanges, type Decisive, type ListStep } from '../decision.js';
+import {
+  decisionOf,
+  setRanges,
+  type Decisive,
+  type ListStep,
+  type TranslationFlags,
+} from '../decision.js';
 import { LATE_REPLIES_SET, LATE_REPLIES_SIZE } from '../nftables/objects.js';
 import type { CommitStep, FlowPlan, FlowPolicy } from '../nftables/types.js';
 import type { Kernel } from '../nftables/kernel.js';
@@ -49,6 +55,8 @@ export interface ConntrackDeps {
   readonly kernel: Kernel;
   readonly mode: ConntrackFlushMode;
   readonly enableIPv6: boolean;
+  /** --random-fully and --to-ports: the translations the decisions judged carry. */
+  readonly flags: TranslationFlags;
   /** Our table's name: its late-replies set holds the replies let through during a flush. */
   readonly table: string;
   readonly logger: Logger;
@@ -68,8 +76,12 @@ const JUDGED_ORDER = /^(oifname,)?(saddr,)?daddr,daddr,,$/;
  * judge evaluates them in the decision's order (interface, source, then the destination's outcome),
  * which is checked here.
  */
-export function flowPolicy(config: Decisive, family: AddressFamily): FlowPolicy {
-  const decision = decisionOf(config, family);
+export function flowPolicy(
+  config: Decisive,
+  family: AddressFamily,
+  flags: TranslationFlags,
+): FlowPolicy {
+  const decision = decisionOf(config, family, flags);
   const order = decision.steps.map((step) => `${step.field ?? ''},`).join('');
   if (!JUDGED_ORDER.test(order))
     throw new Error(`the flush cannot judge a decision in the order ${order}`);
@@ -78,7 +90,7 @@ export function flowPolicy(config: Decisive, family: AddressFamily): FlowPolicy 
   const interfaces = list('oifname');
   const sources = list('saddr');
   const address = (text: string) => parseAddress(text).addr;
-  const { snat } = decision;
+  const { snat } = decision.translation;
   return {
     sources: sources ? setRanges(sources.list, family) : null,
     interfaces: interfaces ? interfaces.list : null,
@@ -225,8 +237,9 @@ export class ConntrackFlush {
     summary: { lateRepliesHeld: number; inFlight: number; unjudged: number },
   ): Promise<void> {
     const { logger, metrics } = this.deps;
-    const old = restricted(flowPolicy(group.before, label), label, group);
-    const now = restricted(flowPolicy(group.after, label), label, group);
+    const { flags } = this.deps;
+    const old = restricted(flowPolicy(group.before, label, flags), label, group);
+    const now = restricted(flowPolicy(group.after, label, flags), label, group);
     const policyChanged = samePolicy(old, now) ? [] : [label];
     const changes = await decisionChangesOffThread(
       group.before,

@@ -157,6 +157,7 @@ export class Reconciler {
       mode: deps.conntrackFlush,
       ...(deps.conntrackGraceMs !== undefined ? { graceMs: deps.conntrackGraceMs } : {}),
       enableIPv6: deps.compileOptions.enableIPv6,
+      flags: deps.compileOptions,
       table: deps.compileOptions.table,
       logger,
       metrics,

@@ -197,7 +197,7 @@ t.test('to-ports draws give each range its share of the ports', async (t) => {
     { first: 5000, last: 7999 },
     { first: 9000, last: 9999 },
   ];
-  const rules = masqueradeRules(true, ranges);
+  const rules = masqueradeRules({ ports: ranges, fullyRandom: true }, 'ip');
   // Rule i matches with probability size_i / remaining_i; the product of misses before it gives its
   // share.
   let miss = 1;

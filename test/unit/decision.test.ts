@@ -18,7 +18,9 @@ import {
   exemptRanges as exemptOfDecision,
   flippedRanges,
   Judge,
+  stepsOf,
 } from '../../src/decision.js';
+import { compileOptions } from '../helpers/compile-options.js';
 import {
   decisionChangesOffThread,
   type DecisionChange,
@@ -38,8 +40,7 @@ const v4 = (text: string) => {
   return BigInt(((a * 256 + b) * 256 + c) * 256 + d);
 };
 const inside = (ranges: readonly Range[], x: bigint) => ranges.some(([f, l]) => f <= x && x <= l);
-const exemptRanges = (c: Config, family: 'ipv4' | 'ipv6') =>
-  exemptOfDecision(decisionOf(c, family));
+const exemptRanges = (c: Config, family: 'ipv4' | 'ipv6') => exemptOfDecision(stepsOf(c, family));
 /** The destinations whose decision differs, per family that has any: both directions together. */
 const changedRanges = (a: Config, b: Config, which: Array<'ipv4' | 'ipv6'>) =>
   flippedRanges(a, b, which)
@@ -51,7 +52,7 @@ t.test(
   async (t) => {
     const plain = config('nonMasqueradeCIDRs: [10.0.0.0/8]\nmasqueradeCIDRs: [10.9.0.0/16]\n');
     t.same(
-      decisionOf(plain, 'ipv4').steps.map((s) => [s.field, s.key, s.field && s.takes, s.outcome]),
+      stepsOf(plain, 'ipv4').steps.map((s) => [s.field, s.key, s.field && s.takes, s.outcome]),
       [
         ['daddr', 'masqueradeCIDRs', 'listed', 'translated'],
         ['daddr', 'nonMasqueradeCIDRs', 'listed', 'exempt'],
@@ -62,7 +63,11 @@ t.test(
     const policy = config(
       'nonMasqueradeCIDRs: [10.0.0.0/8]\nsourceCIDRs: [10.244.0.0/16]\negressInterfaces: [eth0]\nsnatAddress: 192.0.2.10\n',
     );
-    const steps = decisionOf(policy, 'ipv4');
+    const steps = decisionOf(
+      policy,
+      'ipv4',
+      compileOptions({ toPorts: [{ first: 2000, last: 2999 }] }),
+    );
     t.same(
       steps.steps
         .slice(0, 2)
@@ -73,8 +78,16 @@ t.test(
       ],
       'the policy steps come first',
     );
-    t.same(steps.snat, { first: '192.0.2.10', last: '192.0.2.10' });
-    const sixSources = decisionOf(policy, 'ipv6').steps[1];
+    t.same(
+      steps.translation,
+      {
+        snat: { first: '192.0.2.10', last: '192.0.2.10' },
+        ports: [{ first: 2000, last: 2999 }],
+        fullyRandom: true,
+      },
+      "the translation: the snatAddress, with the flags' ports",
+    );
+    const sixSources = stepsOf(policy, 'ipv6').steps[1];
     t.same(
       sixSources?.field === 'saddr' ? sixSources.list : undefined,
       [],
@@ -116,7 +129,7 @@ t.test(
       'what is not said is passed as a condition',
     );
     t.same(
-      new Judge(decisionOf(plain, 'ipv4')).decide(flow('10.9.1.1')).step.key,
+      new Judge(stepsOf(plain, 'ipv4')).decide(flow('10.9.1.1')).step.key,
       'masqueradeCIDRs',
       'masqueradeCIDRs first',
     );

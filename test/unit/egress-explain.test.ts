@@ -152,7 +152,7 @@ t.test(
   async (t) => {
     const base = 'nonMasqueradeCIDRs: [10.0.0.0/8]\n';
     const policy = (text: string, family: 'ipv4' | 'ipv6' = 'ipv4') =>
-      flowPolicy(load(base + text), family);
+      flowPolicy(load(base + text), family, options);
     t.same(policy(''), { sources: null, interfaces: null, snat: null }, 'no policy: every flow');
     t.same(
       policy('sourceCIDRs: [10.244.0.0/16, 10.245.0.0/16]\negressInterfaces: [eth1, "ens*"]\n'),
