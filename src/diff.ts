@@ -162,8 +162,8 @@ function selectsText(policy: PodPolicy | undefined): string {
 }
 
 /** A pod policy's keys as --diff compares them: its own over the node-wide ones it inherits. */
-const effectiveKeys = (config: Config, policy: PodPolicy | undefined): Pick<Config, 'keys'> => ({
-  keys: policy ? { ...config.keys, sourceCIDRs: config.keys.sourceCIDRs, ...policy.own } : {},
+const effectiveKeys = (policy: PodPolicy | undefined): Pick<Config, 'keys'> => ({
+  keys: policy ? policy.keys : {},
 });
 
 /** The pod policies by file, each side's compared: added, removed, or what changed in it. */
@@ -201,7 +201,7 @@ function podPolicyChanges(
             ],
       );
     });
-    const keys = policyChanges(effectiveKeys(current, a), effectiveKeys(proposed, b));
+    const keys = policyChanges(effectiveKeys(a), effectiveKeys(b));
     if (selects.current === selects.proposed && flips.length === 0 && keys.length === 0) return [];
     return [{ file, change: 'changed', selects, flips, keys }];
   });

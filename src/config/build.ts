@@ -98,10 +98,7 @@ export function hashOf(
   /** The IPv4 lists' JSON where the caller has it already (config/incremental.ts). */
   v4Json?: { readonly nonMasquerade: Uint8Array; readonly masquerade: Uint8Array },
 ): string {
-  // Keys beside the sets and the policy that change what compile writes (keys.ts, `hashed`).
-  const hashed = (Object.keys(CONFIG_KEYS) as KeyName[]).flatMap((name) =>
-    'hashed' in CONFIG_KEYS[name] && sets.keys[name] !== undefined ? [[name, sets.keys[name]]] : [],
-  );
+  const hashed = hashedKeys(sets.keys);
   // The bytes of JSON.stringify(['ipmasq-config-v2', the four lists, …]), given in parts.
   const hash = createHash('sha256');
   hash.update('["ipmasq-config-v2",');
@@ -118,10 +115,18 @@ export function hashOf(
   return hash.digest('hex');
 }
 
+/** Keys beside the sets and the policy that change what compile writes (keys.ts, `hashed`). */
+function hashedKeys(keys: MergedKeys): Array<[KeyName, unknown]> {
+  return (Object.keys(CONFIG_KEYS) as KeyName[]).flatMap((name) =>
+    'hashed' in CONFIG_KEYS[name] && keys[name] !== undefined ? [[name, keys[name]]] : [],
+  );
+}
+
 /** What of a pod policy reaches the kernel or chooses its pods (its `own` keys are in these). */
 function policyMeaning(policy: PodPolicy): unknown[] {
   const { file, podSelector, namespaceSelector, nonMasquerade, masquerade, egress, members } =
     policy;
+  const hashed = hashedKeys(policy.keys);
   return [
     file,
     podSelector ?? null,
@@ -130,6 +135,8 @@ function policyMeaning(policy: PodPolicy): unknown[] {
     masquerade,
     egress ?? null,
     members ?? null,
+    // Only a policy with such keys means more: the hash of one without stays as it was.
+    ...(hashed.length > 0 ? [hashed] : []),
   ];
 }
 
@@ -169,14 +176,17 @@ function podPolicyOf(
   nodeFiles?: readonly ConfigFragment[],
 ): PodPolicy {
   const own = mergeKeys([fragment], origin);
+  // Every key the policy's flows are decided by: its own, else the node-wide value; a key that is
+  // the node's alone (NODE_WIDE_ONLY) always the node's.
+  const keys: MergedKeys = { ...node, ...own };
+  for (const name of NODE_WIDE_ONLY) (keys as Record<string, unknown>)[name] = node[name];
   const masqLinkLocal = own.masqLinkLocal ?? node.masqLinkLocal ?? false;
   const masqLinkLocalIPv6 = own.masqLinkLocalIPv6 ?? node.masqLinkLocalIPv6 ?? false;
   const nonMasq =
     own.nonMasqueradeCIDRs ?? node.nonMasqueradeCIDRs ?? defaultNonMasqueradeCIDRs(options);
   const masq = own.masqueradeCIDRs ?? node.masqueradeCIDRs ?? [];
   const linkLocal = linkLocalPrefixes({ masqLinkLocal, masqLinkLocalIPv6 }, options);
-  // sourceCIDRs is never a pod policy's own (NODE_WIDE_ONLY): the node's applies.
-  const egress = egressOf({ ...node, ...own, sourceCIDRs: node.sourceCIDRs });
+  const egress = egressOf(keys);
   return Object.freeze({
     file: fragment.file,
     ...(fragment.podSelector ? { podSelector: fragment.podSelector } : {}),
@@ -187,6 +197,7 @@ function podPolicyOf(
     masqLinkLocalIPv6,
     ...(egress ? { egress } : {}),
     own: carriedKeys(own),
+    keys: carriedKeys(keys),
     ...(nodeFiles
       ? { provenance: podPolicyProvenance(fragment, nodeFiles, options, linkLocal) }
       : {}),

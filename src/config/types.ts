@@ -86,6 +86,11 @@ export interface PodPolicy {
    * The keys this file gives itself (merged as one file), beside the node-wide ones it inherits.
    */
   readonly own: MergedKeys;
+  /**
+   * Every key's value for the flows this policy decides, as Config.keys is the node's: its own,
+   * else the node-wide one (a key that is the node's alone always the node's); not the CIDR lists.
+   */
+  readonly keys: MergedKeys;
   /** Where each of its effective prefixes came from; only when loaded with `provenance`. */
   readonly provenance?: Provenance;
   /**
