@@ -78,8 +78,11 @@ export interface Decision extends FamilySteps {
   readonly translation: Translation;
 }
 
-/** What a decision reads of a config. */
+/** What a decision's steps read of a config (or a pod policy). */
 export type Decisive = Pick<Config, 'nonMasquerade' | 'masquerade' | 'egress'>;
+
+/** What a whole decision reads of a config or a pod policy: the steps' lists, and every key. */
+export type Decider = Decisive & Pick<Config, 'keys'>;
 
 /**
  * The steps of docs/egress-policy.md "Egress policy": leaving through an interface not in
@@ -135,7 +138,7 @@ export function stepsOf(config: Decisive, family: AddressFamily): FamilySteps {
 
 /** The family's decision: its steps, and its translation as the config and the flags give it. */
 export function decisionOf(
-  config: Decisive,
+  config: Decider,
   family: AddressFamily,
   flags: TranslationFlags,
 ): Decision {

@@ -15,7 +15,7 @@ import type { AddressFamily, Config } from '../config/types.js';
 import {
   decisionOf,
   setRanges,
-  type Decisive,
+  type Decider,
   type ListStep,
   type TranslationFlags,
 } from '../decision.js';
@@ -77,7 +77,7 @@ const JUDGED_ORDER = /^(oifname,)?(saddr,)?daddr,daddr,,$/;
  * which is checked here.
  */
 export function flowPolicy(
-  config: Decisive,
+  config: Decider,
   family: AddressFamily,
   flags: TranslationFlags,
 ): FlowPolicy {
@@ -115,8 +115,8 @@ export function samePolicy(a: FlowPolicy, b: FlowPolicy): boolean {
  * every address but these; absent: every source (a config without pod policies, before and after).
  */
 export interface SourceGroup {
-  readonly before: Decisive;
-  readonly after: Decisive;
+  readonly before: Decider;
+  readonly after: Decider;
   readonly only?: readonly bigint[];
   readonly except?: readonly bigint[];
 }
@@ -149,7 +149,7 @@ export function sourceGroups(before: Config, after: Config, family: AddressFamil
     pair.addresses.push(address);
     pairs.set(key, pair);
   }
-  const decider = (config: Config, index: number): Decisive =>
+  const decider = (config: Config, index: number): Decider =>
     index < 0 ? config : config.podPolicies![index]!;
   return [
     { before, after, except: all },
