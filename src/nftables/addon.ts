@@ -310,17 +310,12 @@ export async function natSample(request: NatSampleRequest): Promise<NatSample> {
   });
 }
 
-/** Packed buffers by range list: a judgement may pass the same list more than once. */
-const packedLists = new WeakMap<object, PackedRanges>();
-
-/** The ranges as the addon takes them (cidr/ranges.ts, PackedRanges), packed once per list. */
+/**
+ * The ranges as the addon takes them (cidr/ranges.ts, PackedRanges): as they are when the caller
+ * packed them (the changed ranges' worker does), else packed here.
+ */
 function rangeBuffer(family: 4 | 6, ranges: RangeList): Buffer {
-  let packed = ranges instanceof PackedRanges ? ranges : packedLists.get(ranges);
-  if (!packed) {
-    packed = packRanges(family, ranges);
-    packedLists.set(ranges, packed);
-  }
-  const { bytes } = packed;
+  const { bytes } = ranges instanceof PackedRanges ? ranges : packRanges(family, ranges);
   return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
