@@ -1,6 +1,7 @@
 // Wires the long-running agent: config watcher and signals → runner → reconciler → kernel, with the
 // health/metrics server reading the reconciler's status. docs/writes.md, "When it writes" and
 // "HTTP".
+import { familyOf } from './cidr/index.js';
 import type { Logger } from 'pino';
 import { AUTO_LAYOUT_CROSSOVER } from './compile.js';
 import { configLoader } from './config/loader.js';
@@ -141,7 +142,7 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
     async () =>
       Promise.all(
         (enableIPv6 ? (['ip', 'ip6'] as const) : (['ip'] as const)).map(async (family) => ({
-          family: family === 'ip' ? ('ipv4' as const) : ('ipv6' as const),
+          family: familyOf(family).name,
           counters: await nftKernel.counters({ family, name: table }),
         })),
       ),

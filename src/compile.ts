@@ -1,4 +1,5 @@
 // Config + flags → the agent's desired tables (pure). README, "What it does".
+import { familyOf } from './cidr/index.js';
 import { snatText } from './config/egress.js';
 import {
   decisionOf,
@@ -208,7 +209,7 @@ function podPolicyObjects(
   layout: 'interval' | 'concat',
 ): { chain: Chain; sets: NamedSet[]; counters: string[] } {
   const prefix = podPolicyPrefix(index);
-  const decision = decisionOf(policy, family === 'ip' ? 'ipv4' : 'ipv6', options);
+  const decision = decisionOf(policy, familyOf(family).name, options);
   const steps = decision.steps.map((step) =>
     step.field === undefined ? step : { ...step, set: `${prefix}${step.set}` },
   );
@@ -239,7 +240,7 @@ function compileFamily(
   mark: WriteMark,
   layout: 'interval' | 'concat',
 ): Table {
-  const decision = decisionOf(config, family === 'ip' ? 'ipv4' : 'ipv6', options);
+  const decision = decisionOf(config, familyOf(family).name, options);
   const translate = masqueradeRules(decision.translation, family, countIn('translated'));
   const listed = decision.steps.filter((step): step is ListStep => step.field !== undefined);
   const sets = listed
@@ -266,7 +267,7 @@ function compileFamily(
             key: podPolicyKey(family),
             map: 'verdict',
             flags: ['interval'],
-            elements: frozenElements(podPolicyElements(config, family === 'ip' ? 'ipv4' : 'ipv6')),
+            elements: frozenElements(podPolicyElements(config, familyOf(family).name)),
           },
         ]
       : [];

@@ -7,6 +7,7 @@ import {
   formatPrefix,
   rangesToPrefixes,
   type Range,
+  familyOf,
 } from './cidr/index.js';
 import { podPolicyName, type CompileOptions } from './compile.js';
 import { CONFIG_KEYS, type KeyName, type KeySpec } from './config/keys.js';
@@ -106,7 +107,7 @@ export function diffConfigs(current: Config, proposed: Config, options: CompileO
   const explainCurrent = explainer(current, options);
   const explainProposed = explainer(proposed, options);
   for (const { family, lost, gained } of flippedRanges(current, proposed, families)) {
-    const name: AddressFamily = family === 4 ? 'ipv4' : 'ipv6';
+    const { name } = familyOf(family);
     const sides: Array<[Direction, Range[]]> = [
       ['not masqueraded → masqueraded', lost],
       ['masqueraded → not masqueraded', gained],
@@ -185,7 +186,7 @@ function podPolicyChanges(
       return [{ file, change: a ? 'removed' : 'added', selects, flips: [], keys: [] }];
     }
     const flips = flippedRanges(a, b, families).flatMap(({ family, lost, gained }) => {
-      const name: AddressFamily = family === 4 ? 'ipv4' : 'ipv6';
+      const { name } = familyOf(family);
       return [
         ['not masqueraded → masqueraded', lost] as const,
         ['masqueraded → not masqueraded', gained] as const,

@@ -11,6 +11,7 @@ import {
   parseAddress,
   prefixRange,
   quote,
+  familyOf,
 } from './cidr/index.js';
 import type { CompileOptions } from './compile.js';
 import { snatText } from './config/egress.js';
@@ -210,8 +211,6 @@ export const LOCAL_NOTE =
   'Destinations local to the node are never masqueraded, whatever the config (the base chain skips ' +
   '`fib daddr type local`): which those are depends on the node, so it is not part of this answer.';
 
-const familyName = (family: Family): AddressFamily => (family === 4 ? 'ipv4' : 'ipv6');
-
 export function describeOrigin(origin: Origin): string {
   const prefix = formatPrefix(origin.prefix);
   if (origin.kind === 'entry') {
@@ -305,7 +304,7 @@ export function explainer(
     const slot = decider === config ? 0 : 1 + policies.indexOf(decider as PodPolicy);
     const byFamily = (prepared[slot] ??= {});
     let origins: OriginIndex | undefined;
-    const decision = decisionOf(decider, familyName(family), options);
+    const decision = decisionOf(decider, familyOf(family).name, options);
     return (byFamily[family] ??= {
       judge: new Judge(decision),
       translation: decision.translation,
@@ -337,7 +336,7 @@ function explainOne(
   const policy = policyAnswer(decider, judge, translation, flow, from);
   const base = {
     address: address.trim(),
-    family: familyName(family),
+    family: familyOf(family).name,
     ...(policy ? { policy } : {}),
     ...(podPolicy ? { podPolicy } : {}),
   };

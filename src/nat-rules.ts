@@ -6,7 +6,14 @@
 // carried to the rules after it; a verdict map may send the flow to any chain its elements name
 // (the kernel's elements, or an anonymous map's text), never for certain. Named sets are not looked
 // into. Pure.
-import { inRanges, parseAddress, parseCidr, prefixRange, type Range } from './cidr/index.js';
+import {
+  familyOf,
+  inRanges,
+  parseAddress,
+  parseCidr,
+  prefixRange,
+  type Range,
+} from './cidr/index.js';
 import { interfaceListed } from './decision.js';
 import type { ChainRules, ListedRule } from './nftables/types.js';
 
@@ -223,7 +230,7 @@ export function readRule(text: string): ReadRule {
       i += 2;
       const op = operator();
       const value = take();
-      const family = word === 'ip' ? 4 : 6;
+      const family = familyOf(word).number;
       const field = next;
       const ranges = op === 'other' ? undefined : addressRanges(value);
       matches.push((flow) => {

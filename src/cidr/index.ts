@@ -7,6 +7,7 @@ export {
   escapeUnprintable,
   quote,
 } from './address.js';
+export { familyOf, type AddressFamily, type IpFamily, type TableFamily } from './family.js';
 export {
   type Prefix,
   formatPrefix,

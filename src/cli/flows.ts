@@ -11,8 +11,8 @@ import {
   parseCidr,
   prefixRange,
   type Range,
+  familyOf,
 } from '../cidr/index.js';
-import type { AddressFamily } from '../config/types.js';
 import { errorText } from '../errors.js';
 import {
   chunked,
@@ -128,7 +128,7 @@ export async function flowsCommand(options: AgentOptions, kernel: Kernel): Promi
         ...(to ? { to: [to.range] } : {}),
       });
       incomplete ||= !sample.complete;
-      const name: AddressFamily = family === 4 ? 'ipv4' : 'ipv6';
+      const { name } = familyOf(family);
       if (sample.records) lists.push(flowSources(sample.records, name, ports));
     }
   } catch (err) {

@@ -1,7 +1,13 @@
 // The operator's commands (docs/explain.md, "Explain, diff, check"): --explain (offline, or --live
 // from the kernel), --diff and --check. Each loads configs with provenance through the same loader
 // the agent uses, and prints text or one JSON document.
-import { CidrError, escapeUnprintable, formatAddress, parseAddress } from '../cidr/index.js';
+import {
+  CidrError,
+  escapeUnprintable,
+  formatAddress,
+  parseAddress,
+  familyOf,
+} from '../cidr/index.js';
 import { compile, type CompileOptions } from '../compile.js';
 import { stepsOf, type ListStep } from '../decision.js';
 import type { Table } from '../nftables/types.js';
@@ -255,7 +261,7 @@ async function livePodPolicy(
   from: string,
 ): Promise<number | null | undefined> {
   const { family, addr } = parseAddress(from.trim());
-  const listing = await kernel.listTable({ family: family === 4 ? 'ip' : 'ip6', name: table });
+  const listing = await kernel.listTable({ family: familyOf(family).table, name: table });
   const block = new RegExp(
     `map ${POD_POLICY_MAP} \\{[^}]*?(?:elements = \\{([^}]*)\\})?\\s*\\}`,
   ).exec(listing ?? '');
@@ -290,9 +296,12 @@ interface OtherNatNote {
 }
 
 /** The reported chains that may translate this flow, with what their rules' own matches say. */
-function otherNatNotes(findings: readonly OtherNatFinding[], flow: NatFlow): OtherNatNote[] {
+function otherNatNotes(
+  findings: readonly OtherNatFinding[],
+  flow: NatFlow & { readonly family: 4 | 6 },
+): OtherNatNote[] {
   const notes: OtherNatNote[] = [];
-  const familyName = flow.family === 4 ? 'ip' : 'ip6';
+  const familyName = familyOf(flow.family).table;
   for (const f of findings) {
     const tableFamily = f.table.startsWith('iptables-legacy')
       ? 'ip'
@@ -334,7 +343,7 @@ async function liveAnswers(
   const findings = findingsOf(scan, await readLegacyNat());
   const listings = new Map<string, string | null>();
   for (const e of explanations) {
-    const family = e.family === 'ipv4' ? 'ip' : 'ip6';
+    const family = familyOf(e.family).table;
     const ref = { family, name: options.table } as const;
     if (!listings.has(family)) listings.set(family, await kernel.listTable(ref));
     const listing = listings.get(family) ?? null;

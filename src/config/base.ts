@@ -2,9 +2,9 @@
 // that change how a config is read, and the error a config that must not be applied gives. Below
 // keys.ts and types.ts: types.ts names the key table's merged values, so what the table needs
 // cannot live there without a circle of imports (docs/design.md, "Data flow").
-import { escapeUnprintable } from '../cidr/index.js';
+import { escapeUnprintable, type AddressFamily } from '../cidr/index.js';
 
-export type AddressFamily = 'ipv4' | 'ipv6';
+export type { AddressFamily } from '../cidr/index.js';
 
 /** Canonical CIDR strings (formatted by src/cidr), merged and sorted by address, per family. */
 export type CidrSets = { readonly [F in AddressFamily]: readonly string[] };

@@ -2,7 +2,7 @@
 // the first, in file-name order, that selects the pod; every other selecting policy is an overlap,
 // reported. The membership joins the config (withPodMembers) as the Nodes' pod CIDRs do, so the
 // kernel's verdict map and the hash follow it. Pure.
-import { type Family, formatAddress, parseAddress } from '../cidr/index.js';
+import { type Family, formatAddress, parseAddress, familyOf } from '../cidr/index.js';
 import { hashOf } from './build.js';
 import { EVERYTHING, selects } from './selector.js';
 import type { CidrSets, Config, PodPolicy } from './types.js';
@@ -49,7 +49,7 @@ export function selectingPolicies(
   return found;
 }
 
-const familyOf = (address: string): Family => (address.includes(':') ? 6 : 4);
+const familyOfAddress = (address: string): Family => (address.includes(':') ? 6 : 4);
 
 /**
  * Each address of the pods to the first policy that selects its pod. An address two pods hold (one
@@ -88,8 +88,8 @@ export function podMembership(
   const members = policies.map(() => ({ ipv4: [] as string[], ipv6: [] as string[] }));
   for (const [address, index] of owner) {
     if (index < 0) continue;
-    const family = familyOf(address);
-    members[index]![family === 4 ? 'ipv4' : 'ipv6'].push(
+    const family = familyOfAddress(address);
+    members[index]![familyOf(family).name].push(
       `${formatAddress(family, parseAddress(address).addr)}/${family === 4 ? 32 : 128}`,
     );
   }

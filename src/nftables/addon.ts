@@ -8,7 +8,14 @@
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { packRanges, PackedRanges, parseCidr, prefixRange, type RangeList } from '../cidr/index.js';
+import {
+  packRanges,
+  PackedRanges,
+  parseCidr,
+  prefixRange,
+  type RangeList,
+  familyOf,
+} from '../cidr/index.js';
 import {
   nftFailureKinds,
   type ChainInfo,
@@ -401,7 +408,7 @@ function rangeElementBytes(family: 4 | 6, elements: Elements, concat: boolean): 
 export async function editElements(edit: ElementEdit): Promise<CommitStep> {
   const native = addon();
   const tables = edit.tables.map((table) => {
-    const family = table.family === 'ip' ? (4 as const) : (6 as const);
+    const family = familyOf(table.family).number;
     return {
       family,
       table: table.table,
@@ -452,7 +459,7 @@ export async function auditSet(
   if (set.key.elements === 'names' || (interval && !set.flags.includes('interval')))
     throw new Error(`set ${set.name}: only sets of address ranges are audited over netlink`);
   return addon().auditSet({
-    family: ref.family === 'ip' ? 4 : 6,
+    family: familyOf(ref.family).number,
     table: ref.name,
     set: set.name,
     concat: !interval,
@@ -464,7 +471,7 @@ export async function auditSet(
  * The comments of a chain's rules in order ("" for a rule without one), over netlink. Not queued.
  */
 export async function ruleComments(ref: TableRef, chain: string): Promise<string[]> {
-  return addon().ruleComments(ref.family === 'ip' ? 4 : 6, ref.name, chain);
+  return addon().ruleComments(familyOf(ref.family).number, ref.name, chain);
 }
 
 /** Deletes the plan's entries, `now` or `later`, each only if it is still the same entry. */

@@ -1,8 +1,8 @@
 // Data types of the nftables objects the agent writes, and of what the kernel port (kernel.ts)
 // takes and answers. Behaviour (rendering) lives in render.ts.
-import type { Range, RangeList } from '../cidr/index.js';
+import type { Range, RangeList, TableFamily } from '../cidr/index.js';
 
-export type TableFamily = 'ip' | 'ip6';
+export type { TableFamily } from '../cidr/index.js';
 
 /**
  * What a set's elements are keyed by. Sets are declared `typeof EXPRESSION`, never `type

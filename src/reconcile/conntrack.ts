@@ -10,6 +10,7 @@ import {
   parseCidr,
   type Range,
   subtract,
+  familyOf,
 } from '../cidr/index.js';
 import type { AddressFamily, Config } from '../config/types.js';
 import {
@@ -316,7 +317,7 @@ export class ConntrackFlush {
       return plan.hold;
     } catch (err) {
       this.deps.logger.warn(
-        { err, family: plan.family === 4 ? 'ip' : 'ip6', generation },
+        { err, family: familyOf(plan.family).table, generation },
         'could not let late replies through during the conntrack flush; a flow to a slow peer may keep its old decision',
       );
       return 0;

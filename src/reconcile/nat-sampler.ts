@@ -3,6 +3,7 @@
 // on a pool thread (nftables/addon.ts, natSample), sets ipmasq_snat_flows and
 // ipmasq_snat_port_usage_ratio. A sample that runs past its CPU budget stops; the series keep the
 // last complete sample, and it is said once.
+import { familyOf } from '../cidr/index.js';
 import type { Logger } from 'pino';
 import type { AddressFamily } from '../config/types.js';
 import { errorText } from '../errors.js';
@@ -87,7 +88,7 @@ export class NatSampler {
     try {
       for (const family of families) {
         const sample = await kernel.natSample({
-          family: family === 'ipv4' ? 4 : 6,
+          family: familyOf(family).number,
           cpuBudgetS: budget,
           bySource: false,
         });

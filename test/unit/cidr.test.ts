@@ -1,6 +1,7 @@
 import t from 'tap';
 import {
   CidrError,
+  familyOf,
   type Prefix,
   formatAddress,
   formatPrefix,
@@ -180,4 +181,16 @@ t.test('100 000 prefixes merge quickly', async (t) => {
   // Generous bounds so a loaded CI machine passes; they catch an accidental quadratic algorithm.
   t.ok(ms4 < 2000, `IPv4 merge took ${ms4.toFixed(0)} ms`);
   t.ok(ms6 < 4000, `IPv6 merge took ${ms6.toFixed(0)} ms`);
+});
+
+t.test('one record per IP family, found from any of its three spellings', async (t) => {
+  for (const [number, name, table] of [
+    [4, 'ipv4', 'ip'],
+    [6, 'ipv6', 'ip6'],
+  ] as const) {
+    for (const spelling of [number, name, table]) {
+      t.same(familyOf(spelling), { number, name, table }, String(spelling));
+      t.equal(familyOf(spelling), familyOf(number), `${spelling}: the same record`);
+    }
+  }
 });
