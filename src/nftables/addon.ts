@@ -208,21 +208,24 @@ function runNative(
   options: RunOptions,
   timeoutMs: number,
 ): Promise<string> {
-  return (
-    native
-      .run(
-        script,
-        options.dryRun ?? false,
-        options.json ? 'json' : options.listing ? 'listing' : 'text',
-        timeoutMs,
-      )
-      // Rethrown with a JS stack; the native error carries nothing more than its text and kind.
-      .catch((err: unknown) => {
-        const code = (err as { code?: unknown } | null)?.code;
-        const kind = nftFailureKinds.find((k) => k === code) ?? 'error';
-        throw new NftError(errorText(err), kind);
-      })
-  );
+  return native
+    .run(
+      script,
+      options.dryRun ?? false,
+      options.json ? 'json' : options.listing ? 'listing' : 'text',
+      timeoutMs,
+    )
+    .catch(asNftError);
+}
+
+/**
+ * Every failure of a native call as one NftError (rethrown with a JS stack; the native error
+ * carries nothing more than its text and its kind, the addon's `code`, else `error`).
+ */
+function asNftError(err: unknown): never {
+  const code = (err as { code?: unknown } | null)?.code;
+  const kind = nftFailureKinds.find((k) => k === code) ?? 'error';
+  throw new NftError(errorText(err), kind);
 }
 
 /** Run an nft script (what `nft -f` accepts) in one libnftables call, off the JS thread. */
@@ -246,12 +249,20 @@ export async function readNft(script: string, options: RunOptions = {}): Promise
  * other than one is another tool's commit.
  */
 export async function commitNft(script: string): Promise<CommitStep> {
-  const native = addon();
   const timeoutMs = nftTimeoutMs();
+  return committed((native) => runNative(native, script, {}, timeoutMs));
+}
+
+/**
+ * A commit of ours in the queue's turn, with the namespace's generation id read right before and
+ * right after it (undefined where it cannot be read): every write goes through here.
+ */
+function committed(write: (native: NativeAddon) => Promise<unknown>): Promise<CommitStep> {
+  const native = addon();
   const generation = () => native.generationId().catch(() => undefined);
   return serialised(async () => {
     const before = await generation();
-    await runNative(native, script, {}, timeoutMs);
+    await write(native);
     return { before, after: await generation() };
   });
 }
@@ -263,7 +274,7 @@ export async function commitNft(script: string): Promise<CommitStep> {
  */
 export async function nftGenerationId(): Promise<number> {
   const native = addon();
-  return serialised(() => native.generationId());
+  return serialised(() => native.generationId().catch(asNftError));
 }
 
 /**
@@ -271,14 +282,14 @@ export async function nftGenerationId(): Promise<number> {
  * queued.
  */
 export async function nftTableNames(): Promise<Array<{ family: string; name: string }>> {
-  return addon().listTables();
+  return addon().listTables().catch(asNftError);
 }
 
 /**
  * Every chain in the namespace, with its hook when it has one, from one netlink dump. Not queued.
  */
 export async function nftChains(): Promise<ChainInfo[]> {
-  return addon().listChains();
+  return addon().listChains().catch(asNftError);
 }
 
 /**
@@ -290,7 +301,7 @@ export async function nftRuleShapes(
   table: string,
   chain: string,
 ): Promise<RuleShape[]> {
-  return addon().listRules(family, table, chain);
+  return addon().listRules(family, table, chain).catch(asNftError);
 }
 
 /**
@@ -298,7 +309,7 @@ export async function nftRuleShapes(
  * Not queued behind our writes: a scrape must not wait for one (a read changes nothing).
  */
 export async function nftCounters(family: string, table: string): Promise<CounterValue[]> {
-  return addon().listCounters(family, table);
+  return addon().listCounters(family, table).catch(asNftError);
 }
 
 /**
@@ -308,13 +319,15 @@ export async function nftCounters(family: string, table: string): Promise<Counte
  */
 export async function natSample(request: NatSampleRequest): Promise<NatSample> {
   const { family } = request;
-  return addon().natSample({
-    family,
-    cpuBudgetS: request.cpuBudgetS,
-    bySource: request.bySource,
-    from: rangeBuffer(family, request.from ?? []),
-    to: rangeBuffer(family, request.to ?? []),
-  });
+  return addon()
+    .natSample({
+      family,
+      cpuBudgetS: request.cpuBudgetS,
+      bySource: request.bySource,
+      from: rangeBuffer(family, request.from ?? []),
+      to: rangeBuffer(family, request.to ?? []),
+    })
+    .catch(asNftError);
 }
 
 /**
@@ -342,17 +355,19 @@ function nativePolicy(family: 4 | 6, policy: FlowPolicy): NativePolicy {
  */
 export async function judgeFlows(request: FlowJudgement): Promise<FlowPlan> {
   const { family } = request;
-  const answer = await addon().conntrackJudge({
-    family,
-    protocols: [...request.protocols],
-    lost: rangeBuffer(family, request.lost),
-    gained: rangeBuffer(family, request.gained),
-    policyChanged: request.exemptAfter !== null,
-    exemptAfter: rangeBuffer(family, request.exemptAfter ?? []),
-    before: nativePolicy(family, request.before),
-    after: nativePolicy(family, request.after),
-    holdMax: request.holdMax,
-  });
+  const answer = await addon()
+    .conntrackJudge({
+      family,
+      protocols: [...request.protocols],
+      lost: rangeBuffer(family, request.lost),
+      gained: rangeBuffer(family, request.gained),
+      policyChanged: request.exemptAfter !== null,
+      exemptAfter: rangeBuffer(family, request.exemptAfter ?? []),
+      before: nativePolicy(family, request.before),
+      after: nativePolicy(family, request.after),
+      holdMax: request.holdMax,
+    })
+    .catch(asNftError);
   const { seen, unjudged, now, later, hold } = answer;
   return { family, seen, unjudged, now, later, hold, handle: answer.plan };
 }
@@ -363,13 +378,9 @@ export async function judgeFlows(request: FlowJudgement): Promise<FlowPlan> {
  * around it in the same turn of the queue as every commit of ours.
  */
 export async function holdReplies(plan: FlowPlan, table: string, set: string): Promise<CommitStep> {
-  const native = addon();
-  const generation = () => native.generationId().catch(() => undefined);
-  return serialised(async () => {
-    const before = await generation();
-    await native.conntrackHold(plan.handle, plan.family, table, set);
-    return { before, after: await generation() };
-  });
+  return committed((native) =>
+    native.conntrackHold(plan.handle, plan.family, table, set).catch(asNftError),
+  );
 }
 
 /**
@@ -406,7 +417,6 @@ function rangeElementBytes(family: 4 | 6, elements: Elements, concat: boolean): 
  * or (with `generation`) another commit since.
  */
 export async function editElements(edit: ElementEdit): Promise<CommitStep> {
-  const native = addon();
   const tables = edit.tables.map((table) => {
     const family = familyOf(table.family).number;
     return {
@@ -434,14 +444,7 @@ export async function editElements(edit: ElementEdit): Promise<CommitStep> {
     tables,
     ...(edit.generation !== undefined ? { generation: edit.generation } : {}),
   };
-  const generation = () => native.generationId().catch(() => undefined);
-  return serialised(async () => {
-    const before = await generation();
-    await native.editElements(request).catch((err: unknown) => {
-      throw new NftError(errorText(err), 'error');
-    });
-    return { before, after: await generation() };
-  });
+  return committed((native) => native.editElements(request).catch(asNftError));
 }
 
 /**
@@ -458,25 +461,27 @@ export async function auditSet(
   const interval = set.key.elementSuffix === '';
   if (set.key.elements === 'names' || (interval && !set.flags.includes('interval')))
     throw new Error(`set ${set.name}: only sets of address ranges are audited over netlink`);
-  return addon().auditSet({
-    family: familyOf(ref.family).number,
-    table: ref.name,
-    set: set.name,
-    concat: !interval,
-    expected: elements.join('\n'),
-  });
+  return addon()
+    .auditSet({
+      family: familyOf(ref.family).number,
+      table: ref.name,
+      set: set.name,
+      concat: !interval,
+      expected: elements.join('\n'),
+    })
+    .catch(asNftError);
 }
 
 /**
  * The comments of a chain's rules in order ("" for a rule without one), over netlink. Not queued.
  */
 export async function ruleComments(ref: TableRef, chain: string): Promise<string[]> {
-  return addon().ruleComments(familyOf(ref.family).number, ref.name, chain);
+  return addon().ruleComments(familyOf(ref.family).number, ref.name, chain).catch(asNftError);
 }
 
 /** Deletes the plan's entries, `now` or `later`, each only if it is still the same entry. */
 export async function deleteFlows(plan: FlowPlan, which: 'now' | 'later'): Promise<DeletedFlows> {
-  const answer = await addon().conntrackDelete(plan.handle, which);
+  const answer = await addon().conntrackDelete(plan.handle, which).catch(asNftError);
   return { deleted: new Map(answer.deleted), error: answer.error };
 }
 

@@ -41,7 +41,11 @@ export interface AnyTableRef {
   readonly name: string;
 }
 
-export interface Kernel {
+/**
+ * Our tables, as the agent writes, reads back and audits them: through libnftables for scripts
+ * and listings, plain netlink for element writes, audits, comments, counters and the generation id.
+ */
+export interface TablesPort {
   /** The table's listing as nft prints it, or null when it does not exist. */
   listTable(ref: TableRef): Promise<string | null>;
   /**
@@ -63,6 +67,19 @@ export interface Kernel {
   /** The namespace's nftables generation id (moves on every commit by anyone). */
   generationId(): Promise<number>;
   /**
+   * A table's named counters and their counts, from plain netlink ([] when the table is absent).
+   */
+  counters(ref: TableRef): Promise<CounterValue[]>;
+  /** Whether the kernel's set holds `element` (for an interval set, a range containing it). */
+  setHas(ref: TableRef, set: string, element: string): Promise<boolean>;
+}
+
+/**
+ * Everyone else's tables, only looked at (the look at other NAT, the original agent's chain, which
+ * the agent may remove when asked).
+ */
+export interface OthersPort {
+  /**
    * Every table in the namespace, from plain netlink: works where libnftables cannot parse them.
    */
   tableNames(): Promise<AnyTableRef[]>;
@@ -80,10 +97,6 @@ export interface Kernel {
     chains: ReadonlyArray<{ family: string; table: string; chain: string }>,
   ): Promise<string>;
   /**
-   * A table's named counters and their counts, from plain netlink ([] when the table is absent).
-   */
-  counters(ref: TableRef): Promise<CounterValue[]>;
-  /**
    * Whether libnftables can list this table (false when listing it crashes or hangs libnftables).
    */
   readable(ref: AnyTableRef): Promise<boolean>;
@@ -97,8 +110,10 @@ export interface Kernel {
    * deleted.
    */
   removeLegacyChain(chain: string): Promise<number>;
-  /** Whether the kernel's set holds `element` (for an interval set, a range containing it). */
-  setHas(ref: TableRef, set: string, element: string): Promise<boolean>;
+}
+
+/** Conntrack: the entries a change must delete, and the NAT figures, from plain netlink. */
+export interface ConntrackPort {
   /**
    * The conntrack entries a config change must delete, judged one by one (docs/writes.md, "Existing
    * flows").
@@ -114,6 +129,12 @@ export interface Kernel {
   /** Deletes the plan's entries, at once (`now`) or those in flight after their grace (`later`). */
   deleteFlows(plan: FlowPlan, which: 'now' | 'later'): Promise<DeletedFlows>;
 }
+
+/**
+ * Everything that touches the kernel, for reconcile and the CLI alike; a module that needs one
+ * room of it takes that port.
+ */
+export interface Kernel extends TablesPort, OthersPort, ConntrackPort {}
 
 export { NftError };
 export { libnftablesVersion } from './addon.js';
@@ -173,7 +194,7 @@ export const nftKernel: Kernel = {
     try {
       return await nftCounters(ref.family, ref.name);
     } catch (err) {
-      if (/No such file or directory/.test(String(err))) return [];
+      if (err instanceof NftError && err.isNotFound()) return [];
       throw err;
     }
   },

@@ -2,7 +2,7 @@
 // the look at other NAT (other-nat.ts) and warned about before the first sync's write, removed with --remove-legacy-chain only once our own table is
 // in the kernel, so no flow goes out unmasqueraded meanwhile. Never fatal.
 import type { Logger } from 'pino';
-import type { Kernel } from '../nftables/kernel.js';
+import type { OthersPort } from '../nftables/kernel.js';
 import type { ChainInfo } from '../nftables/types.js';
 import type { NodeEvents } from '../kubernetes/events.js';
 import type { AgentMetrics } from './metrics.js';
@@ -16,7 +16,7 @@ export interface LegacyOptions {
 }
 
 export interface LegacyDeps {
-  readonly kernel: Kernel;
+  readonly kernel: OthersPort;
   readonly options: LegacyOptions;
   readonly logger: Logger;
   /** Where `ipmasq_legacy_chain_present` is set; a one-shot --cleanup has none to serve. */

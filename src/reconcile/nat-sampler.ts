@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import type { AddressFamily } from '../config/types.js';
 import { errorText } from '../errors.js';
 import { headroomOf, type Headroom } from '../flows.js';
-import type { Kernel } from '../nftables/kernel.js';
+import type { ConntrackPort } from '../nftables/kernel.js';
 
 /**
  * The most CPU one family's sample may take (docs/observability.md, "What the node's NAT does").
@@ -23,7 +23,7 @@ export const NAT_SAMPLE_BUDGET_S = 5;
 export const NAT_SAMPLE_CPU_SHARE = 0.02;
 
 export interface NatSamplerDeps {
-  readonly kernel: Kernel;
+  readonly kernel: ConntrackPort;
   readonly logger: Logger;
   /** Where each complete sample's figures go. */
   readonly publish: (rows: readonly Headroom[]) => void;
