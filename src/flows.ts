@@ -3,6 +3,7 @@
 // protocol, and the operator's view of `--flows` from a NAT sample's records (nftables/types.ts,
 // NatRecords), read a source at a time and written a piece at a time: memory flat whatever the
 // number of groups. Pure.
+import { protocolText } from './protocols.js';
 import type { PortRange } from './decision.js';
 import type { AddressFamily } from './config/types.js';
 import { endianness } from 'node:os';
@@ -13,11 +14,11 @@ import type { NatRecords, NatSample, RuleShape } from './nftables/types.js';
 export const NAT_PROTOCOLS = ['tcp', 'udp', 'sctp', 'icmp', 'other'] as const;
 export type NatProtocol = (typeof NAT_PROTOCOLS)[number];
 
-export function protocolName(protocol: number, family: AddressFamily): NatProtocol {
-  if (protocol === 6) return 'tcp';
-  if (protocol === 17) return 'udp';
-  if (protocol === 132) return 'sctp';
-  if (protocol === (family === 'ipv4' ? 1 : 58)) return 'icmp';
+/** A protocol as the series label it: the family's ICMP as `icmp`, the rest outside tcp/udp/sctp `other`. */
+export function natProtocol(protocol: number, family: AddressFamily): NatProtocol {
+  const name = protocolText(protocol);
+  if (name === 'tcp' || name === 'udp' || name === 'sctp') return name;
+  if (name === (family === 'ipv4' ? 'icmp' : 'icmpv6')) return 'icmp';
   return 'other';
 }
 
@@ -57,7 +58,7 @@ export function headroomOf(family: AddressFamily, sample: NatSample, ports: numb
   const flows = new Map<NatProtocol, number>();
   const busiest = new Map<NatProtocol, number>();
   for (const [number, count, most] of sample.protocols) {
-    const name = protocolName(number, family);
+    const name = natProtocol(number, family);
     flows.set(name, (flows.get(name) ?? 0) + count);
     busiest.set(name, Math.max(busiest.get(name) ?? 0, most));
   }
@@ -145,7 +146,7 @@ export function* flowSources(
               translated.push(addressAt(data, j * stride + w, w));
           }
           yield {
-            protocol: protocolName(data[record + 3 * w + 2]!, family),
+            protocol: natProtocol(data[record + 3 * w + 2]!, family),
             address: addressAt(data, record + 2 * w, w),
             port: data.readUInt16BE(record + 3 * w),
             flows: group,

@@ -6,6 +6,7 @@
 // carried to the rules after it; a verdict map may send the flow to any chain its elements name
 // (the kernel's elements, or an anonymous map's text), never for certain. Named sets are not looked
 // into. Pure.
+import { PROTOCOL_NUMBERS, protocolNumber } from './protocols.js';
 import {
   familyOf,
   inRanges,
@@ -102,25 +103,6 @@ function items(value: string): string[] {
     .split(',')
     .map((item) => item.trim())
     .filter(Boolean);
-}
-
-const PROTOCOLS: Readonly<Record<string, number>> = {
-  icmp: 1,
-  igmp: 2,
-  tcp: 6,
-  udp: 17,
-  gre: 47,
-  esp: 50,
-  ah: 51,
-  'ipv6-icmp': 58,
-  icmpv6: 58,
-  sctp: 132,
-  udplite: 136,
-};
-
-function protocolNumber(text: string): number | undefined {
-  if (/^\d+$/.test(text)) return Number(text);
-  return PROTOCOLS[text];
 }
 
 /**
@@ -276,7 +258,7 @@ export function readRule(text: string): ReadRule {
       (next === 'dport' || next === 'sport')
     ) {
       // The port is not known; the protocol is.
-      const protocol = PROTOCOLS[word]!;
+      const protocol = PROTOCOL_NUMBERS[word]!;
       i += 2;
       operator();
       take();

@@ -30,7 +30,7 @@ import type { Config, LoadOptions, LoadResult } from '../config/types.js';
 import { diffConfigs, diffText } from '../diff.js';
 import { explainer, explanationText, LOCAL_NOTE, type Explanation } from '../explain.js';
 import { plan, usesApi, type AgentOptions } from '../options.js';
-import type { Kernel } from '../nftables/kernel.js';
+import { legacyChainsIn, type Kernel } from '../nftables/kernel.js';
 import { errorText } from '../errors.js';
 
 const out = (text: string) => process.stdout.write(text.endsWith('\n') ? text : `${text}\n`);
@@ -453,9 +453,7 @@ async function liveAnswers(
       mark: 0,
     });
   });
-  const legacyChains = legacyNames.filter((name) =>
-    scan.all.some((c) => c.family === 'ip' && c.table === 'nat' && c.name === name),
-  );
+  const legacyChains = legacyChainsIn(scan.all, legacyNames);
   return { answers, legacyChains };
 }
 

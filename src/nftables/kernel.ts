@@ -131,6 +131,16 @@ export interface ConntrackPort {
 }
 
 /**
+ * Which of these names are chains of iptables-nft's `ip nat` in a chain dump (the original agent's,
+ * docs/migration.md).
+ */
+export function legacyChainsIn(chains: readonly ChainInfo[], names: readonly string[]): string[] {
+  return names.filter((name) =>
+    chains.some((c) => c.family === 'ip' && c.table === 'nat' && c.name === name),
+  );
+}
+
+/**
  * Everything that touches the kernel, for reconcile and the CLI alike; a module that needs one
  * room of it takes that port.
  */
@@ -221,10 +231,7 @@ export const nftKernel: Kernel = {
   },
   async legacyChains(names) {
     // From the chain dump the look at other NAT makes too (reconcile/other-nat.ts).
-    const chains = await nftChains();
-    return names.filter((name) =>
-      chains.some((c) => c.family === 'ip' && c.table === 'nat' && c.name === name),
-    );
+    return legacyChainsIn(await nftChains(), names);
   },
   async removeLegacyChain(chain) {
     const handles = await jumpRuleHandles(chain);

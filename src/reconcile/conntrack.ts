@@ -2,6 +2,7 @@
 // changes the decision for some flows, the conntrack entries of exactly those flows are deleted, so
 // that each one's next packet is decided by the new rules; every other entry stays. Never fatal to
 // the write.
+import { protocolText, UDP, UDPLITE } from '../protocols.js';
 import type { Logger } from 'pino';
 import {
   inRanges,
@@ -29,21 +30,6 @@ import type { AgentMetrics } from './metrics.js';
 import type { ConntrackFlushMode } from './flush-modes.js';
 
 export type { ConntrackFlushMode } from './flush-modes.js';
-
-const UDP = 17;
-const UDPLITE = 136;
-const protocolNames = new Map([
-  [1, 'icmp'],
-  [6, 'tcp'],
-  [UDP, 'udp'],
-  [58, 'icmpv6'],
-  [132, 'sctp'],
-  [UDPLITE, 'udplite'],
-]);
-
-export function protocolName(protocol: number): string {
-  return protocolNames.get(protocol) ?? String(protocol);
-}
 
 /**
  * How long a translated UDP flow still waiting for its first reply (a query in flight) keeps its
@@ -295,7 +281,7 @@ export class ConntrackFlush {
   ): void {
     into[family] ??= {};
     for (const [protocol, count] of result.deleted) {
-      const name = protocolName(protocol);
+      const name = protocolText(protocol);
       into[family][name] = (into[family][name] ?? 0) + count;
       this.deps.metrics.addConntrackFlushed(family, name, count);
     }

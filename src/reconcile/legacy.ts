@@ -2,7 +2,7 @@
 // the look at other NAT (other-nat.ts) and warned about before the first sync's write, removed with --remove-legacy-chain only once our own table is
 // in the kernel, so no flow goes out unmasqueraded meanwhile. Never fatal.
 import type { Logger } from 'pino';
-import type { OthersPort } from '../nftables/kernel.js';
+import { legacyChainsIn, type OthersPort } from '../nftables/kernel.js';
 import type { ChainInfo } from '../nftables/types.js';
 import type { NodeEvents } from '../kubernetes/events.js';
 import type { AgentMetrics } from './metrics.js';
@@ -38,9 +38,7 @@ export class LegacyChain {
   /** At each look at the namespace's chains (other-nat.ts), before the first sync's write too. */
   observe(all: readonly ChainInfo[]): void {
     const { options, logger, metrics } = this.deps;
-    const found = options.chains.filter((name) =>
-      all.some((chain) => chain.family === 'ip' && chain.table === 'nat' && chain.name === name),
-    );
+    const found = legacyChainsIn(all, options.chains);
     for (const chain of found) {
       if (this.present.has(chain)) continue;
       this.deps.events?.(

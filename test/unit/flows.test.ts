@@ -12,18 +12,18 @@ import {
   flowsTextLines,
   headroomOf,
   mergedSources,
-  protocolName,
+  natProtocol,
   snatPorts,
   snatPortsOfShapes,
 } from '../../src/flows.js';
 import type { NatRecords, NatSample } from '../../src/nftables/types.js';
 
 t.test('protocols by family: ICMP is 1 for IPv4, 58 for IPv6', async (t) => {
-  t.equal(protocolName(1, 'ipv4'), 'icmp');
-  t.equal(protocolName(58, 'ipv6'), 'icmp');
-  t.equal(protocolName(58, 'ipv4'), 'other');
+  t.equal(natProtocol(1, 'ipv4'), 'icmp');
+  t.equal(natProtocol(58, 'ipv6'), 'icmp');
+  t.equal(natProtocol(58, 'ipv4'), 'other');
   t.same(
-    [6, 17, 132, 47].map((p) => protocolName(p, 'ipv4')),
+    [6, 17, 132, 47].map((p) => natProtocol(p, 'ipv4')),
     ['tcp', 'udp', 'sctp', 'other'],
   );
 });
