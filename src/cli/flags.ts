@@ -55,9 +55,32 @@ interface Flag {
   /** The environment variable whose value stands for the flag when it is not given. */
   readonly env?: string;
   readonly apply: (value: string | boolean, draft: Draft) => void;
+  /**
+   * What the flag goes with, judged once every flag is read, when it was given: the problem in
+   * words, or undefined where it belongs.
+   */
+  readonly goesWith?: GoesWith;
 }
 
-/** A flag whose value is parsed into option `key`. */
+type GoesWith = (draft: Draft, given: ReadonlySet<string>) => string | undefined;
+
+/** The flag, with what it goes with. */
+const goes = (flag: Flag, goesWith: GoesWith): Flag => ({ ...flag, goesWith });
+
+/** The flag goes with --explain and --from. */
+const withFrom =
+  (name: string): GoesWith =>
+  (draft, given) =>
+    draft.modes.includes('explain') && given.has('from')
+      ? undefined
+      : `--${name} goes with --explain and --from (the pod's address)`;
+
+/** The flag goes with one of these modes (`words`: them as the message names them). */
+const withModes =
+  (name: string, modes: readonly Mode[], words: string): GoesWith =>
+  (draft) =>
+    draft.modes.some((m) => modes.includes(m)) ? undefined : `--${name} goes with ${words}`;
+
 /** `LEN` or `LEN,LEN6`: prefix lengths, IPv4 0–32 and IPv6 0–128 (IPv6 48 when not given). */
 function parseWidest(text: string): Options['widestNodePodCIDR'] {
   const parts = text.split(',');
@@ -76,6 +99,7 @@ function parseWidest(text: string): Options['widestNodePodCIDR'] {
   };
 }
 
+/** A flag whose value is parsed into option `key`. */
 function value<K extends keyof Options>(
   name: string,
   key: K,
@@ -385,6 +409,8 @@ export const FLAGS: readonly Flag[] = [
     help: 'with --explain: answer from the tables in the kernel',
     option: { key: 'live', initial: false },
     apply: (on, draft) => (draft.live = on === true),
+    goesWith: (draft) =>
+      draft.live && !draft.modes.includes('explain') ? '--live goes with --explain' : undefined,
   },
   value(
     'diff',
@@ -409,58 +435,96 @@ export const FLAGS: readonly Flag[] = [
     "validate config files, directories and Kubernetes manifests (the agent's ConfigMap, as the " +
       'DaemonSet mounts it); exit 0 when all valid',
   ),
-  value('configmap', 'configMaps', Object.freeze([DEFAULT_CONFIGMAP]), parseConfigMapName, {
-    arg: 'NS/NAME',
-    section: 'modes',
-    help: 'with --check: the ConfigMap(s) a manifest carries the config in; may be repeated',
-    shownDefault: DEFAULT_CONFIGMAP,
-  }),
+  goes(
+    value('configmap', 'configMaps', Object.freeze([DEFAULT_CONFIGMAP]), parseConfigMapName, {
+      arg: 'NS/NAME',
+      section: 'modes',
+      help: 'with --check: the ConfigMap(s) a manifest carries the config in; may be repeated',
+      shownDefault: DEFAULT_CONFIGMAP,
+    }),
+    withModes('configmap', ['check'], '--check'),
+  ),
   value('output', 'output', 'text', (text) => oneOf('output', outputs, text), {
     arg: 'FORMAT',
     section: 'modes',
     help: 'text or json, for --explain, --diff, --check and --flows',
   }),
-  value('from', 'from', '', (text) => checked('from', () => parseAddressOrCidr(text)), {
-    arg: 'ADDR[/LEN]',
-    section: 'modes',
-    help:
-      'with --explain or --diff: the source address to evaluate sourceCIDRs with; with --flows: ' +
-      'only flows from this address or CIDR',
-  }),
-  value('to', 'to', '', (text) => checked('to', () => parseAddressOrCidr(text)), {
-    arg: 'ADDR|CIDR',
-    section: 'modes',
-    help: 'with --flows: only flows to this address or CIDR',
-  }),
+  goes(
+    value('from', 'from', '', (text) => checked('from', () => parseAddressOrCidr(text)), {
+      arg: 'ADDR[/LEN]',
+      section: 'modes',
+      help:
+        'with --explain or --diff: the source address to evaluate sourceCIDRs with; with --flows: ' +
+        'only flows from this address or CIDR',
+    }),
+    (draft, given) =>
+      withModes(
+        'from',
+        ['explain', 'diff', 'flows'],
+        '--explain, --diff or --flows',
+      )(draft, given) ??
+      (!draft.modes.includes('flows') && draft.from.includes('/')
+        ? `--from: with --explain or --diff, an address (not ${draft.from})`
+        : undefined),
+  ),
+  goes(
+    value('to', 'to', '', (text) => checked('to', () => parseAddressOrCidr(text)), {
+      arg: 'ADDR|CIDR',
+      section: 'modes',
+      help: 'with --flows: only flows to this address or CIDR',
+    }),
+    withModes('to', ['flows'], '--flows'),
+  ),
   mode(
     'flows',
     'print the translated flows now in conntrack, by source and destination, with each ' +
       "destination's port usage (root, in the node's network namespace)",
   ),
-  value('via', 'via', '', parseVia, {
-    arg: 'IFACE',
-    section: 'modes',
-    help: 'with --explain or --diff: the egress interface to evaluate egressInterfaces with',
-  }),
-  labelsFlag(
-    'node-labels',
-    'nodeLabels',
-    "with --explain or --diff: the node's labels, for files with nodeSelector",
+  goes(
+    value('via', 'via', '', parseVia, {
+      arg: 'IFACE',
+      section: 'modes',
+      help: 'with --explain or --diff: the egress interface to evaluate egressInterfaces with',
+    }),
+    withModes('via', ['explain', 'diff'], '--explain or --diff'),
   ),
-  labelsFlag(
-    'pod-labels',
-    'podLabels',
-    "with --explain and --from: the labels of the pod that holds --from, for the pod policies' podSelector",
+  goes(
+    labelsFlag(
+      'node-labels',
+      'nodeLabels',
+      "with --explain or --diff: the node's labels, for files with nodeSelector",
+    ),
+    withModes('node-labels', ['explain', 'diff'], '--explain or --diff'),
   ),
-  value('pod', 'pod', '', parsePodRef, {
-    arg: 'NAMESPACE/NAME',
-    section: 'modes',
-    help: "with --explain and --kubeconfig or --kubernetes: the source is this pod (its address, its labels and its namespace's, read from the API server)",
-  }),
-  labelsFlag(
-    'namespace-labels',
-    'namespaceLabels',
-    "with --explain and --from: the labels of that pod's namespace, for the pod policies' namespaceSelector",
+  goes(
+    labelsFlag(
+      'pod-labels',
+      'podLabels',
+      "with --explain and --from: the labels of the pod that holds --from, for the pod policies' podSelector",
+    ),
+    withFrom('pod-labels'),
+  ),
+  goes(
+    value('pod', 'pod', '', parsePodRef, {
+      arg: 'NAMESPACE/NAME',
+      section: 'modes',
+      help: "with --explain and --kubeconfig or --kubernetes: the source is this pod (its address, its labels and its namespace's, read from the API server)",
+    }),
+    (draft, given) =>
+      withModes('pod', ['explain'], '--explain')(draft, given) ??
+      (given.has('from')
+        ? '--pod gives the source: --from and --pod do not go together'
+        : !usesApi(draft)
+          ? '--pod reads the pod from the API server: give --kubeconfig or --kubernetes'
+          : undefined),
+  ),
+  goes(
+    labelsFlag(
+      'namespace-labels',
+      'namespaceLabels',
+      "with --explain and --from: the labels of that pod's namespace, for the pod policies' namespaceSelector",
+    ),
+    withFrom('namespace-labels'),
   ),
   mode('cleanup', "delete the agent's ip/ip6 tables, exit"),
   mode('version', 'print the version, exit'),
@@ -619,41 +683,16 @@ export function parseArgs(
         throw new FlagError(`${flag.env} (standing for --${flag.name}): ${err.message}`);
       }
     }
-    if (draft.live && !draft.modes.includes('explain')) {
-      throw new FlagError('--live goes with --explain');
+    for (const flag of FLAGS) {
+      const problem = given.has(flag.name) ? flag.goesWith?.(draft, given) : undefined;
+      if (problem !== undefined) throw new FlagError(problem);
     }
-    for (const flag of ['via', 'node-labels'] as const) {
-      if (given.has(flag) && !draft.modes.some((m) => m === 'explain' || m === 'diff'))
-        throw new FlagError(`--${flag} goes with --explain or --diff`);
-    }
-    for (const flag of ['pod-labels', 'namespace-labels'] as const) {
-      if (given.has(flag) && !(draft.modes.includes('explain') && given.has('from')))
-        throw new FlagError(`--${flag} goes with --explain and --from (the pod's address)`);
-    }
-    if (given.has('pod')) {
-      if (!draft.modes.includes('explain')) throw new FlagError('--pod goes with --explain');
-      if (given.has('from'))
-        throw new FlagError('--pod gives the source: --from and --pod do not go together');
-      if (!usesApi(draft))
-        throw new FlagError(
-          '--pod reads the pod from the API server: give --kubeconfig or --kubernetes',
-        );
-    }
-    if (given.has('from') && !draft.modes.some((m) => ['explain', 'diff', 'flows'].includes(m)))
-      throw new FlagError('--from goes with --explain, --diff or --flows');
-    if (given.has('from') && !draft.modes.includes('flows') && draft.from.includes('/'))
-      throw new FlagError(`--from: with --explain or --diff, an address (not ${draft.from})`);
-    if (given.has('to') && !draft.modes.includes('flows'))
-      throw new FlagError('--to goes with --flows');
     const api = usesApi(draft);
     const onNode = draft.modes.length === 0 || draft.modes.includes('once');
     if (api && onNode && draft.nodeName === '') {
       throw new FlagError(
         "--kubernetes and --kubeconfig need the node's name: --node-name, or NODE_NAME (the DaemonSet sets it from spec.nodeName)",
       );
-    }
-    if (draft.configMapsGiven && !draft.modes.includes('check')) {
-      throw new FlagError('--configmap goes with --check');
     }
     if (draft.modes.length > 1) {
       throw new FlagError(
