@@ -2,7 +2,16 @@
 // that tests, and anything else sharing the process, never collide in prom-client's global one.
 import type { AddressFamily } from '../config/types.js';
 import { nftFailureKinds, type CounterValue, type NftFailureKind } from '../nftables/types.js';
-import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import {
+  collectDefaultMetrics,
+  Counter,
+  Gauge,
+  Histogram,
+  Registry,
+  type GaugeConfiguration,
+  type MetricObjectWithValues,
+  type MetricValue,
+} from 'prom-client';
 import { readConntrackHealth, type ConntrackHealth } from './conntrack-health.js';
 import type { Headroom } from '../flows.js';
 import { DECISION_COUNTERS, podPolicyIndex } from '../nftables/objects.js';
@@ -307,14 +316,10 @@ export class AgentMetrics {
       ['ipmasq_conntrack_entries', 'entries'],
       ['ipmasq_conntrack_max', 'max'],
     ] as const) {
-      new Gauge({
+      new OptionalGauge({
         ...this.series(name),
-        async collect() {
-          const health = await current();
-          this.reset();
-          const value = health?.[field];
-          if (value !== undefined) this.set(value);
-          else withoutSample(this);
+        async read() {
+          return (await current())?.[field];
         },
       });
     }
@@ -432,11 +437,30 @@ export class AgentMetrics {
 }
 
 /**
- * A gauge without labels left with no sample: prom-client's reset() puts a 0 back in one, which
- * would publish "0" for a value not read (its `hashMap` is where the samples are; no API for this).
+ * A gauge without labels whose value may not be there (conntrack not loaded, /proc not as
+ * expected): then the series has no sample, rather than the 0 prom-client's reset() would put back.
+ * Read at each scrape by `read`; only the public get() is overridden.
  */
-function withoutSample(gauge: Gauge): void {
-  (gauge as unknown as { hashMap: Record<string, unknown> }).hashMap = {};
+class OptionalGauge extends Gauge {
+  private readonly read: () => Promise<number | undefined>;
+
+  constructor(
+    configuration: Omit<GaugeConfiguration<string>, 'collect' | 'labelNames'> & {
+      read: () => Promise<number | undefined>;
+    },
+  ) {
+    const { read, ...rest } = configuration;
+    super(rest);
+    this.read = read;
+  }
+
+  override async get(): Promise<MetricObjectWithValues<MetricValue<string>>> {
+    const value = await this.read();
+    this.reset();
+    if (value !== undefined) this.set(value);
+    const metric = await super.get();
+    return value === undefined ? { ...metric, values: [] } : metric;
+  }
 }
 
 /**
