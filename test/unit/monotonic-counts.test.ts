@@ -2,6 +2,7 @@
 // a kernel count that falls (`nft reset counters`, counts lost around a whole write) adds its fall
 // to the series' offset; nothing is invented; keys are apart. And only our decisions' counters
 // become series.
+import fc from 'fast-check';
 import t from 'tap';
 import { AgentMetrics, MonotonicCounts } from '../../src/reconcile/metrics.js';
 
@@ -15,6 +16,32 @@ t.test('a falling count keeps the series where it was and counts on', async (t) 
   t.equal(counts.of('a', 3), 238);
   t.equal(counts.of('b', 5), 5, 'each key its own');
   t.equal(counts.of('a', 3), 238, 'unchanged: unchanged');
+});
+
+t.test('for any reads: the series is the first read plus every rise, apart per key', async (t) => {
+  // Whatever the kernel's counts do (rises, resets to 0, restores to an earlier value), the series
+  // never goes back and counts exactly what was seen to rise: never more, so nothing is invented.
+  const reads = fc.array(
+    fc.tuple(fc.constantFrom('a', 'b', 'c'), fc.oneof(fc.nat(1_000), fc.constant(0))),
+    { maxLength: 60 },
+  );
+  fc.assert(
+    fc.property(reads, (sequence) => {
+      const counts = new MonotonicCounts();
+      const model = new Map<string, { raw: number; published: number }>();
+      for (const [key, raw] of sequence) {
+        const seen = model.get(key);
+        const expected = seen ? seen.published + Math.max(0, raw - seen.raw) : raw;
+        const published = counts.of(key, raw);
+        if (published !== expected) return false;
+        if (seen && published < seen.published) return false;
+        model.set(key, { raw, published });
+      }
+      return true;
+    }),
+    { numRuns: 500 },
+  );
+  t.pass('500 sequences');
 });
 
 t.test('only translated, exempt and skipped become series; a fall never shows', async (t) => {
