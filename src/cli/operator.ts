@@ -149,17 +149,16 @@ export async function explainCommand(
   let live: Awaited<ReturnType<typeof liveAnswers>> | undefined;
   if (options.live && kernel) {
     try {
-      live = await liveAnswers(
-        await kernel(),
+      live = await liveAnswers(await kernel(), {
         config,
-        compile(config, stages.compile, 1),
-        stages.compile,
+        tables: compile(config, stages.compile, 1),
+        options: stages.compile,
         explanations,
-        stages.legacy.chains,
-        options.from,
-        options.via,
+        legacyNames: stages.legacy.chains,
+        from: options.from,
+        via: options.via,
         podPolicyIndex,
-      );
+      });
     } catch (e) {
       err(
         `--live: cannot read the kernel's tables (run as root in the node's network namespace): ` +
@@ -321,19 +320,25 @@ function otherNatNotes(
   return notes;
 }
 
+/** What --explain --live asks of the kernel, for every address explained. */
+interface LiveQuestion {
+  readonly config: Config;
+  /** The tables the agent writes for this config. */
+  readonly tables: readonly Table[];
+  readonly options: CompileOptions;
+  readonly explanations: readonly Explanation[];
+  readonly legacyNames: readonly string[];
+  readonly from: string;
+  readonly via: string;
+  /** The pod policy the verdict map gives `from` (livePodPolicy). */
+  readonly podPolicyIndex: number | null | undefined;
+}
+
 async function liveAnswers(
   kernel: Kernel,
-  config: Config,
-  tables: readonly Table[],
-  options: CompileOptions,
-  explanations: readonly Explanation[],
-  legacyNames: readonly string[],
-  from: string,
-  via: string,
-  /** The pod policy the verdict map gives `from` (livePodPolicy). */
-  podPolicyIndex: number | null | undefined,
+  question: LiveQuestion,
 ): Promise<{ answers: LiveAnswer[]; legacyChains: string[] }> {
-  const answers: LiveAnswer[] = [];
+  const { options, explanations, legacyNames, from, via } = question;
   const ours = options.table;
   const scan = await scanNatChains(
     kernel,
@@ -342,96 +347,11 @@ async function liveAnswers(
   );
   const findings = findingsOf(scan, await readLegacyNat());
   const listings = new Map<string, string | null>();
+  const answers: LiveAnswer[] = [];
   for (const e of explanations) {
     const family = familyOf(e.family).table;
-    const ref = { family, name: options.table } as const;
-    if (!listings.has(family)) listings.set(family, await kernel.listTable(ref));
-    const listing = listings.get(family) ?? null;
-    const none = (text: string, drift: boolean): LiveAnswer => ({
-      masqueraded: null,
-      generation: null,
-      drift,
-      text,
-    });
-    if (listing === null) {
-      answers.push(
-        none(
-          `no table ${family} ${options.table} in this namespace: the agent masquerades nothing here`,
-          e.reason !== 'not managed',
-        ),
-      );
-      continue;
-    }
-    const owner = tableOwner(listing);
-    if (owner.kind === 'foreign') {
-      answers.push(
-        none(
-          `table ${family} ${options.table} is not ours (no ipmasq-agent comment): not ours, left ` +
-            'alone; the agent neither decides with it nor repairs it (choose another --table)',
-          false,
-        ),
-      );
-      continue;
-    }
-    const generation = owner.kind === 'ours' ? (owner.mark?.generation ?? null) : null;
-    const table = tables.find((t) => t.family === family);
-    // Rules or declarations otherwise than the agent writes them: a set lookup no longer says what
-    // a packet sees (a deleted `return` rule masquerades what the set still holds).
-    const differ = table ? objectDrift(listing, table) : [];
-    if (differ.length > 0) {
-      answers.push(
-        none(
-          `generation ${generation ?? '?'} in the kernel: DRIFT: ${differ.join(', ')} differ${differ.length === 1 ? 's' : ''} ` +
-            'from what the agent writes for this config, so the sets do not tell what a packet sees ' +
-            '(the agent repairs it at the next sync)',
-          true,
-        ),
-      );
-      continue;
-    }
-    // Left alone by the egress policy's first steps: the destination sets do not decide it, and the
-    // rules that do are as the agent writes them (objectDrift just said so).
-    if (e.reason === 'egressInterfaces' || e.reason === 'sourceCIDRs') {
-      answers.push({
-        masqueraded: false,
-        generation,
-        drift: false,
-        text: `generation ${generation} in the kernel leaves it alone: its ${e.reason} rule is as the agent writes it`,
-      });
-      continue;
-    }
-    // The decision's destination steps in order, each asked of the kernel's set (the element as
-    // the agent formats it, as the set's layout looks it up); the first that holds it decides.
-    const parsed = parseAddress(e.address);
-    // A pod policy's decision where the kernel's verdict map sends the source to one (its sets
-    // carry its prefix).
-    const index = podPolicyIndex ?? null;
-    const policy = index === null ? undefined : config.podPolicies?.[index];
-    const prefix = policy ? podPolicyPrefix(index!) : '';
-    let decided: ListStep | undefined;
-    for (const step of stepsOf(policy ?? config, e.family).steps) {
-      if (step.field !== 'daddr') continue;
-      const name = `${prefix}${step.set}`;
-      const probe = table?.sets.find((set) => set.name === name)?.key.probeSuffix ?? '';
-      const element = formatAddress(parsed.family, parsed.addr) + probe;
-      if (await kernel.setHas(ref, name, element)) {
-        decided = { ...step, set: name };
-        break;
-      }
-    }
-    const masqueraded = decided ? decided.outcome === 'translated' : true;
-    const drift = e.reason === 'not managed' ? false : masqueraded !== e.masqueraded;
-    const set = decided ? `in the ${decided.set} set` : 'in neither set';
-    answers.push({
-      masqueraded,
-      generation,
-      drift,
-      text:
-        `generation ${generation} in the kernel ${masqueraded ? 'masquerades' : 'does not masquerade'} it (${set})` +
-        (drift
-          ? '; DRIFT: the config says otherwise (the kernel is repaired at the next sync)'
-          : ''),
-    });
+    if (!listings.has(family)) listings.set(family, await kernel.listTable({ family, name: ours }));
+    answers.push(await liveAnswer(kernel, question, e, listings.get(family) ?? null));
   }
   explanations.forEach((e, i) => {
     const answer = answers[i]!;
@@ -455,6 +375,91 @@ async function liveAnswers(
   });
   const legacyChains = legacyChainsIn(scan.all, legacyNames);
   return { answers, legacyChains };
+}
+
+/** One address's answer from the kernel: our table's listing (null: none) and its sets. */
+async function liveAnswer(
+  kernel: Kernel,
+  question: LiveQuestion,
+  e: Explanation,
+  listing: string | null,
+): Promise<LiveAnswer> {
+  const { config, tables, options, podPolicyIndex } = question;
+  const family = familyOf(e.family).table;
+  const ref = { family, name: options.table } as const;
+  const none = (text: string, drift: boolean): LiveAnswer => ({
+    masqueraded: null,
+    generation: null,
+    drift,
+    text,
+  });
+  if (listing === null) {
+    return none(
+      `no table ${family} ${options.table} in this namespace: the agent masquerades nothing here`,
+      e.reason !== 'not managed',
+    );
+  }
+  const owner = tableOwner(listing);
+  if (owner.kind === 'foreign') {
+    return none(
+      `table ${family} ${options.table} is not ours (no ipmasq-agent comment): not ours, left ` +
+        'alone; the agent neither decides with it nor repairs it (choose another --table)',
+      false,
+    );
+  }
+  const generation = owner.kind === 'ours' ? (owner.mark?.generation ?? null) : null;
+  const table = tables.find((t) => t.family === family);
+  // Rules or declarations otherwise than the agent writes them: a set lookup no longer says what
+  // a packet sees (a deleted `return` rule masquerades what the set still holds).
+  const differ = table ? objectDrift(listing, table) : [];
+  if (differ.length > 0) {
+    return none(
+      `generation ${generation ?? '?'} in the kernel: DRIFT: ${differ.join(', ')} differ${differ.length === 1 ? 's' : ''} ` +
+        'from what the agent writes for this config, so the sets do not tell what a packet sees ' +
+        '(the agent repairs it at the next sync)',
+      true,
+    );
+  }
+  // Left alone by the egress policy's first steps: the destination sets do not decide it, and the
+  // rules that do are as the agent writes them (objectDrift just said so).
+  if (e.reason === 'egressInterfaces' || e.reason === 'sourceCIDRs') {
+    return {
+      masqueraded: false,
+      generation,
+      drift: false,
+      text: `generation ${generation} in the kernel leaves it alone: its ${e.reason} rule is as the agent writes it`,
+    };
+  }
+  // The decision's destination steps in order, each asked of the kernel's set (the element as
+  // the agent formats it, as the set's layout looks it up); the first that holds it decides.
+  const parsed = parseAddress(e.address);
+  // A pod policy's decision where the kernel's verdict map sends the source to one (its sets
+  // carry its prefix).
+  const index = podPolicyIndex ?? null;
+  const policy = index === null ? undefined : config.podPolicies?.[index];
+  const prefix = policy ? podPolicyPrefix(index!) : '';
+  let decided: ListStep | undefined;
+  for (const step of stepsOf(policy ?? config, e.family).steps) {
+    if (step.field !== 'daddr') continue;
+    const name = `${prefix}${step.set}`;
+    const probe = table?.sets.find((set) => set.name === name)?.key.probeSuffix ?? '';
+    const element = formatAddress(parsed.family, parsed.addr) + probe;
+    if (await kernel.setHas(ref, name, element)) {
+      decided = { ...step, set: name };
+      break;
+    }
+  }
+  const masqueraded = decided ? decided.outcome === 'translated' : true;
+  const drift = e.reason === 'not managed' ? false : masqueraded !== e.masqueraded;
+  const set = decided ? `in the ${decided.set} set` : 'in neither set';
+  return {
+    masqueraded,
+    generation,
+    drift,
+    text:
+      `generation ${generation} in the kernel ${masqueraded ? 'masquerades' : 'does not masquerade'} it (${set})` +
+      (drift ? '; DRIFT: the config says otherwise (the kernel is repaired at the next sync)' : ''),
+  };
 }
 
 export async function diffCommand(options: AgentOptions): Promise<number> {
