@@ -303,9 +303,11 @@ export function explainer(
   const prepare = (decider: Config | PodPolicy, family: Family): Prepared => {
     const slot = decider === config ? 0 : 1 + policies.indexOf(decider as PodPolicy);
     const byFamily = (prepared[slot] ??= {});
+    const known = byFamily[family];
+    if (known) return known;
     let origins: OriginIndex | undefined;
     const decision = decisionOf(decider, familyOf(family).name, options);
-    return (byFamily[family] ??= {
+    return (byFamily[family] = {
       judge: new Judge(decision),
       translation: decision.translation,
       origins: () => (origins ??= originIndex(decider, family)),

@@ -178,15 +178,18 @@ function podPolicyOf(
   const own = mergeKeys([fragment], origin);
   // Every key the policy's flows are decided by: its own, else the node-wide value; a key that is
   // the node's alone (NODE_WIDE_ONLY) always the node's.
-  const keys: MergedKeys = { ...node, ...own };
-  for (const name of NODE_WIDE_ONLY) (keys as Record<string, unknown>)[name] = node[name];
+  const keys: Record<string, unknown> = { ...node, ...own };
+  for (const name of NODE_WIDE_ONLY) {
+    if (node[name] === undefined) delete keys[name];
+    else keys[name] = node[name];
+  }
   const masqLinkLocal = own.masqLinkLocal ?? node.masqLinkLocal ?? false;
   const masqLinkLocalIPv6 = own.masqLinkLocalIPv6 ?? node.masqLinkLocalIPv6 ?? false;
   const nonMasq =
     own.nonMasqueradeCIDRs ?? node.nonMasqueradeCIDRs ?? defaultNonMasqueradeCIDRs(options);
   const masq = own.masqueradeCIDRs ?? node.masqueradeCIDRs ?? [];
   const linkLocal = linkLocalPrefixes({ masqLinkLocal, masqLinkLocalIPv6 }, options);
-  const egress = egressOf(keys);
+  const egress = egressOf(keys as MergedKeys);
   return Object.freeze({
     file: fragment.file,
     ...(fragment.podSelector ? { podSelector: fragment.podSelector } : {}),
@@ -197,7 +200,7 @@ function podPolicyOf(
     masqLinkLocalIPv6,
     ...(egress ? { egress } : {}),
     own: carriedKeys(own),
-    keys: carriedKeys(keys),
+    keys: carriedKeys(keys as MergedKeys),
     ...(nodeFiles
       ? { provenance: podPolicyProvenance(fragment, nodeFiles, options, linkLocal) }
       : {}),
@@ -422,7 +425,7 @@ export function buildConfig(
     if (err instanceof ConfigError) return invalid(err);
     throw err;
   }
-  const egress = egressOf(keys);
+  const egress = egressOf(keys as MergedKeys);
   const nonMasq = keys.nonMasqueradeCIDRs ?? defaultNonMasqueradeCIDRs(options);
   const masq = keys.masqueradeCIDRs ?? [];
   // cidrLimit bounds every entry of the files that apply, pod policies' included.
@@ -453,7 +456,7 @@ export function buildConfig(
     cidrLimit,
     resyncIntervalMs,
     // Every merged key but those the sets carry, for whoever reads one (compile, say).
-    keys: carriedKeys(keys),
+    keys: carriedKeys(keys as MergedKeys),
     ...(egress ? { egress } : {}),
     ...(podPolicies.length > 0 ? { podPolicies: Object.freeze(podPolicies) } : {}),
   };
