@@ -146,16 +146,21 @@ export function nftTimeoutMs(env: NodeJS.ProcessEnv = process.env): number {
 }
 
 /**
- * An error from libnftables, carrying its own message text, and how the call failed (`kind`):
+ * An error from a native call, carrying its own message text, and how the call failed (`kind`):
  * `error`, it refused the command (its own message); `crash`, its process died (a signal, e.g.
  * SIGSEGV on objects it cannot parse); `timeout`, it was killed after the time limit; `spawn`, no
- * process could be started for it (fork or pipe failed).
+ * process could be started for it (fork or pipe failed). Its message names what failed: nftables,
+ * or conntrack for the flush's and the sample's dumps.
  */
 export class NftError extends Error {
   readonly nftMessage: string;
   readonly kind: NftFailureKind;
-  constructor(nftMessage: string, kind: NftFailureKind = 'error', options?: { cause?: unknown }) {
-    super(`nftables: ${nftMessage.trim()}`, options);
+  constructor(
+    nftMessage: string,
+    kind: NftFailureKind = 'error',
+    options?: { cause?: unknown; subsystem?: 'nftables' | 'conntrack' },
+  ) {
+    super(`${options?.subsystem ?? 'nftables'}: ${nftMessage.trim()}`, options);
     this.name = 'NftError';
     this.nftMessage = nftMessage;
     this.kind = kind;
@@ -223,9 +228,18 @@ function runNative(
  * carries nothing more than its text and its kind, the addon's `code`, else `error`).
  */
 function asNftError(err: unknown): never {
+  throw nativeError(err, 'nftables');
+}
+
+/** The same for a conntrack call: its message says conntrack. */
+function asConntrackError(err: unknown): never {
+  throw nativeError(err, 'conntrack');
+}
+
+function nativeError(err: unknown, subsystem: 'nftables' | 'conntrack'): NftError {
   const code = (err as { code?: unknown } | null)?.code;
   const kind = nftFailureKinds.find((k) => k === code) ?? 'error';
-  throw new NftError(errorText(err), kind);
+  return new NftError(errorText(err), kind, { subsystem });
 }
 
 /** Run an nft script (what `nft -f` accepts) in one libnftables call, off the JS thread. */
@@ -327,7 +341,7 @@ export async function natSample(request: NatSampleRequest): Promise<NatSample> {
       from: rangeBuffer(family, request.from ?? []),
       to: rangeBuffer(family, request.to ?? []),
     })
-    .catch(asNftError);
+    .catch(asConntrackError);
 }
 
 /**
@@ -367,7 +381,7 @@ export async function judgeFlows(request: FlowJudgement): Promise<FlowPlan> {
       after: nativePolicy(family, request.after),
       holdMax: request.holdMax,
     })
-    .catch(asNftError);
+    .catch(asConntrackError);
   const { seen, unjudged, now, later, hold } = answer;
   return { family, seen, unjudged, now, later, hold, handle: answer.plan };
 }
@@ -481,7 +495,7 @@ export async function ruleComments(ref: TableRef, chain: string): Promise<string
 
 /** Deletes the plan's entries, `now` or `later`, each only if it is still the same entry. */
 export async function deleteFlows(plan: FlowPlan, which: 'now' | 'later'): Promise<DeletedFlows> {
-  const answer = await addon().conntrackDelete(plan.handle, which).catch(asNftError);
+  const answer = await addon().conntrackDelete(plan.handle, which).catch(asConntrackError);
   return { deleted: new Map(answer.deleted), error: answer.error };
 }
 
