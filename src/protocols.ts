@@ -17,14 +17,13 @@ export const PROTOCOL_NUMBERS: Readonly<Record<string, number>> = Object.freeze(
   udplite: 136,
 });
 
-export const TCP = 6;
 export const UDP = 17;
 export const UDPLITE = 136;
 
 /** The names the agent writes for the protocols it deals with (conntrack's flush): others by number. */
 const NAMES: ReadonlyMap<number, string> = new Map([
   [1, 'icmp'],
-  [TCP, 'tcp'],
+  [6, 'tcp'],
   [UDP, 'udp'],
   [58, 'icmpv6'],
   [132, 'sctp'],
