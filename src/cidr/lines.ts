@@ -1,20 +1,39 @@
-// A list of printed prefixes and the same text one prefix per line, kept together while the list
-// lives: a 100 000-entry set crosses to another thread as one string (the config worker's reply,
-// the changed-ranges worker's job), so the text it was split from is kept rather than joined again.
-// A list spliced from another (an edit of a large config) keeps where it differs from that one.
+// A list of printed prefixes that carries the same text one prefix per line: a 100 000-entry set
+// crosses to another thread as one string (the config worker's reply, the changed-ranges worker's
+// job), so the text it was split from goes with it rather than being joined again. A list spliced
+// from another (an edit of a large config) carries where it differs from that one.
 
-const LINES = new WeakMap<readonly string[], string>();
+const TEXT = Symbol('text');
+const MADE = Symbol('made');
 
-/** The list of `lines` (one prefix per line; '' is none), frozen, its text kept for listLines. */
+/**
+ * A frozen list of printed prefixes, carrying the text it was split from (linesList) or the list
+ * and the splice it was made by (splicedList). Both ride as non-enumerable symbol properties: not
+ * an element, not cloned to another thread, not seen by a comparison of lists.
+ */
+type PrefixList = readonly string[] & {
+  readonly [TEXT]?: string;
+  readonly [MADE]?: { readonly base: WeakRef<readonly string[]>; readonly splice: Splice };
+};
+
+/** `list` frozen, carrying `key`'s value. */
+function carrying<K extends typeof TEXT | typeof MADE>(
+  list: string[],
+  key: K,
+  value: NonNullable<PrefixList[K]>,
+): PrefixList {
+  Object.defineProperty(list, key, { value });
+  return Object.freeze(list);
+}
+
+/** The list of `lines` (one prefix per line; '' is none), frozen, carrying its text for listLines. */
 function linesList(lines: string): readonly string[] {
-  const list = Object.freeze(lines === '' ? [] : lines.split('\n'));
-  LINES.set(list, lines);
-  return list;
+  return carrying(lines === '' ? [] : lines.split('\n'), TEXT, lines);
 }
 
 /** The list one entry per line: the text linesList made it from, else joined. */
-function listLines(list: readonly string[]): string {
-  return LINES.get(list) ?? list.join('\n');
+function listLines(list: PrefixList): string {
+  return list[TEXT] ?? list.join('\n');
 }
 
 /** A set of both families as lists of printed prefixes (a Config's CidrSets). */
@@ -46,19 +65,11 @@ export interface Splice {
 }
 
 /**
- * Lists made by splicedList, with the list and the splice they were made from. The list made from
- * is held weakly: held strongly, each list would keep the one before it alive, and that one the one
- * before, so that every list of every edit since start stayed in memory (~8 MiB an edit at 100 000
- * CIDRs: docs/writes.md, "The everyday edit").
- */
-const SPLICED = new WeakMap<
-  readonly string[],
-  { base: WeakRef<readonly string[]>; splice: Splice }
->();
-
-/**
  * The list with the splice made, frozen; the strings it keeps are the same strings, and where the
- * two lists differ is known without comparing them (listWindow).
+ * two lists differ is known without comparing them (listWindow): the new list carries the splice
+ * and the list it was made from. That one is held weakly: held strongly, each list would keep the
+ * one before it alive, and that one the one before, so that every list of every edit since start
+ * stayed in memory (~8 MiB an edit at 100 000 CIDRs: docs/writes.md, "The everyday edit").
  */
 export function splicedList(list: readonly string[], splice: Splice): readonly string[] {
   const { at, deleteCount, inserted } = splice;
@@ -69,9 +80,7 @@ export function splicedList(list: readonly string[], splice: Splice): readonly s
   for (let i = 0; i < inserted.length; i++) out[at + i] = inserted[i] as string;
   const shift = inserted.length - deleteCount;
   for (let i = at + deleteCount; i < list.length; i++) out[i + shift] = list[i] as string;
-  const made = Object.freeze(out);
-  SPLICED.set(made, { base: new WeakRef(list), splice });
-  return made;
+  return carrying(out, MADE, { base: new WeakRef(list), splice });
 }
 
 /**
@@ -79,10 +88,10 @@ export function splicedList(list: readonly string[], splice: Splice): readonly s
  * common tail. Indices only. For a list splicedList made from the other, found from the splice and
  * a look at its edges, not by walking both lists: the same answer.
  */
-export function listWindow(before: readonly string[], after: readonly string[]) {
+export function listWindow(before: readonly string[], after: PrefixList) {
   if (before === after)
     return { head: before.length, endBefore: before.length, endAfter: before.length };
-  const made = SPLICED.get(after);
+  const made = after[MADE];
   let head = 0;
   let endBefore = before.length;
   let endAfter = after.length;

@@ -162,19 +162,11 @@ export function setChange(
 type ElementDiff = { readonly removed: Elements; readonly added: Elements };
 
 /**
- * Diffs worked out, by the list they start from: a write asks again while rendering (converge.ts).
- */
-const diffs = new WeakMap<Elements, { after: Elements; diff: ElementDiff }>();
-
-/**
  * The elements only `before` has and only `after` has. Both lists come sorted from the merge, and
  * an everyday edit changes a few in the middle: the common head and tail are skipped by comparing
- * in order, and only what lies between is compared as sets. Asked again for the same two lists, it
- * answers with the same arrays, so that a large addition rendered ahead is found (render.ts).
+ * in order, and only what lies between is compared as sets.
  */
 export function elementDiff(before: Elements, after: Elements): ElementDiff {
-  const known = diffs.get(before);
-  if (known?.after === after) return known.diff;
   const { head, endBefore, endAfter } = listWindow(before, after);
   const was = before.slice(head, endBefore);
   const is = after.slice(head, endAfter);
@@ -186,12 +178,10 @@ export function elementDiff(before: Elements, after: Elements): ElementDiff {
     const wanted = new Set(is);
     diff = { removed: was.filter((e) => !wanted.has(e)), added: is.filter((e) => !had.has(e)) };
   }
-  const frozen = Object.freeze({
+  return Object.freeze({
     removed: frozenElements(Object.freeze(diff.removed)),
     added: frozenElements(Object.freeze(diff.added)),
   });
-  diffs.set(before, { after, diff: frozen });
-  return frozen;
 }
 
 const REFILL_CONCAT_MAX = 1_000;

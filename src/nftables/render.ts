@@ -97,9 +97,6 @@ function addressList(
   return text;
 }
 
-/** Element lists rendered ahead of a write (prerenderElements), by list, family and suffix. */
-const rendered = new WeakMap<Elements, Map<string, string>>();
-
 /**
  * A verdict map's elements (`PREFIX : goto CHAIN`) as nft text: each prefix checked as addressList
  * checks one, each chain as a name.
@@ -120,39 +117,46 @@ function verdictList(set: NamedSet, elements: readonly string[], family: TableFa
 export function elementList(set: NamedSet, elements: Elements, family: TableFamily): string {
   if (set.key.elements === 'names') return nameList(set, elements);
   if (set.map === 'verdict') return verdictList(set, elements, family);
-  const { elementSuffix } = set.key;
   return (
-    rendered.get(elements)?.get(`${family}${elementSuffix}`) ??
-    addressList(set, elements, family, elementSuffix)
+    renderedAhead(set, elements, family) ??
+    addressList(set, elements, family, set.key.elementSuffix)
   );
+}
+
+/** The text the set carries for exactly these elements, this family and its suffix, if any. */
+function renderedAhead(set: NamedSet, elements: Elements, family: TableFamily): string | undefined {
+  const ahead = set.rendered;
+  if (!ahead || ahead.family !== family || ahead.suffix !== set.key.elementSuffix) return undefined;
+  if (ahead.elements === elements) return ahead.text;
+  if (ahead.elements.length !== elements.length) return undefined;
+  for (let i = 0; i < elements.length; i++) if (ahead.elements[i] !== elements[i]) return undefined;
+  return ahead.text;
 }
 
 /** Elements rendered per slice by prerenderElements: a few milliseconds of the agent's thread. */
 export const PRERENDER_SLICE = 10_000;
 
 /**
- * Renders a large set's elements ahead of a write a slice at a time, awaiting `pause` between
- * slices, so that rendering 100 000 of them does not hold the event loop in one go (docs/hardening.md,
- * round 3); elementList then takes the text as rendered.
+ * The set carrying `elements` (all of its own by default, or what a write adds to it) rendered a
+ * slice at a time, awaiting `pause` between slices, so that rendering 100 000 of them does not hold
+ * the event loop in one go (docs/hardening.md, round 3); elementList then takes the text as
+ * rendered. A set of names, or of few elements, comes back as it is.
  */
 export async function prerenderElements(
   set: NamedSet,
   family: TableFamily,
   pause: () => Promise<void>,
-): Promise<void> {
-  const { elements } = set;
-  if (set.key.elements === 'names' || elements.length <= PRERENDER_SLICE) return;
-  const key = `${family}${set.key.elementSuffix}`;
-  const byKey = rendered.get(elements) ?? new Map<string, string>();
-  if (byKey.has(key)) return;
+  elements: Elements = set.elements,
+): Promise<NamedSet> {
+  if (set.key.elements === 'names' || set.map || elements.length <= PRERENDER_SLICE) return set;
+  const suffix = set.key.elementSuffix;
   const parts: string[] = [];
   for (let start = 0; start < elements.length; start += PRERENDER_SLICE) {
     const slice = elements.slice(start, start + PRERENDER_SLICE);
-    parts.push(addressList(set, slice, family, set.key.elementSuffix));
+    parts.push(addressList(set, slice, family, suffix));
     await pause();
   }
-  byKey.set(key, parts.join(', '));
-  rendered.set(elements, byKey);
+  return { ...set, rendered: { family, suffix, elements, text: parts.join(', ') } };
 }
 
 /** A set as a block of a table block; `elements` (all of the set's by default) inside it. */

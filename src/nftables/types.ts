@@ -28,10 +28,9 @@ export interface SetKey {
 declare const frozenList: unique symbol;
 
 /**
- * A set's elements: a frozen list, so that what is worked out from one list — its rendering ahead
- * of a write, a diff against another — can be kept by the list itself (render.ts, change.ts) and
- * found again by whoever holds the same list. Made by frozenElements; a copy made elsewhere is not
- * one.
+ * A set's elements: a frozen list, so that what is worked out from it (its rendering ahead of a
+ * write, a diff against another) stays true while it is held. Made by frozenElements; a copy made
+ * elsewhere is not one.
  */
 export type Elements = readonly string[] & { readonly [frozenList]: true };
 
@@ -67,6 +66,21 @@ export interface NamedSet {
   readonly map?: 'verdict';
   /** Written as the object's comment: text the agent made safe (objects.ts, safeComment). */
   readonly comment?: string;
+  /**
+   * Elements of this set rendered ahead of a write a slice at a time (render.ts,
+   * prerenderElements): the whole set, or a change's additions. Taken wherever exactly those
+   * elements are rendered for that family; a write's own copy of the table carries it, never the
+   * compiled table.
+   */
+  readonly rendered?: RenderedElements;
+}
+
+/** `elements` as nft text for `family` and `suffix`: what the renderer would make of them. */
+export interface RenderedElements {
+  readonly family: TableFamily;
+  readonly suffix: SetKey['elementSuffix'];
+  readonly elements: Elements;
+  readonly text: string;
 }
 
 export interface BaseChainHook {

@@ -22,6 +22,7 @@ import {
   type CommitStep,
   type CounterValue,
   type ElementEdit,
+  type NamedSet,
   type Table,
   type TableFamily,
 } from '../nftables/types.js';
@@ -452,9 +453,12 @@ export class Converger {
    */
   private async holdsLast(found: KernelTables): Promise<boolean> {
     if (this.lastTables.size === 0) return false;
-    const last = [...this.lastTables.values()];
-    for (const table of last)
-      for (const set of table.sets) await prerenderElements(set, table.family, breathe);
+    const last: Table[] = [];
+    for (const table of this.lastTables.values()) {
+      const sets: NamedSet[] = [];
+      for (const set of table.sets) sets.push(await prerenderElements(set, table.family, breathe));
+      last.push({ ...table, sets });
+    }
     return holds(found, last);
   }
 
@@ -624,23 +628,25 @@ export class Converger {
     const before: string[][] = [];
     let last = '';
     const upgraded = new Set<TableFamily>();
-    for (const table of tables) {
+    for (const compiled of tables) {
       await breathe();
       const plan = this.plan(
-        table,
+        compiled,
         found,
-        held?.find((h) => h.family === table.family),
+        held?.find((h) => h.family === compiled.family),
       );
       await breathe();
       // What a write renders of large sets — whole sets, or a delta's additions — is rendered
-      // ahead, a slice at a time.
-      for (const set of table.sets) {
+      // ahead, a slice at a time, and carried by the write's own copy of the table.
+      const sets: NamedSet[] = [];
+      for (const set of compiled.sets) {
         const before =
           plan.kind === 'exact' ? plan.old.sets.find((s) => s.name === set.name) : undefined;
         const delta = before !== undefined && setChange(set, before) === 'delta';
         const elements = delta ? elementDiff(before.elements, set.elements).added : set.elements;
-        await prerenderElements({ ...set, elements }, table.family, breathe);
+        sets.push(await prerenderElements(set, compiled.family, breathe, elements));
       }
+      const table: Table = { ...compiled, sets };
       // Earlier transactions of each family's change go together, step by step; the last steps
       // of all go in the final one, with the mark.
       const staged = (steps: readonly string[]) => {

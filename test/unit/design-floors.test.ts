@@ -131,6 +131,13 @@ t.test('no circle of imports in src/', async (t) => {
   t.same(circles(graph), [], 'no module reaches itself through its imports');
 });
 
+t.test('no cache in src/ is keyed by an object (docs/design.md, "Data flow")', async (t) => {
+  const keyed = modules(src).filter((m) =>
+    /\bnew Weak(Map|Set)\b/.test(readFileSync(join(src, m), 'utf8')),
+  );
+  t.same(keyed, [], 'what is worked out from a value travels with it');
+});
+
 t.test(
   'the reader sees the shapes of import src/ uses, and a circle when there is one',
   async (t) => {
