@@ -61,7 +61,7 @@ step() { echo "---- $* ($(date -u +%T))"; }
 # The unit stage, given only a file it skips everywhere: built, no unit file run.
 step 'the unit stage for arm64'
 podman build --arch arm64 --network host -f deploy/Dockerfile --target unit \
-  --build-arg UNIT_TESTS=test/unit/deploy.test.ts \
+  --build-arg UNIT_TESTS=test/unit/repo/deploy.test.ts \
   -t ipmasq-agent:guest-arm64 . >>"$log" 2>&1 || { echo "the build failed (see $log)"; exit 1; }
 
 step 'the kernel and the tools, installed under qemu-user'

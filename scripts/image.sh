@@ -24,7 +24,7 @@ out=out/image
 unit=1
 all_unit=0
 # What an emulated architecture leaves out by default: the two longest property tests.
-EMULATED_SKIP="cidr-property config-property"
+EMULATED_SKIP="cidr/index.property config/yaml.property"
 while [ $# -gt 0 ]; do
   case "$1" in
     --arch) arches=$2; shift 2 ;;
@@ -103,10 +103,11 @@ for arch in $arches; do
     run --entrypoint node "$tag" -e "require('/app/build/Release/nftables_napi.node')"
   if [ "$unit" = 1 ]; then
     started=$(date +%s)
-    files="test/unit/*.test.ts"
+    files="test/unit/*.test.ts test/unit/*/*.test.ts"
     if [ "$arch" != "$host_arch" ] && [ "$all_unit" = 0 ]; then
-      files=$(for f in test/unit/*.test.ts; do
-        case " $EMULATED_SKIP " in *" $(basename "$f" .test.ts) "*) ;; *) printf '%s ' "$f" ;; esac
+      files=$(for f in test/unit/*.test.ts test/unit/*/*.test.ts; do
+        name=${f#test/unit/}
+        case " $EMULATED_SKIP " in *" ${name%.test.ts} "*) ;; *) printf '%s ' "$f" ;; esac
       done)
     fi
     if podman build --arch "$arch" --network host -f deploy/Dockerfile --target unit \

@@ -3,7 +3,7 @@
 // so that a load whose files differ from the last only in lines of one list each reads just those
 // lines, merges again just near the entries they change, and splices the sets' lists; anything else
 // is loaded whole (load.ts). Either way the result is what a whole load of the files gives
-// (test/unit/incremental.test.ts holds the two side by side over random edits).
+// (test/unit/config/incremental.test.ts holds the two side by side over random edits).
 import { Buffer } from 'node:buffer';
 import {
   MergedSetV4,

@@ -73,7 +73,7 @@ function nameList(set: NamedSet, names: readonly string[]): string {
 
 /**
  * The most elements rendered in one piece so far, in this thread: what holds the event loop longest
- * in a write. Read by the test of the stall bound (test/unit/stall-bound.test.ts).
+ * in a write. Read by the test of the stall bound (test/unit/reconcile/converge.stall-bound.test.ts).
  */
 export const renderedInOnePiece = { most: 0 };
 

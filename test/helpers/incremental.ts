@@ -1,4 +1,4 @@
-// Shared by the incremental load's property tests (test/unit/incremental*.test.ts).
+// Shared by the incremental load's property tests (test/unit/config/incremental*.test.ts).
 import { deepStrictEqual } from 'node:assert';
 import { splicedList } from '../../src/cidr/index.js';
 import type { SetsSplices } from '../../src/config/incremental.js';
