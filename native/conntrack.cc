@@ -27,15 +27,6 @@ bool InRange(const Range& range, const uint8_t* address, size_t width) {
          memcmp(address, range.last.data(), width) <= 0;
 }
 
-bool InRanges(const std::vector<Range>& ranges, const uint8_t* address, size_t width) {
-  // The last range whose first address is not above `address`, then whether it reaches it.
-  auto after = std::upper_bound(
-      ranges.begin(), ranges.end(), address,
-      [width](const uint8_t* a, const Range& r) { return memcmp(a, r.first.data(), width) < 0; });
-  if (after == ranges.begin()) return false;
-  return memcmp(address, std::prev(after)->last.data(), width) <= 0;
-}
-
 // What a config decides for one flow: left alone, masqueraded, or translated to its snat range.
 struct Decision {
   enum Kind { kUntouched, kMasquerade, kSnat } kind = kUntouched;
@@ -92,7 +83,7 @@ struct DumpContext {
   std::vector<HeldReply> held;
 };
 
-int OnEntry(enum nf_conntrack_msg_type, struct nf_conntrack* ct, void* data) {
+int OnEntry(nf_conntrack* ct, void* data) {
   auto* context = static_cast<DumpContext*>(data);
   const JudgeRequest& request = *context->request;
   const size_t width = context->width;
@@ -181,19 +172,19 @@ struct HandleCloser {
 };
 using Handle = std::unique_ptr<nfct_handle, HandleCloser>;
 
-// A reply that never comes must not hold the pool thread (and the agent's flush) for good.
-Handle Open() {
-  Handle handle(nfct_open(CONNTRACK, 0));
-  if (handle) {
-    timeval limit{10, 0};
-    setsockopt(nfct_fd(handle.get()), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-  }
-  return handle;
-}
-
-// The kernel has no conntrack, or the namespace none to dump: nothing to delete.
+// The kernel has no conntrack, or the namespace none to dump: nothing to judge or count.
 bool NothingThere(int err) {
   return err == ENOENT || err == EOPNOTSUPP || err == EPROTONOSUPPORT || err == EAFNOSUPPORT;
+}
+
+struct Relay {
+  EntryCallback on_entry;
+  void* data;
+};
+
+int Relayed(enum nf_conntrack_msg_type, nf_conntrack* ct, void* data) {
+  const auto* relay = static_cast<Relay*>(data);
+  return relay->on_entry(ct, relay->data);
 }
 
 // One IPCTNL_MSG_CT_DELETE for the entry's tuple and zone as the library builds them, and its id:
@@ -246,28 +237,48 @@ Plan::~Plan() {
   for (nf_conntrack* ct : later) nfct_destroy(ct);
 }
 
+bool InRanges(const std::vector<Range>& ranges, const uint8_t* address, size_t width) {
+  // The last range whose first address is not above `address`, then whether it reaches it.
+  auto after = std::upper_bound(
+      ranges.begin(), ranges.end(), address,
+      [width](const uint8_t* a, const Range& r) { return memcmp(a, r.first.data(), width) < 0; });
+  if (after == ranges.begin()) return false;
+  return memcmp(address, std::prev(after)->last.data(), width) <= 0;
+}
+
+DumpEnd Dump(uint8_t family, bool source_translated_only, EntryCallback on_entry, void* data) {
+  Handle handle(nfct_open(CONNTRACK, 0));
+  if (!handle) {
+    if (NothingThere(errno)) return {};
+    return {false, std::string("nfct_open: ") + strerror(errno)};
+  }
+  timeval limit{10, 0};
+  setsockopt(nfct_fd(handle.get()), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  Relay relay{on_entry, data};
+  nfct_callback_register(handle.get(), NFCT_T_ALL, Relayed, &relay);
+  std::unique_ptr<nfct_filter_dump, void (*)(nfct_filter_dump*)> filter(nfct_filter_dump_create(),
+                                                                        nfct_filter_dump_destroy);
+  if (!filter) return {false, "nfct_filter_dump_create: out of memory"};
+  nfct_filter_dump_set_attr_u8(filter.get(), NFCT_FILTER_DUMP_L3NUM, family);
+  nfct_filter_dump_mark status{IPS_SRC_NAT, IPS_SRC_NAT};
+  if (source_translated_only)
+    nfct_filter_dump_set_attr(filter.get(), NFCT_FILTER_DUMP_STATUS, &status);
+  const int dumped = nfct_query(handle.get(), NFCT_Q_DUMP_FILTER, filter.get());
+  const int dump_errno = errno;
+  if (dumped < 0 && !NothingThere(dump_errno))
+    return {false, std::string("dump: ") + strerror(dump_errno)};
+  return {};
+}
+
 JudgeResult Judge(const JudgeRequest& request) {
   JudgeResult result;
   result.plan = std::make_shared<Plan>();
-  Handle dump = Open();
-  if (!dump) {
-    if (NothingThere(errno)) return result;
-    return {false, std::string("nfct_open: ") + strerror(errno), nullptr};
-  }
   route::Resolver routes(request.family);
   DumpContext context{
       &request, request.family == AF_INET ? 4u : 16u, &routes, result.plan.get(), {}};
-  nfct_callback_register(dump.get(), NFCT_T_ALL, OnEntry, &context);
-  std::unique_ptr<nfct_filter_dump, void (*)(nfct_filter_dump*)> filter(nfct_filter_dump_create(),
-                                                                        nfct_filter_dump_destroy);
-  if (!filter) return {false, "nfct_filter_dump_create: out of memory", nullptr};
-  nfct_filter_dump_set_attr_u8(filter.get(), NFCT_FILTER_DUMP_L3NUM, request.family);
-  int dumped = nfct_query(dump.get(), NFCT_Q_DUMP_FILTER, filter.get());
-  int dump_errno = errno;
-  if (dumped < 0 && !NothingThere(dump_errno)) {
-    // Half a dump is no ground to delete anything on.
-    return {false, std::string("dump: ") + strerror(dump_errno), nullptr};
-  }
+  const DumpEnd end = Dump(request.family, false, OnEntry, &context);
+  // Half a dump is no ground to delete anything on.
+  if (!end.ok) return {false, end.error, nullptr};
   std::stable_sort(context.held.begin(), context.held.end(),
                    [](const HeldReply& a, const HeldReply& b) { return a.timeout > b.timeout; });
   if (context.held.size() > request.hold_max) context.held.resize(request.hold_max);

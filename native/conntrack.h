@@ -1,6 +1,7 @@
 // Which conntrack entries a config change must delete so that their flows follow the new decision
 // (docs/writes.md, "Existing flows"), judged entry by entry by both configs' decisions, and their
-// deletion, through libnetfilter_conntrack. Plain C++: nothing of N-API.
+// deletion, through libnetfilter_conntrack; and the one dump of a family's entries and the one
+// range lookup that judgement and the NAT sample (nat-stats.h) share. Plain C++: nothing of N-API.
 #pragma once
 
 #include <array>
@@ -17,6 +18,26 @@ struct Range {
   std::array<uint8_t, 16> first{};  // network byte order; IPv4 uses the first 4 bytes
   std::array<uint8_t, 16> last{};
 };
+
+// Whether `address` (`width` bytes) lies in one of `ranges`, which are sorted and disjoint. An
+// empty list holds no address.
+bool InRanges(const std::vector<Range>& ranges, const uint8_t* address, size_t width);
+
+// Called for each entry dumped, with the dump's `data`: NFCT_CB_CONTINUE, or NFCT_CB_STOP to end
+// the dump there.
+using EntryCallback = int (*)(nf_conntrack* entry, void* data);
+
+struct DumpEnd {
+  bool ok = true;     // false: the handle could not be opened, or the dump failed
+  std::string error;  // "nfct_open: ...", "dump: ..."
+};
+
+// Dumps the family's entries (AF_INET or AF_INET6: the kernel filters by family) to `on_entry`
+// with `data`, on a handle of its own; `source_translated_only`: only source-translated entries,
+// where the kernel filters by status (Linux 5.19 and later; the callback checks again). Without
+// conntrack in the kernel, or in the namespace, nothing is dumped and it is no failure. A kernel
+// that stops answering for 10 s ends it with a failure: a pool thread is never held for good.
+DumpEnd Dump(uint8_t family, bool source_translated_only, EntryCallback on_entry, void* data);
 
 // What one config decides for a family's flows beside their destination (docs/egress-policy.md,
 // "Egress policy"): which senders and egress interfaces it considers, and what it translates to.

@@ -8,8 +8,6 @@
 #include <malloc.h>
 #include <netinet/in.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <time.h>
 
 #include <algorithm>
@@ -35,12 +33,9 @@ double ThreadCpuSeconds() {
   return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) / 1e9;
 }
 
-bool InRanges(const std::vector<conntrack::Range>& ranges, const uint8_t* address, size_t width) {
-  if (ranges.empty()) return true;
-  return std::any_of(ranges.begin(), ranges.end(), [&](const conntrack::Range& r) {
-    return memcmp(address, r.first.data(), width) >= 0 &&
-           memcmp(address, r.last.data(), width) <= 0;
-  });
+// Whether a request's filter admits `address`: an empty filter admits every address.
+bool Admits(const std::vector<conntrack::Range>& filter, const uint8_t* address, size_t width) {
+  return filter.empty() || conntrack::InRanges(filter, address, width);
 }
 
 // Counts by key: keys of `key_size` bytes, in slots of the key and a 32-bit count (0: empty).
@@ -299,7 +294,7 @@ struct Context {
   std::unique_ptr<FlowTable> flows;  // with by_source only
 };
 
-int OnEntry(enum nf_conntrack_msg_type, struct nf_conntrack* ct, void* data) {
+int OnEntry(nf_conntrack* ct, void* data) {
   auto* context = static_cast<Context*>(data);
   Result& result = *context->result;
   if ((++result.seen & 1023) == 0 &&
@@ -319,8 +314,8 @@ int OnEntry(enum nf_conntrack_msg_type, struct nf_conntrack* ct, void* data) {
   const auto* translated =
       static_cast<const uint8_t*>(nfct_get_attr(ct, v4 ? ATTR_REPL_IPV4_DST : ATTR_REPL_IPV6_DST));
   if (source == nullptr || destination == nullptr || translated == nullptr) return NFCT_CB_CONTINUE;
-  if (!InRanges(context->request->from, source, width) ||
-      !InRanges(context->request->to, destination, width))
+  if (!Admits(context->request->from, source, width) ||
+      !Admits(context->request->to, destination, width))
     return NFCT_CB_CONTINUE;
   const uint8_t protocol = nfct_get_attr_u8(ct, ATTR_ORIG_L4PROTO);
   const uint16_t port = nfct_attr_is_set(ct, ATTR_REPL_PORT_SRC)
@@ -352,10 +347,6 @@ int OnEntry(enum nf_conntrack_msg_type, struct nf_conntrack* ct, void* data) {
   return NFCT_CB_CONTINUE;
 }
 
-bool NothingThere(int err) {
-  return err == ENOENT || err == EOPNOTSUPP || err == EPROTONOSUPPORT || err == EAFNOSUPPORT;
-}
-
 }  // namespace
 
 Result Sample(const Request& request) {
@@ -366,27 +357,12 @@ Result Sample(const Request& request) {
     context.flows = std::make_unique<FlowTable>(width);
     if (!context.flows->ok()) return Failure(std::string("mmap: ") + strerror(errno));
   }
-  std::unique_ptr<nfct_handle, int (*)(nfct_handle*)> handle(nfct_open(CONNTRACK, 0), nfct_close);
-  if (!handle) {
-    if (NothingThere(errno)) return result;
-    return Failure(std::string("nfct_open: ") + strerror(errno));
-  }
-  timeval limit{10, 0};  // a kernel that stops answering must not hold the pool thread for good
-  setsockopt(nfct_fd(handle.get()), SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-  nfct_callback_register(handle.get(), NFCT_T_ALL, OnEntry, &context);
-  std::unique_ptr<nfct_filter_dump, void (*)(nfct_filter_dump*)> filter(nfct_filter_dump_create(),
-                                                                        nfct_filter_dump_destroy);
-  if (!filter) return Failure("nfct_filter_dump_create: out of memory");
-  nfct_filter_dump_set_attr_u8(filter.get(), NFCT_FILTER_DUMP_L3NUM, request.family);
-  // Only source-translated entries, where the kernel filters by status (Linux 5.19 and later);
-  // OnEntry checks the status again for a kernel that ignores it.
-  nfct_filter_dump_mark status{IPS_SRC_NAT, IPS_SRC_NAT};
-  nfct_filter_dump_set_attr(filter.get(), NFCT_FILTER_DUMP_STATUS, &status);
-  int dumped = nfct_query(handle.get(), NFCT_Q_DUMP_FILTER, filter.get());
-  int dump_errno = errno;
+  // Only source-translated entries; OnEntry checks the status again for a kernel that ignores the
+  // filter.
+  const conntrack::DumpEnd end = conntrack::Dump(request.family, true, OnEntry, &context);
   result.cpu_s = ThreadCpuSeconds() - context.started;
-  if (dumped < 0 && result.complete && !NothingThere(dump_errno))
-    return Failure(std::string("dump: ") + strerror(dump_errno));
+  // A dump this side stopped (the CPU budget, the records' bound) is no failure.
+  if (!end.ok && result.complete) return Failure(end.error);
   if (context.flows) {
     result.flows = context.flows->Finish(&result.protocols);
     malloc_trim(0);  // the index and the sort's vectors, given back

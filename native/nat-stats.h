@@ -21,8 +21,8 @@ struct Request {
   uint8_t family = 0;                  // AF_INET or AF_INET6
   double cpu_budget_s = 5;             // the dump stops once its thread has used this much CPU
   bool by_source = false;              // keep the flows by source and destination (--flows)
-  std::vector<conntrack::Range> from;  // only these original sources (empty: all)
-  std::vector<conntrack::Range> to;    // only these destinations (empty: all)
+  std::vector<conntrack::Range> from;  // only these original sources (sorted, disjoint; empty: all)
+  std::vector<conntrack::Range> to;    // only these destinations (likewise)
 };
 
 // One protocol's translated flows and its busiest (translated address, destination, port).

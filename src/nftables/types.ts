@@ -291,7 +291,10 @@ export interface NatSampleRequest {
   readonly cpuBudgetS: number;
   /** Keep the flows by source and destination (--flows). */
   readonly bySource: boolean;
-  /** Only these original sources, and destinations (after DNAT); absent: all. */
+  /**
+   * Only these original sources, and destinations (after DNAT), each list sorted and disjoint;
+   * absent: all.
+   */
   readonly from?: readonly Range[];
   readonly to?: readonly Range[];
 }
