@@ -300,6 +300,134 @@ export function linesText(range: EditedRange): string {
 }
 
 /**
+ * Each file's change from the last load as an edit of one of its lists (undefined: unchanged), and
+ * where each changed; undefined when the files are others or one changed otherwise.
+ */
+function fileEdits(
+  was: readonly FileState[],
+  files: readonly FileBytes[],
+): { edits: (Edit | undefined)[]; ranges: EditedRange[] } | undefined {
+  if (files.length !== was.length) return undefined;
+  const edits: (Edit | undefined)[] = [];
+  const ranges: EditedRange[] = [];
+  for (const [i, read] of files.entries()) {
+    const state = was[i] as FileState;
+    if (!('bytes' in read) || read.file !== state.file) return undefined;
+    if (read.bytes.equals(state.bytes)) {
+      edits.push(undefined);
+      continue;
+    }
+    const edit = listEdit(state, read.bytes);
+    if (!edit) return undefined;
+    edits.push(edit);
+    ranges.push({ file: read.file, bytes: read.bytes, start: edit.start, end: edit.end });
+  }
+  return { edits, ranges };
+}
+
+type EntryChanges = Record<SetName, { removed: Prefix[]; added: Prefix[] }>;
+
+/**
+ * Each list's entries removed and added over the files, parsed as the key's parse does, and the
+ * count of entries after; undefined where the whole load must answer (an invalid entry, a list
+ * left empty).
+ */
+function entryChanges(
+  state: State,
+  edits: readonly (Edit | undefined)[],
+  options: LoadOptions,
+): { changes: EntryChanges; entries: number } | undefined {
+  const changes: EntryChanges = {
+    nonMasquerade: { removed: [], added: [] },
+    masquerade: { removed: [], added: [] },
+  };
+  let entries = state.entries;
+  for (const [i, edit] of edits.entries()) {
+    if (!edit) continue;
+    const region = (state.files[i] as FileState).regions?.[edit.region] as Region;
+    const change = changes[SET_OF[region.name]];
+    for (const value of edit.removed) {
+      const prefix = entryOf(value, options);
+      if (!prefix) return undefined;
+      change.removed.push(prefix);
+    }
+    for (const value of edit.added) {
+      const prefix = entryOf(value, options);
+      if (!prefix) return undefined; // an invalid entry: the whole load words the error
+      change.added.push(prefix);
+    }
+    // A list left empty reads as the key given as null: loaded whole.
+    if (edit.count === 0) return undefined;
+    entries += edit.added.length - edit.removed.length;
+  }
+  return { changes, entries };
+}
+
+/**
+ * The sets' entries with the changes made (the IPv4 merge changed in place), how each list of
+ * `config` is spliced by them, and the lists so spliced; undefined where that cannot be done.
+ */
+function splicedSets(
+  sets: Record<SetName, SetEntries>,
+  config: Config,
+  changes: EntryChanges,
+):
+  | {
+      sets: Record<SetName, SetEntries>;
+      splices: Record<SetName, { ipv4: Splice; ipv6: Splice }>;
+      lists: Record<SetName, CidrSets>;
+    }
+  | undefined {
+  const next = { ...sets };
+  const splices = {} as Record<SetName, { ipv4: Splice; ipv6: Splice }>;
+  const lists = {} as Record<SetName, CidrSets>;
+  for (const name of ['nonMasquerade', 'masquerade'] as const) {
+    const { removed, added } = changes[name];
+    const before = sets[name];
+    const old = config[name];
+    const v4 = before.v4.change(
+      removed.filter((p) => p.family === 4),
+      added.filter((p) => p.family === 4),
+    );
+    if (!v4) return undefined;
+    let ipv6: Splice = { at: 0, deleteCount: 0, inserted: [] };
+    let v6 = before.v6;
+    const gone6 = removed.filter((p) => p.family === 6);
+    const put6 = added.filter((p) => p.family === 6);
+    if (gone6.length + put6.length > 0) {
+      const left = withoutV6(v6, gone6);
+      if (!left || left.length + put6.length > V6_ENTRIES_MAX) return undefined;
+      v6 = left.concat(put6);
+      ipv6 = { at: 0, deleteCount: old.ipv6.length, inserted: linesList(mergeToLines(v6)) };
+    }
+    next[name] = { v4: before.v4, v6 };
+    splices[name] = { ipv4: v4, ipv6 };
+    lists[name] = lazySets(old, splices[name]);
+  }
+  return { sets: next, splices, lists };
+}
+
+/** The files' state after the edits: the new bytes, the regions past each edit shifted by it. */
+function movedOn(
+  was: readonly FileState[],
+  edits: readonly (Edit | undefined)[],
+  files: readonly FileBytes[],
+): FileState[] {
+  return was.map((state, i): FileState => {
+    const edit = edits[i];
+    const read = files[i] as FileBytes & { bytes: Buffer };
+    if (!edit) return state;
+    const regions = (state.regions as Region[]).map((region, r) => {
+      if (r < edit.region) return region;
+      return r === edit.region
+        ? { ...region, end: region.end + edit.delta, count: edit.count }
+        : { ...region, start: region.start + edit.delta, end: region.end + edit.delta };
+    });
+    return { file: state.file, bytes: read.bytes, regions };
+  });
+}
+
+/**
  * A fault put in on purpose for the audit's tests (docs/writes.md, "The everyday edit"): with
  * IPMASQ_TEST_CORRUPT_FAST_PATH=config in the environment, the first edit that adds an entry to
  * nonMasqueradeCIDRs leaves it out, as a bug of this file would. Never set in production.
@@ -406,87 +534,28 @@ export class ConfigCache {
     if (state.options !== key) return undefined;
     if (state.source !== `${source.kind}|${source.path}|${source.warnings.join('\n')}`)
       return undefined;
-    if (files.length !== state.files.length) return undefined;
-    const edits: (Edit | undefined)[] = [];
-    const ranges: EditedRange[] = [];
-    for (const [i, read] of files.entries()) {
-      const was = state.files[i] as FileState;
-      if (!('bytes' in read) || read.file !== was.file) return undefined;
-      if (read.bytes.equals(was.bytes)) {
-        edits.push(undefined);
-        continue;
-      }
-      const edit = listEdit(was, read.bytes);
-      if (!edit) return undefined;
-      edits.push(edit);
-      ranges.push({ file: read.file, bytes: read.bytes, start: edit.start, end: edit.end });
-    }
-    // Each list's entries removed and added, over the files, parsed as the key's parse does.
-    const changes: Record<SetName, { removed: Prefix[]; added: Prefix[] }> = {
-      nonMasquerade: { removed: [], added: [] },
-      masquerade: { removed: [], added: [] },
-    };
-    let entries = state.entries;
-    for (const [i, edit] of edits.entries()) {
-      if (!edit) continue;
-      const region = (state.files[i] as FileState).regions?.[edit.region] as Region;
-      const change = changes[SET_OF[region.name]];
-      for (const value of edit.removed) {
-        const prefix = entryOf(value, options);
-        if (!prefix) return undefined;
-        change.removed.push(prefix);
-      }
-      for (const value of edit.added) {
-        const prefix = entryOf(value, options);
-        if (!prefix) return undefined; // an invalid entry: the whole load words the error
-        change.added.push(prefix);
-      }
-      // A list left empty reads as the key given as null: loaded whole.
-      if (edit.count === 0) return undefined;
-      entries += edit.added.length - edit.removed.length;
-    }
+    const edited = fileEdits(state.files, files);
+    const changed = edited && entryChanges(state, edited.edits, options);
+    if (!changed) return undefined;
     const { config } = state.result;
-    if (entries > config.cidrLimit) return undefined; // the whole load words the error
+    if (changed.entries > config.cidrLimit) return undefined; // the whole load words the error
+    const { changes } = changed;
     if (faultLeft && changes.nonMasquerade.added.length > 0) {
       faultLeft = false;
       changes.nonMasquerade.added.pop();
     }
     this.prepare(options);
-    const sets = state.sets as Record<SetName, SetEntries>;
-    const nextSets = { ...sets };
-    const splices = {} as Record<SetName, { ipv4: Splice; ipv6: Splice }>;
-    const lists = {} as Record<SetName, CidrSets>;
-    for (const name of ['nonMasquerade', 'masquerade'] as const) {
-      const { removed, added } = changes[name];
-      const before = sets[name];
-      const old = config[name];
-      // In place: from here on, a failure leaves the state unusable (load() drops it).
-      const v4 = before.v4.change(
-        removed.filter((p) => p.family === 4),
-        added.filter((p) => p.family === 4),
-      );
-      if (!v4) return undefined;
-      let ipv6: Splice = { at: 0, deleteCount: 0, inserted: [] };
-      let v6 = before.v6;
-      const gone6 = removed.filter((p) => p.family === 6);
-      const put6 = added.filter((p) => p.family === 6);
-      if (gone6.length + put6.length > 0) {
-        const left = withoutV6(v6, gone6);
-        if (!left || left.length + put6.length > V6_ENTRIES_MAX) return undefined;
-        v6 = left.concat(put6);
-        ipv6 = { at: 0, deleteCount: old.ipv6.length, inserted: linesList(mergeToLines(v6)) };
-      }
-      nextSets[name] = { v4: before.v4, v6 };
-      splices[name] = { ipv4: v4, ipv6 };
-      lists[name] = lazySets(old, splices[name]);
-    }
+    // In place: from here on, a failure leaves the state unusable (load() drops it).
+    const spliced = splicedSets(state.sets as Record<SetName, SetEntries>, config, changes);
+    if (!spliced) return undefined;
+    const { sets, splices, lists } = spliced;
     const pending = state.pending + 1;
     if (pending >= LAZY_MAX)
       for (const name of ['nonMasquerade', 'masquerade'] as const) void lists[name].ipv4;
     const meaning = { ...config, nonMasquerade: lists.nonMasquerade, masquerade: lists.masquerade };
     const v4Json = {
-      nonMasquerade: nextSets.nonMasquerade.v4.json(),
-      masquerade: nextSets.masquerade.v4.json(),
+      nonMasquerade: sets.nonMasquerade.v4.json(),
+      masquerade: sets.masquerade.v4.json(),
     };
     const next: Config = Object.freeze({ ...meaning, hash: hashOf(meaning, v4Json) });
     const result = Object.freeze({
@@ -494,28 +563,15 @@ export class ConfigCache {
       config: next,
       warnings: state.result.warnings,
     });
-    // The state moves on: the new bytes, the regions past each edit shifted by its length.
-    const nextFiles = state.files.map((was, i): FileState => {
-      const edit = edits[i];
-      const read = files[i] as FileBytes & { bytes: Buffer };
-      if (!edit) return was;
-      const regions = (was.regions as Region[]).map((region, r) => {
-        if (r < edit.region) return region;
-        return r === edit.region
-          ? { ...region, end: region.end + edit.delta, count: edit.count }
-          : { ...region, start: region.start + edit.delta, end: region.end + edit.delta };
-      });
-      return { file: was.file, bytes: read.bytes, regions };
-    });
     this.state = {
       ...state,
-      files: nextFiles,
+      files: movedOn(state.files, edited.edits, files),
       result,
-      entries,
-      sets: nextSets,
+      entries: changed.entries,
+      sets,
       pending: pending >= LAZY_MAX ? 0 : pending,
     };
-    this.lastEdits = ranges;
+    this.lastEdits = edited.ranges;
     return { result, splices };
   }
 }

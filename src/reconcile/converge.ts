@@ -56,6 +56,20 @@ export interface ConvergeDeps {
 /** What a sync did: wrote, found the kernel holding the config, or held back from another agent. */
 export type Converged = 'wrote' | 'in-place' | 'held-back';
 
+/**
+ * What a write starts from: the tables read back (none when the kernel was known not to have
+ * changed), this config compiled with the mark found, the generation id the change is worked out
+ * from (undefined: not known exactly), whether our tables drifted, and whether the kernel was read
+ * to hold exactly what this process last wrote.
+ */
+interface Seen {
+  readonly found?: KernelTables;
+  readonly held?: readonly Table[];
+  readonly base: number | undefined;
+  readonly drift: boolean;
+  readonly heldLast: boolean;
+}
+
 /** Runs one phase of a sync and records how long it took, for the log line of a write. */
 export type Timed = <T>(phase: string, work: () => Promise<T>) => Promise<T>;
 
@@ -284,167 +298,200 @@ export class Converger {
    * when the kernel cannot be read or written.
    */
   async converge(config: Config, timed: Timed): Promise<Converged> {
-    const { kernel, compileOptions, logger, metrics, otherAgent, writer } = this.deps;
     const key = this.contentKey(config);
     let wrote = false;
     for (let round = 1; ; round++) {
       const last = round >= CONVERGE_ROUNDS;
-      const genId = await kernel.generationId().catch(() => undefined);
+      const genId = await this.deps.kernel.generationId().catch(() => undefined);
       const known = this.knownAt(genId);
       if (known && this.kernelKey === key) return wrote ? 'wrote' : 'in-place';
-
-      let drift = false;
-      /** Read back, the kernel was found to hold exactly lastTables (at `base`). */
-      let heldLast = false;
-      let found: KernelTables | undefined;
-      let held: Table[] | undefined;
-      // The generation id the write's change is worked out from; undefined: not known exactly.
-      let base = known ? genId : undefined;
+      let seen: Seen = { base: known ? genId : undefined, drift: false, heldLast: false };
       if (!known) {
-        found = await timed('readMs', () =>
-          readTables(
-            kernel,
-            compileOptions,
-            this.written,
-            () => metrics.incKernelReads(),
-            this.lookForStandIns,
-          ),
-        );
-        // What was listed is the kernel at genId only if nothing but our own held replies was
-        // committed while it was read.
-        const readAt = await kernel.generationId().catch(() => undefined);
-        const stable =
-          genId !== undefined && readAt !== undefined && this.pastOwnSteps(genId) === readAt;
-        const owner = found.ip?.kind === 'ours' ? found.ip : undefined;
-        const mark = owner?.mark;
-        if (owner?.unreadableMark && !this.warnedUnreadable) {
-          this.warnedUnreadable = true;
-          logger.warn(
-            { generation: this.generation },
-            "the mark on our table does not parse (a generation past 15 digits?): the count goes on from this process's own (from 1 at its start)",
-          );
-        }
-        this.adoptGeneration(mark?.generation);
-        // What we would write with the mark found: a table of this config from another process of
-        // ours (the last run's, before a restart) is in place too.
-        await breathe();
-        held = compile(config, compileOptions, this.generation, mark?.writer);
-        await breathe();
-        // An older release's table holding what we would write is made anew all the same, once:
-        // its comment shows a mark that is no longer current (README, "Reading `nft list table ip
-        // ipmasq`").
-        const same = holds(found, held);
-        const inPlace = same && !olderRelease(found);
-        // Not what we would write: drift, or another live agent's write, which we hold back from
-        // for a while rather than fight (other-agent.ts). Read again at every resync meanwhile.
-        const verdict = same ? undefined : mark ? otherAgent.judge(mark) : 'drift';
-        if (verdict === 'hold') {
-          this.verifiedGenId = undefined;
-          return 'held-back';
-        }
-        if (inPlace) {
-          if (mark) otherAgent.inPlace(mark);
-          this.remember(held);
-          this.lookForStandIns = false;
-          this.kernelKey = key;
-          // While a conflict is open, always read: that our write stayed is how it ends.
-          this.verifiedGenId = stable && !otherAgent.active ? readAt : undefined;
-          metrics.setGeneration(this.generation);
-          if (stable || last) return wrote ? 'wrote' : 'in-place';
-          continue; // a commit came during the read: look again
-        }
-        // A commit came during the read: what was listed may be gone already.
-        if (!stable && !last) continue;
-        base = stable ? readAt : undefined;
-        // Drift: the kernel no longer holds the config we wrote, changed by anyone but another
-        // live agent: by hand, by a commit around our own write, or by a restore of a saved table.
-        // Or a change of ours refused because another commit came first: drift when that commit
-        // left our tables other than we last wrote them (compared only then: it renders them).
-        const changedUnder = () =>
-          this.lastTables.size > 0 && !holds(found!, [...this.lastTables.values()]);
-        drift = verdict === 'drift' && !this.ownFault && (this.kernelKey === key || changedUnder());
-        // The notifications said only others' tables changed, and ours did: a readiness probe
-        // trusted them meanwhile. Not the drift's repair, which follows as ever: counted and
-        // logged.
-        if (drift && this.reachedElsewhere(readAt))
-          reportMismatch(logger, metrics, 'commit-notifications', {
-            generation: this.generation,
-            difference: `the notifications heard since generation id ${this.verifiedGenId} named no table of ours, yet ours changed by ${readAt}`,
-          });
-        // Another tool committed, elsewhere: the kernel still holds exactly what this process last
-        // wrote, as read at `base`. The change is worked out from that, as when nothing was
-        // committed: an element-only change stays one (libnftables' element commands would download
-        // every plain interval set in the namespace first, docs/writes.md "The everyday edit").
-        heldLast = base !== undefined && !drift && (await this.holdsLast(found));
+        const read = await this.readBack(config, key, genId, last, timed);
+        if (read === 'held-back') return read;
+        if (read === 'in-place') return wrote ? 'wrote' : 'in-place';
+        if (read === 'again') continue;
+        seen = read;
       }
-      const generation = nextGeneration(this.generation);
-      if (generation < this.generation) {
-        logger.warn(
-          { generation, past: this.generation },
-          'the generation reached its bound (15 digits): counting restarts at 1',
-        );
-      }
-      await breathe();
-      // Compiled once per round: the tables compared with the kernel, marked for this write.
-      const tables = held
-        ? remark(held, compileOptions, generation, config.hash, writer)
-        : compile(config, compileOptions, generation, writer);
-      if (drift)
-        logger.warn({ generation }, 'our tables in the kernel drifted from the config; repairing');
-      // From what the kernel is known to hold, an element-only change goes over netlink, pinned to
-      // the generation it was worked out at; anything else through libnftables.
-      const edit = found === undefined || heldLast ? this.elementEdit(tables, base) : undefined;
-      const scripts = edit ? [] : await this.scripts(tables, found, held);
-      this.lastWrite = edit ? 'netlink' : 'libnftables';
-      // Our commits must follow on from `base` one step each (our held replies aside): any other
-      // step is another tool's commit, which may have changed what we wrote.
-      let chain = base;
-      try {
-        await timed('applyMs', async () => {
-          const steps: Array<() => Promise<CommitStep>> = edit
-            ? [() => kernel.edit(edit)]
-            : scripts.map((script) => () => kernel.apply(script));
-          for (const step of steps) {
-            const { before, after } = await step();
-            const follows =
-              chain !== undefined &&
-              before !== undefined &&
-              this.pastOwnSteps(chain) === before &&
-              after === (before + 1) >>> 0;
-            chain = follows ? after : undefined;
-          }
-        });
-      } catch (err) {
-        this.verifiedGenId = undefined;
-        this.lookForStandIns = true;
-        // A change worked out from what the kernel was known to hold, refused ("element does not
-        // exist"): someone changed our table under it. Read it back and repair it now.
-        if ((known || heldLast) && !last && err instanceof NftError && err.kind === 'error') {
-          logger.warn(
-            { err: errorText(err) },
-            'our change was refused: our table changed under it; reading it back to repair it',
-          );
-          continue;
-        }
-        throw err;
-      }
+      const written = await this.write(config, key, seen, known, last, timed);
+      if (written === 'refused') continue;
       wrote = true;
-      this.ownFault = false;
-      this.lookForStandIns = false;
-      if (drift) metrics.incDriftRepairs();
-      this.remember(tables);
-      for (const table of tables) this.written.add(table.family);
-      otherAgent.wrote({ generation, hash: config.hash, writer });
-      this.generation = generation;
-      this.kernelKey = key;
-      metrics.setGeneration(generation);
-      // While another agent writes our table, read back at every resync: that our write stayed is
-      // how the conflict ends.
-      this.verifiedGenId = otherAgent.active ? undefined : chain;
-      this.unaudited = edit && chain !== undefined ? { genId: chain, edit, tries: 0 } : undefined;
-      if (chain !== undefined || otherAgent.active || last) return 'wrote';
+      if (written === 'wrote') return 'wrote';
       // Another tool committed around our write: read back now and repair what it changed.
     }
+  }
+
+  /**
+   * The kernel's tables read back at `genId` and judged against `config`: in place (nothing to
+   * write), held back from another live agent's write, to be read again (a commit came during the
+   * read), or what a write starts from.
+   */
+  private async readBack(
+    config: Config,
+    key: string,
+    genId: number | undefined,
+    last: boolean,
+    timed: Timed,
+  ): Promise<Seen | 'in-place' | 'held-back' | 'again'> {
+    const { kernel, compileOptions, logger, metrics, otherAgent } = this.deps;
+    const found = await timed('readMs', () =>
+      readTables(
+        kernel,
+        compileOptions,
+        this.written,
+        () => metrics.incKernelReads(),
+        this.lookForStandIns,
+      ),
+    );
+    // What was listed is the kernel at genId only if nothing but our own held replies was
+    // committed while it was read.
+    const readAt = await kernel.generationId().catch(() => undefined);
+    const stable =
+      genId !== undefined && readAt !== undefined && this.pastOwnSteps(genId) === readAt;
+    const owner = found.ip?.kind === 'ours' ? found.ip : undefined;
+    const mark = owner?.mark;
+    if (owner?.unreadableMark && !this.warnedUnreadable) {
+      this.warnedUnreadable = true;
+      logger.warn(
+        { generation: this.generation },
+        "the mark on our table does not parse (a generation past 15 digits?): the count goes on from this process's own (from 1 at its start)",
+      );
+    }
+    this.adoptGeneration(mark?.generation);
+    // What we would write with the mark found: a table of this config from another process of
+    // ours (the last run's, before a restart) is in place too.
+    await breathe();
+    const held = compile(config, compileOptions, this.generation, mark?.writer);
+    await breathe();
+    // An older release's table holding what we would write is made anew all the same, once:
+    // its comment shows a mark that is no longer current (README, "Reading `nft list table ip
+    // ipmasq`").
+    const same = holds(found, held);
+    const inPlace = same && !olderRelease(found);
+    // Not what we would write: drift, or another live agent's write, which we hold back from
+    // for a while rather than fight (other-agent.ts). Read again at every resync meanwhile.
+    const verdict = same ? undefined : mark ? otherAgent.judge(mark) : 'drift';
+    if (verdict === 'hold') {
+      this.verifiedGenId = undefined;
+      return 'held-back';
+    }
+    if (inPlace) {
+      if (mark) otherAgent.inPlace(mark);
+      this.remember(held);
+      this.lookForStandIns = false;
+      this.kernelKey = key;
+      // While a conflict is open, always read: that our write stayed is how it ends.
+      this.verifiedGenId = stable && !otherAgent.active ? readAt : undefined;
+      metrics.setGeneration(this.generation);
+      return stable || last ? 'in-place' : 'again'; // a commit came during the read: look again
+    }
+    // A commit came during the read: what was listed may be gone already.
+    if (!stable && !last) return 'again';
+    const base = stable ? readAt : undefined;
+    // Drift: the kernel no longer holds the config we wrote, changed by anyone but another
+    // live agent: by hand, by a commit around our own write, or by a restore of a saved table.
+    // Or a change of ours refused because another commit came first: drift when that commit
+    // left our tables other than we last wrote them (compared only then: it renders them).
+    const changedUnder = () =>
+      this.lastTables.size > 0 && !holds(found, [...this.lastTables.values()]);
+    const drift =
+      verdict === 'drift' && !this.ownFault && (this.kernelKey === key || changedUnder());
+    // The notifications said only others' tables changed, and ours did: a readiness probe
+    // trusted them meanwhile. Not the drift's repair, which follows as ever: counted and
+    // logged.
+    if (drift && this.reachedElsewhere(readAt))
+      reportMismatch(logger, metrics, 'commit-notifications', {
+        generation: this.generation,
+        difference: `the notifications heard since generation id ${this.verifiedGenId} named no table of ours, yet ours changed by ${readAt}`,
+      });
+    // Another tool committed, elsewhere: the kernel still holds exactly what this process last
+    // wrote, as read at `base`. The change is worked out from that, as when nothing was
+    // committed: an element-only change stays one (libnftables' element commands would download
+    // every plain interval set in the namespace first, docs/writes.md "The everyday edit").
+    const heldLast = base !== undefined && !drift && (await this.holdsLast(found));
+    return { found, held, base, drift, heldLast };
+  }
+
+  /**
+   * One write of `config`'s tables from what was `seen`: `wrote`, known to hold; `around`, another
+   * tool committed around it (read back and repaired next); `refused`, a change worked out from
+   * what the kernel was known to hold was refused, since someone changed our table under it.
+   */
+  private async write(
+    config: Config,
+    key: string,
+    seen: Seen,
+    known: boolean,
+    last: boolean,
+    timed: Timed,
+  ): Promise<'wrote' | 'around' | 'refused'> {
+    const { kernel, compileOptions, logger, metrics, otherAgent, writer } = this.deps;
+    const { found, held, base, drift, heldLast } = seen;
+    const generation = nextGeneration(this.generation);
+    if (generation < this.generation) {
+      logger.warn(
+        { generation, past: this.generation },
+        'the generation reached its bound (15 digits): counting restarts at 1',
+      );
+    }
+    await breathe();
+    // Compiled once per round: the tables compared with the kernel, marked for this write.
+    const tables = held
+      ? remark(held, compileOptions, generation, config.hash, writer)
+      : compile(config, compileOptions, generation, writer);
+    if (drift)
+      logger.warn({ generation }, 'our tables in the kernel drifted from the config; repairing');
+    // From what the kernel is known to hold, an element-only change goes over netlink, pinned to
+    // the generation it was worked out at; anything else through libnftables.
+    const edit = found === undefined || heldLast ? this.elementEdit(tables, base) : undefined;
+    const scripts = edit ? [] : await this.scripts(tables, found, held);
+    this.lastWrite = edit ? 'netlink' : 'libnftables';
+    // Our commits must follow on from `base` one step each (our held replies aside): any other
+    // step is another tool's commit, which may have changed what we wrote.
+    let chain = base;
+    try {
+      await timed('applyMs', async () => {
+        const steps: Array<() => Promise<CommitStep>> = edit
+          ? [() => kernel.edit(edit)]
+          : scripts.map((script) => () => kernel.apply(script));
+        for (const step of steps) {
+          const { before, after } = await step();
+          const follows =
+            chain !== undefined &&
+            before !== undefined &&
+            this.pastOwnSteps(chain) === before &&
+            after === (before + 1) >>> 0;
+          chain = follows ? after : undefined;
+        }
+      });
+    } catch (err) {
+      this.verifiedGenId = undefined;
+      this.lookForStandIns = true;
+      // A change worked out from what the kernel was known to hold, refused ("element does not
+      // exist"): someone changed our table under it. Read it back and repair it now.
+      if ((known || heldLast) && !last && err instanceof NftError && err.kind === 'error') {
+        logger.warn(
+          { err: errorText(err) },
+          'our change was refused: our table changed under it; reading it back to repair it',
+        );
+        return 'refused';
+      }
+      throw err;
+    }
+    this.ownFault = false;
+    this.lookForStandIns = false;
+    if (drift) metrics.incDriftRepairs();
+    this.remember(tables);
+    for (const table of tables) this.written.add(table.family);
+    otherAgent.wrote({ generation, hash: config.hash, writer });
+    this.generation = generation;
+    this.kernelKey = key;
+    metrics.setGeneration(generation);
+    // While another agent writes our table, read back at every resync: that our write stayed is
+    // how the conflict ends.
+    this.verifiedGenId = otherAgent.active ? undefined : chain;
+    this.unaudited = edit && chain !== undefined ? { genId: chain, edit, tries: 0 } : undefined;
+    return chain !== undefined || otherAgent.active || last ? 'wrote' : 'around';
   }
 
   /**
