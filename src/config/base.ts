@@ -35,6 +35,12 @@ export interface LoadOptions {
   readonly scoping?: 'agent' | 'describe';
 }
 
+/** LoadOptions as a value: every field, the labels in order (what a load's cache is keyed by). */
+export function loadOptionsKey(options: LoadOptions): string {
+  const labels = options.nodeLabels && [...options.nodeLabels].sort();
+  return JSON.stringify({ ...options, nodeLabels: labels });
+}
+
 /**
  * Why a config cannot be applied: `invalid` is a verdict on what was read (it stays while the files
  * are unchanged), `unreadable` a failure to read (EACCES, EMFILE, …), worth trying again, `pending`

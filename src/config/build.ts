@@ -3,6 +3,7 @@ import { createHash } from 'node:crypto';
 import { escapeUnprintable, type Prefix, parseCidr } from '../cidr/index.js';
 import {
   CONFIG_KEYS,
+  keyValue,
   type KeyName,
   type KeySpec,
   type MergedKeys,
@@ -35,8 +36,6 @@ const RESERVED_RANGES = [
 ];
 const LINK_LOCAL_V4 = parseCidr('169.254.0.0/16');
 const LINK_LOCAL_V6 = parseCidr('fe80::/10');
-export const DEFAULT_CIDR_LIMIT = 64;
-export const DEFAULT_RESYNC_INTERVAL_MS = 60_000;
 
 export function defaultNonMasqueradeCIDRs(options: LoadOptions): Prefix[] {
   return defaultOrigins(options).map((origin) => origin.prefix);
@@ -183,12 +182,10 @@ function podPolicyOf(
     if (node[name] === undefined) delete keys[name];
     else keys[name] = node[name];
   }
-  const masqLinkLocal = own.masqLinkLocal ?? node.masqLinkLocal ?? false;
-  const masqLinkLocalIPv6 = own.masqLinkLocalIPv6 ?? node.masqLinkLocalIPv6 ?? false;
   const nonMasq =
     own.nonMasqueradeCIDRs ?? node.nonMasqueradeCIDRs ?? defaultNonMasqueradeCIDRs(options);
   const masq = own.masqueradeCIDRs ?? node.masqueradeCIDRs ?? [];
-  const linkLocal = linkLocalPrefixes({ masqLinkLocal, masqLinkLocalIPv6 }, options);
+  const linkLocal = linkLocalPrefixes(keys as MergedKeys, options);
   const egress = egressOf(keys as MergedKeys);
   return Object.freeze({
     file: fragment.file,
@@ -196,8 +193,6 @@ function podPolicyOf(
     ...(fragment.namespaceSelector ? { namespaceSelector: fragment.namespaceSelector } : {}),
     nonMasquerade: mergedSets(nonMasq.concat(linkLocal)),
     masquerade: mergedSets(masq),
-    masqLinkLocal,
-    masqLinkLocalIPv6,
     ...(egress ? { egress } : {}),
     own: carriedKeys(own),
     keys: carriedKeys(keys as MergedKeys),
@@ -255,13 +250,10 @@ function carriedKeys(keys: MergedKeys): MergedKeys {
 /**
  * The link-local prefixes the non-masquerade set gets: unless masqLinkLocal (masqLinkLocalIPv6).
  */
-export function linkLocalPrefixes(
-  keys: Pick<Config, 'masqLinkLocal' | 'masqLinkLocalIPv6'>,
-  options: LoadOptions,
-): Prefix[] {
+export function linkLocalPrefixes(keys: MergedKeys, options: LoadOptions): Prefix[] {
   const linkLocal: Prefix[] = [];
-  if (!keys.masqLinkLocal) linkLocal.push(LINK_LOCAL_V4);
-  if (options.enableIPv6 && !keys.masqLinkLocalIPv6) linkLocal.push(LINK_LOCAL_V6);
+  if (!keyValue(keys, 'masqLinkLocal')) linkLocal.push(LINK_LOCAL_V4);
+  if (options.enableIPv6 && !keyValue(keys, 'masqLinkLocalIPv6')) linkLocal.push(LINK_LOCAL_V6);
   return linkLocal;
 }
 
@@ -430,10 +422,7 @@ export function buildConfig(
   const masq = keys.masqueradeCIDRs ?? [];
   // cidrLimit bounds every entry of the files that apply, pod policies' included.
   const limits = policyFragments.flatMap((f) => (f.cidrLimit === undefined ? [] : [f.cidrLimit]));
-  const cidrLimit = Math.max(keys.cidrLimit ?? DEFAULT_CIDR_LIMIT, ...limits);
-  const resyncIntervalMs = keys.resyncInterval ?? DEFAULT_RESYNC_INTERVAL_MS;
-  const masqLinkLocal = keys.masqLinkLocal ?? false;
-  const masqLinkLocalIPv6 = keys.masqLinkLocalIPv6 ?? false;
+  const cidrLimit = Math.max(keyValue(keys as MergedKeys, 'cidrLimit'), ...limits);
 
   const policyEntries = policyFragments.reduce(
     (sum, f) => sum + (f.nonMasqueradeCIDRs?.length ?? 0) + (f.masqueradeCIDRs?.length ?? 0),
@@ -446,15 +435,11 @@ export function buildConfig(
     return invalid(new ConfigError(origin, message));
   }
 
-  const linkLocal = linkLocalPrefixes({ masqLinkLocal, masqLinkLocalIPv6 }, options);
+  const linkLocal = linkLocalPrefixes(keys as MergedKeys, options);
   const effectiveNonMasq = nonMasq.concat(linkLocal);
   const meaning = {
     nonMasquerade: mergedSets(effectiveNonMasq),
     masquerade: mergedSets(masq),
-    masqLinkLocal,
-    masqLinkLocalIPv6,
-    cidrLimit,
-    resyncIntervalMs,
     // Every merged key but those the sets carry, for whoever reads one (compile, say).
     keys: carriedKeys(keys as MergedKeys),
     ...(egress ? { egress } : {}),

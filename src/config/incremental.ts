@@ -15,9 +15,10 @@ import {
 } from '../cidr/index.js';
 import { defaultNonMasqueradeCIDRs, hashOf, linkLocalPrefixes } from './build.js';
 import type { ConfigFragment } from './fragment.js';
-import { KEY_BY_NAME } from './keys.js';
+import { KEY_BY_NAME, keyValue } from './keys.js';
 import { loadFiles, type FileBytes, type TextFacts } from './load.js';
 import type { ConfigSource } from './source.js';
+import { loadOptionsKey } from './base.js';
 import type { Config, CidrSets, LoadOptions, LoadResult } from './types.js';
 import { listLine, type ListRegion } from './yaml-fast.js';
 
@@ -272,12 +273,6 @@ function listsOf(fragments: readonly ConfigFragment[], options: LoadOptions) {
   };
 }
 
-/** LoadOptions as a value, as the loader keys its cache (loader.ts). */
-function optionsKey(options: LoadOptions): string {
-  const labels = options.nodeLabels && [...options.nodeLabels].sort();
-  return JSON.stringify({ ...options, nodeLabels: labels });
-}
-
 /**
  * Where an answer worked out from the last one changed a file: its bytes after, the changed range.
  */
@@ -464,7 +459,7 @@ export class ConfigCache {
     files: readonly FileBytes[],
     options: LoadOptions,
   ): { result: LoadResult; splices?: SetsSplices } {
-    const key = optionsKey(options);
+    const key = loadOptionsKey(options);
     const edit = this.state && this.edit(this.state, source, files, options, key);
     if (edit) return edit;
     this.state = undefined;
@@ -515,7 +510,7 @@ export class ConfigCache {
     if (!state || state.sets) return;
     const { config } = state.result;
     const { nonMasq, masq } = listsOf(state.fragments ?? [], options);
-    const effective = nonMasq.concat(linkLocalPrefixes(config, options));
+    const effective = nonMasq.concat(linkLocalPrefixes(config.keys, options));
     const entries = (prefixes: readonly Prefix[]): SetEntries => ({
       v4: new MergedSetV4(prefixes.filter((p) => p.family === 4)),
       v6: prefixes.filter((p) => p.family === 6),
@@ -538,7 +533,8 @@ export class ConfigCache {
     const changed = edited && entryChanges(state, edited.edits, options);
     if (!changed) return undefined;
     const { config } = state.result;
-    if (changed.entries > config.cidrLimit) return undefined; // the whole load words the error
+    // A config with pod policies loads whole: the bound is the node-wide files'.
+    if (changed.entries > keyValue(config.keys, 'cidrLimit')) return undefined; // the whole load words the error
     const { changes } = changed;
     if (faultLeft && changes.nonMasquerade.added.length > 0) {
       faultLeft = false;

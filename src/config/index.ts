@@ -6,11 +6,8 @@ import type { Config, LoadOptions, LoadResult } from './types.js';
 export { ConfigError } from './types.js';
 export type { CidrSets, Config, LoadOptions, LoadResult } from './types.js';
 export { loadConfig, MAX_CONFIG_BYTES } from './load.js';
-export {
-  DEFAULT_CIDR_LIMIT,
-  DEFAULT_RESYNC_INTERVAL_MS,
-  defaultNonMasqueradeCIDRs,
-} from './build.js';
+export { defaultNonMasqueradeCIDRs } from './build.js';
+export { DEFAULT_CIDR_LIMIT, DEFAULT_RESYNC_INTERVAL_MS, keyValue } from './keys.js';
 
 /** Parses one file's text as if it were the whole config. Never throws for bad input. */
 export function parseConfigText(text: string, file: string, options: LoadOptions): LoadResult {

@@ -61,6 +61,11 @@ export interface KeySpec<V, M> {
   readonly bySets?: true;
   /** The merged value changes what compile writes, beside the sets and the policy: hashed. */
   readonly hashed?: true;
+  /**
+   * Its value where no file that applies gives it (README, "Configuration"), read by keyValue;
+   * absent: the key does nothing when not given.
+   */
+  readonly default?: M;
   /** How --diff shows the merged value (a policy key), and the key not given. */
   readonly shown?: { readonly as: (merged: M) => readonly string[]; readonly absent: string };
 }
@@ -294,6 +299,11 @@ const agreed =
 // --- the table -------------------------------------------------------------------------------
 
 const spec = <V, M = never>(s: KeySpec<V, M>) => s;
+/** A key with a default: its type says so, for keyValue. */
+const defaulted = <V, M>(s: KeySpec<V, M> & { readonly default: M }) => s;
+
+export const DEFAULT_CIDR_LIMIT = 64;
+export const DEFAULT_RESYNC_INTERVAL_MS = 60_000;
 
 /**
  * Every key, as written in README "Configuration" and "Egress policy" (matched case-insensitively).
@@ -311,10 +321,14 @@ export const CONFIG_KEYS = {
     written: true,
     bySets: true,
   }),
-  masqLinkLocal: spec({ parse: boolean('masqLinkLocal'), merge: any }),
-  masqLinkLocalIPv6: spec({ parse: boolean('masqLinkLocalIPv6'), merge: any }),
-  cidrLimit: spec({ parse: cidrLimit, merge: largest }),
-  resyncInterval: spec({ parse: resyncInterval, merge: smallest }),
+  masqLinkLocal: defaulted({ parse: boolean('masqLinkLocal'), merge: any, default: false }),
+  masqLinkLocalIPv6: defaulted({ parse: boolean('masqLinkLocalIPv6'), merge: any, default: false }),
+  cidrLimit: defaulted({ parse: cidrLimit, merge: largest, default: DEFAULT_CIDR_LIMIT }),
+  resyncInterval: defaulted({
+    parse: resyncInterval,
+    merge: smallest,
+    default: DEFAULT_RESYNC_INTERVAL_MS,
+  }),
   sourceCIDRs: spec({
     parse: cidrList('sourceCIDRs'),
     merge: (given: readonly Given<readonly Prefix[]>[]) => mergedSets(union(given)),
@@ -362,6 +376,19 @@ export type KeyValues = {
 
 /** What the merge of each key over the files that apply gives (absent: no file gives it). */
 export type MergedKeys = { readonly [K in KeyName]?: MergeOf<(typeof CONFIG_KEYS)[K]> };
+
+/** The keys with a default (KeySpec.default). */
+export type DefaultedKey = {
+  [K in KeyName]: (typeof CONFIG_KEYS)[K] extends { readonly default: unknown } ? K : never;
+}[KeyName];
+
+/** A key's merged value over the files that apply, or its default where none gives it. */
+export function keyValue<K extends DefaultedKey>(
+  keys: MergedKeys,
+  name: K,
+): NonNullable<MergedKeys[K]> {
+  return (keys[name] ?? CONFIG_KEYS[name].default) as NonNullable<MergedKeys[K]>;
+}
 
 type MergeOf<S> = S extends { readonly merge?: (given: never, origin: string) => infer M }
   ? M

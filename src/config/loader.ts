@@ -6,6 +6,7 @@
 import { loadSource } from './load.js';
 import { endLoaderThread, loadSourceOffThread } from './load-worker.js';
 import { type ConfigSource, findConfigSource } from './source.js';
+import { loadOptionsKey } from './base.js';
 import type { LoadOptions, LoadResult } from './types.js';
 import { ParseDeferred, type ParseBudget } from './yaml.js';
 
@@ -61,12 +62,6 @@ function worthCaching(result: LoadResult): boolean {
   return result.ok || result.error.kind !== 'unreadable';
 }
 
-/** LoadOptions as a value: every field, the labels in order. */
-function optionsKey(options: LoadOptions): string {
-  const labels = options.nodeLabels && [...options.nodeLabels].sort();
-  return JSON.stringify({ ...options, nodeLabels: labels });
-}
-
 /**
  * The loader: the last result again while the stamp is unchanged, an invalid one too (a
  * pathological file is not parsed again at every resync), but for a read asked `whole`, which
@@ -78,7 +73,7 @@ export function configLoader(
   let last: { path: string; options: string; stamp: string; result: LoadResult } | undefined;
   return async (path, loadOptions, mode = {}) => {
     // Compared by value: a caller may build the options anew for every read (the Node's labels).
-    const options = optionsKey(loadOptions);
+    const options = loadOptionsKey(loadOptions);
     let source = await findConfigSource(path);
     // A resync reads a valid config whole again (docs/writes.md, "The everyday edit"); an invalid
     // result came from a whole load already, and a pathological file is not parsed again.

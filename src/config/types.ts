@@ -22,11 +22,6 @@ export interface Config {
   readonly nonMasquerade: CidrSets;
   /** masqueradeCIDRs, merged. Always masqueraded, even inside a non-masquerade range. */
   readonly masquerade: CidrSets;
-  readonly masqLinkLocal: boolean;
-  readonly masqLinkLocalIPv6: boolean;
-  readonly cidrLimit: number;
-  /** resyncInterval in milliseconds, at least 1000. */
-  readonly resyncIntervalMs: number;
   /**
    * sha256 hex that depends on meaning only: same addresses in any order or spelling give the same
    * hash.
@@ -46,7 +41,7 @@ export interface Config {
   readonly egress?: EgressPolicy;
   /**
    * Every key's merged value over the files that apply (config/keys.ts), but the two CIDR lists,
-   * which the sets above carry; a key no file gives is absent.
+   * which the sets above carry; a key no file gives is absent (keyValue reads a key's default).
    */
   readonly keys: MergedKeys;
   /** Files that node scoping (nodeNames, nodeSelector) left out, with why. */
@@ -79,8 +74,6 @@ export interface PodPolicy {
   readonly namespaceSelector?: LabelSelector;
   readonly nonMasquerade: CidrSets;
   readonly masquerade: CidrSets;
-  readonly masqLinkLocal: boolean;
-  readonly masqLinkLocalIPv6: boolean;
   readonly egress?: EgressPolicy;
   /**
    * The keys this file gives itself (merged as one file), beside the node-wide ones it inherits.

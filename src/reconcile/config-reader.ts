@@ -4,6 +4,7 @@ import type { Logger } from 'pino';
 import { escapeUnprintable } from '../cidr/index.js';
 import { withNodePodCIDRs, type NodePrefixes } from '../config/build.js';
 import type { Loader, ReadMode } from '../config/loader.js';
+import { keyValue } from '../config/keys.js';
 import {
   podMembership,
   withPodMembers,
@@ -207,7 +208,7 @@ export class ConfigReader {
     if (skipped.length > 0 && config !== this.good)
       logger.debug({ config: configPath, skipped }, 'config files that do not apply on this node');
     this.good = config;
-    metrics.setResyncInterval(config.resyncIntervalMs);
+    metrics.setResyncInterval(keyValue(config.keys, 'resyncInterval'));
     return true;
   }
 

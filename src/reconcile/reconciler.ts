@@ -3,7 +3,7 @@
 // writes".
 import type { Logger } from 'pino';
 import { podPolicyName, type CompileOptions } from '../compile.js';
-import { DEFAULT_RESYNC_INTERVAL_MS } from '../config/build.js';
+import { keyValue } from '../config/keys.js';
 import type { Loader } from '../config/loader.js';
 import {
   ELEMENT_AUDIT_DELAY_MS,
@@ -244,7 +244,7 @@ export class Reconciler {
   }
 
   get resyncIntervalMs(): number {
-    return this.config.good?.resyncIntervalMs ?? DEFAULT_RESYNC_INTERVAL_MS;
+    return keyValue(this.config.good?.keys ?? {}, 'resyncInterval');
   }
 
   /**

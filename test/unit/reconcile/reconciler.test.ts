@@ -44,10 +44,6 @@ function config(
   return {
     nonMasquerade: { ipv4, ipv6: [] },
     masquerade: { ipv4: [], ipv6: [] },
-    masqLinkLocal: false,
-    masqLinkLocalIPv6: false,
-    cidrLimit: 64,
-    resyncIntervalMs: 60_000,
     hash,
     sources: [],
     keys: {},
