@@ -366,8 +366,12 @@ std::string VerdictChain(const char* data, size_t len) {
 Status MapChains(uint8_t family, const std::string& table, const std::string& map,
                  std::vector<std::string>* chains);
 
+// What a rule's earlier expressions loaded, while its expressions are read in order: each
+// register's 16- or 32-bit value.
+using Registers = std::map<uint32_t, uint32_t>;
+
 // One expression of a rule: its name, and what it adds to the rule's shape.
-void ReadExpression(const char* data, size_t len, RuleShape* rule) {
+void ReadExpression(const char* data, size_t len, RuleShape* rule, Registers* registers) {
   std::string name;
   const char* payload = nullptr;
   size_t payload_len = 0;
@@ -382,13 +386,13 @@ void ReadExpression(const char* data, size_t len, RuleShape* rule) {
   if (name == "masq") rule->translates = true;
   if (!payload) return;
   // The port range a nat or masq expression takes from its registers.
-  const auto ports_from = [rule](uint32_t min_register, uint32_t max_register) {
-    const auto min = rule->registers.find(min_register);
-    if (min_register == 0 || min == rule->registers.end()) return;
-    const auto max = rule->registers.find(max_register);
+  const auto ports_from = [rule, registers](uint32_t min_register, uint32_t max_register) {
+    const auto min = registers->find(min_register);
+    if (min_register == 0 || min == registers->end()) return;
+    const auto max = registers->find(max_register);
     rule->port_min = static_cast<int32_t>(min->second);
     rule->port_max = static_cast<int32_t>(
-        max_register != 0 && max != rule->registers.end() ? max->second : min->second);
+        max_register != 0 && max != registers->end() ? max->second : min->second);
   };
   if (name == "nat") {
     uint32_t min_register = 0, max_register = 0;
@@ -440,8 +444,7 @@ void ReadExpression(const char* data, size_t len, RuleShape* rule) {
         if (v_len == 4) loaded = Be32(v, v_len);
       });
     });
-    if (dreg != NFT_REG_VERDICT && loaded >= 0)
-      rule->registers[dreg] = static_cast<uint32_t>(loaded);
+    if (dreg != NFT_REG_VERDICT && loaded >= 0) (*registers)[dreg] = static_cast<uint32_t>(loaded);
   }
 }
 
@@ -500,10 +503,12 @@ Rules ListRules(const std::string& family, const std::string& table, const std::
       },
       [&](uint16_t type, const char* data, size_t len) {
         if (type == NFTA_RULE_HANDLE) current->handle = Be64(data, len);
-        if (type == NFTA_RULE_EXPRESSIONS)
+        if (type == NFTA_RULE_EXPRESSIONS) {
+          Registers registers;
           ForEachAttr(data, len, [&](uint16_t item, const char* value, size_t value_len) {
-            if (item == NFTA_LIST_ELEM) ReadExpression(value, value_len, current);
+            if (item == NFTA_LIST_ELEM) ReadExpression(value, value_len, current, &registers);
           });
+        }
         return true;
       },
       number, attrs);

@@ -60,8 +60,7 @@ struct RuleShape {
   // immediate expressions load into the registers the nat or masq expression reads; -1 where none.
   int32_t port_min = -1;
   int32_t port_max = -1;
-  std::map<uint32_t, uint32_t> registers;  // while reading: a register's loaded 16- or 32-bit value
-  std::vector<std::string> expressions;    // the expressions' names, in order
+  std::vector<std::string> expressions;  // the expressions' names, in order
 };
 struct Rules {
   Status status;
