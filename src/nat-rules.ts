@@ -161,77 +161,106 @@ const LOG_OPTIONS = new Set(['prefix', 'level', 'flags', 'group', 'snaplen', 'qu
 /** x_tables targets that rewrite the source address (native/netlink.cc reads the same). */
 const XT_TRANSLATING = new Set(['MASQUERADE', 'SNAT', 'NETMAP']);
 
-/**
- * Reads a rule as nft prints it. Words it does not know become matches it cannot judge, so the
- * rule's result for any flow is at best unknown: never a guess.
- */
-export function readRule(text: string): ReadRule {
-  const words = tokens(text);
-  const matches: Array<(flow: NatFlow) => Truth> = [];
-  let translates = false;
-  let verdict: ReadRule['verdict'];
-  let jump: ReadRule['jump'];
-  let i = 0;
-  // An operator, if one comes next: `!=` negates, `==` is the default; any other one is unknown.
-  const operator = (): 'eq' | 'ne' | 'other' => {
-    const op = words[i];
-    if (op === '!=') {
-      i++;
-      return 'ne';
-    }
-    if (op === '==') {
-      i++;
-      return 'eq';
+/** A rule being read: its words, where the reading is, and what it has read so far. */
+class RuleReading {
+  i = 0;
+  readonly matches: Array<(flow: NatFlow) => Truth> = [];
+  readonly sets: Array<{ field: SetField; value?: number }> = [];
+  readonly branches: string[] = [];
+  translates = false;
+  vmap = false;
+  verdict: ReadRule['verdict'];
+  jump: ReadRule['jump'];
+
+  constructor(readonly words: readonly string[]) {}
+
+  /** The word `ahead` words past the reading's place. */
+  word(ahead = 0): string | undefined {
+    return this.words[this.i + ahead];
+  }
+
+  /** An operator, if one comes next: `!=` negates, `==` is the default; any other is unknown. */
+  operator(): 'eq' | 'ne' | 'other' {
+    const op = this.word();
+    if (op === '!=' || op === '==') {
+      this.i++;
+      return op === '!=' ? 'ne' : 'eq';
     }
     if (op === '<' || op === '>' || op === '<=' || op === '>=') {
-      i++;
+      this.i++;
       return 'other';
     }
     return 'eq';
-  };
-  // A match's value; a verdict map's `vmap` is not one (its key is matched by the map's elements).
-  const take = () => (words[i] === 'vmap' ? '' : (words[i++] ?? ''));
-  const sets: Array<{ field: SetField; value?: number }> = [];
-  const branches: string[] = [];
-  let vmap = false;
-  while (i < words.length) {
-    const word = words[i]!;
-    const next = words[i + 1];
-    if (
-      (word === 'ip' || word === 'ip6') &&
-      (next === 'saddr' || next === 'daddr') &&
-      words[i + 2] === 'set'
-    ) {
-      // An address rewritten for the rules after this one: not known any more.
-      sets.push({ field: next });
-      i += 3;
-      while (i < words.length && !endsValue(words, i)) i++;
-      continue;
-    }
-    if ((word === 'ip' || word === 'ip6') && (next === 'saddr' || next === 'daddr')) {
-      i += 2;
-      const op = operator();
-      const value = take();
-      const family = familyOf(word).number;
-      const field = next;
+  }
+
+  /** A match's value; a verdict map's `vmap` is not one (its key is matched by the elements). */
+  take(): string {
+    return this.word() === 'vmap' ? '' : (this.words[this.i++] ?? '');
+  }
+
+  /** Past a `… set VALUE` statement's value. */
+  skipValue(): void {
+    while (this.i < this.words.length && !endsValue(this.words, this.i)) this.i++;
+  }
+}
+
+/**
+ * One shape of match or statement: whether the words at the reading's place (`word`, `next`,
+ * `after`) start it, and how it is read (the reading moved past it). `last`: nothing after it is
+ * read (a translating statement's arguments are its own).
+ */
+interface ShapeReader {
+  readonly starts: (word: string, next: string | undefined, after: string | undefined) => boolean;
+  readonly read: (r: RuleReading) => void;
+  readonly last?: true;
+}
+
+const isFamily = (word: string) => word === 'ip' || word === 'ip6';
+const isAddress = (word: string | undefined) => word === 'saddr' || word === 'daddr';
+const isMark = (word: string, next: string | undefined) =>
+  (word === 'meta' || word === 'ct') && next === 'mark';
+
+/** The shapes readRule knows, tried in order; any other word is a match it cannot judge. */
+const SHAPES: readonly ShapeReader[] = [
+  {
+    // An address rewritten for the rules after this one: not known any more.
+    starts: (word, next, after) => isFamily(word) && isAddress(next) && after === 'set',
+    read: (r) => {
+      r.sets.push({ field: r.word(1) as SetField });
+      r.i += 3;
+      r.skipValue();
+    },
+  },
+  {
+    starts: (word, next) => isFamily(word) && isAddress(next),
+    read: (r) => {
+      const family = familyOf(r.word() as 'ip' | 'ip6').number;
+      const field = r.word(1) as 'saddr' | 'daddr';
+      r.i += 2;
+      const op = r.operator();
+      const value = r.take();
       const ranges = op === 'other' ? undefined : addressRanges(value);
-      matches.push((flow) => {
+      r.matches.push((flow) => {
         if (flow.family !== undefined && flow.family !== family) return false;
         const address = flow[field];
         if (!ranges || address === undefined || flow.family === undefined) return undefined;
         return applying(op === 'ne', inRanges(ranges, address));
       });
-      continue;
-    }
-    if (word === 'meta' && (next === 'oifname' || next === 'iifname' || next === 'l4proto')) {
-      i++;
-      continue; // read as the bare keyword below
-    }
-    if (word === 'oifname') {
-      i++;
-      const op = operator();
-      const names = items(take()).map((name) => name.replace(/^"|"$/g, ''));
-      matches.push((flow) =>
+    },
+  },
+  {
+    // Read as the bare keyword below.
+    starts: (word, next) =>
+      word === 'meta' && (next === 'oifname' || next === 'iifname' || next === 'l4proto'),
+    read: (r) => r.i++,
+  },
+  {
+    starts: (word) => word === 'oifname',
+    read: (r) => {
+      r.i++;
+      const op = r.operator();
+      const names = items(r.take()).map((name) => name.replace(/^"|"$/g, ''));
+      r.matches.push((flow) =>
         op === 'other' || flow.oifname === undefined
           ? undefined
           : applying(
@@ -239,140 +268,179 @@ export function readRule(text: string): ReadRule {
               names.some((name) => interfaceListed([name], flow.oifname!)),
             ),
       );
-      continue;
-    }
-    if (word === 'l4proto' || (word === 'ip' && next === 'protocol')) {
-      i += word === 'ip' ? 2 : 1;
-      const op = operator();
-      const wanted = items(take()).map(protocolNumber);
+    },
+  },
+  {
+    starts: (word, next) => word === 'l4proto' || (word === 'ip' && next === 'protocol'),
+    read: (r) => {
+      r.i += r.word() === 'ip' ? 2 : 1;
+      const op = r.operator();
+      const wanted = items(r.take()).map(protocolNumber);
       const known = op !== 'other' && wanted.every((p) => p !== undefined);
-      matches.push((flow) =>
+      r.matches.push((flow) =>
         !known || flow.protocol === undefined
           ? undefined
           : applying(op === 'ne', wanted.includes(flow.protocol)),
       );
-      continue;
-    }
-    if (
+    },
+  },
+  {
+    // The port is not known; the protocol is.
+    starts: (word, next) =>
       (word === 'tcp' || word === 'udp' || word === 'sctp') &&
-      (next === 'dport' || next === 'sport')
-    ) {
-      // The port is not known; the protocol is.
-      const protocol = PROTOCOL_NUMBERS[word]!;
-      i += 2;
-      operator();
-      take();
-      matches.push((flow) =>
+      (next === 'dport' || next === 'sport'),
+    read: (r) => {
+      const protocol = PROTOCOL_NUMBERS[r.word()!]!;
+      r.i += 2;
+      r.operator();
+      r.take();
+      r.matches.push((flow) =>
         flow.protocol !== undefined && flow.protocol !== protocol ? false : undefined,
       );
-      continue;
-    }
-    if ((word === 'meta' || word === 'ct') && next === 'mark' && words[i + 2] !== 'set') {
-      const field = word === 'ct' ? 'ctMark' : 'mark';
-      i += 2;
+    },
+  },
+  {
+    starts: (word, next, after) => isMark(word, next) && after !== 'set',
+    read: (r) => {
+      const field = r.word() === 'ct' ? 'ctMark' : 'mark';
+      r.i += 2;
       let mask = 0xffffffff;
-      if (words[i] === '&') {
-        const m = number(words[i + 1] ?? '');
-        i += 2;
+      if (r.word() === '&') {
+        const m = number(r.word(1) ?? '');
+        r.i += 2;
         if (m === undefined) {
-          matches.push(unknown);
-          continue;
+          r.matches.push(unknown);
+          return;
         }
         mask = m;
       }
-      const op = operator();
-      const value = number(take());
-      matches.push((flow) => {
+      const op = r.operator();
+      const value = number(r.take());
+      r.matches.push((flow) => {
         const mark = flow[field];
         return op === 'other' || value === undefined || mark === undefined
           ? undefined
           : applying(op === 'ne', (mark & mask) >>> 0 === value);
       });
-      continue;
-    }
-    if (word === 'meta' && next === 'nfproto') {
-      i += 2;
-      const op = operator();
-      const value = take();
+    },
+  },
+  {
+    starts: (word, next) => word === 'meta' && next === 'nfproto',
+    read: (r) => {
+      r.i += 2;
+      const op = r.operator();
+      const value = r.take();
       const family = value === 'ipv4' ? 4 : value === 'ipv6' ? 6 : undefined;
-      matches.push((flow) =>
+      r.matches.push((flow) =>
         op === 'other' || family === undefined || flow.family === undefined
           ? undefined
           : applying(op === 'ne', flow.family === family),
       );
-      continue;
-    }
+    },
+  },
+  {
     // A mark set for the rules after this one: its value where a constant, else unknown.
-    if ((word === 'meta' || word === 'ct') && next === 'mark' && words[i + 2] === 'set') {
-      i += 3;
-      const start = i;
-      while (i < words.length && !endsValue(words, i)) i++;
-      const value = i === start + 1 ? number(words[start]!) : undefined;
-      sets.push({
-        field: word === 'ct' ? 'ctMark' : 'mark',
-        ...(value !== undefined ? { value } : {}),
-      });
-      continue;
-    }
-    if (word === 'vmap') {
-      // `KEY vmap { ELEMENT : VERDICT, … }` or `KEY vmap @NAME`: the key was left unjudged above.
-      const map = words[i + 1] ?? '';
-      i += 2;
-      vmap = true;
+    starts: (word, next, after) => isMark(word, next) && after === 'set',
+    read: (r) => {
+      const field = r.word() === 'ct' ? 'ctMark' : 'mark';
+      r.i += 3;
+      const start = r.i;
+      r.skipValue();
+      const value = r.i === start + 1 ? number(r.words[start]!) : undefined;
+      r.sets.push({ field, ...(value !== undefined ? { value } : {}) });
+    },
+  },
+  {
+    // `KEY vmap { ELEMENT : VERDICT, … }` or `KEY vmap @NAME`: the key was left unjudged before.
+    starts: (word) => word === 'vmap',
+    read: (r) => {
+      const map = r.word(1) ?? '';
+      r.i += 2;
+      r.vmap = true;
       for (const item of map.startsWith('{') ? items(map) : []) {
         const target = /:\s*(?:jump|goto)\s+("[^"]*"|\S+)$/.exec(item);
-        if (target) branches.push(target[1]!.replace(/^"|"$/g, ''));
+        if (target) r.branches.push(target[1]!.replace(/^"|"$/g, ''));
       }
+    },
+  },
+  {
+    starts: (word) => word === 'log',
+    read: (r) => {
+      r.i++;
+      while (LOG_OPTIONS.has(r.word() ?? '')) r.i += 2;
+    },
+  },
+  { starts: (word) => word === 'continue', read: (r) => r.i++ },
+  {
+    // An x_tables target nft could not print as its own syntax (iptables-nft) that translates.
+    starts: (word, next, after) =>
+      word === 'xt' && next === 'target' && XT_TRANSLATING.has(unquoted(after)),
+    read: (r) => {
+      r.translates = true;
+      r.i += 3;
+    },
+    last: true,
+  },
+  {
+    // Any other x_tables extension; a comment judges nothing.
+    starts: (word, next) => word === 'xt' && (next === 'match' || next === 'target'),
+    read: (r) => {
+      if (r.word(1) === 'match' && unquoted(r.word(2)) !== 'comment') r.matches.push(unknown);
+      r.i += 3;
+    },
+  },
+  {
+    starts: (word) => word === 'counter',
+    read: (r) => {
+      r.i++;
+      if (r.word() === 'name') r.i += 2;
+      else if (r.word() === 'packets') r.i += 4;
+    },
+  },
+  { starts: (word) => word === 'comment', read: (r) => (r.i += 2) },
+  {
+    starts: (word) => word === 'masquerade' || word === 'snat',
+    read: (r) => {
+      r.translates = true;
+      r.i++;
+    },
+    last: true,
+  },
+  {
+    starts: (word) => word === 'return' || word === 'accept' || word === 'drop',
+    read: (r) => {
+      r.verdict = r.word() as 'return' | 'accept' | 'drop';
+      r.i++;
+    },
+  },
+  {
+    starts: (word, next) => (word === 'jump' || word === 'goto') && next !== undefined,
+    read: (r) => {
+      r.jump = { kind: r.word() as 'jump' | 'goto', chain: unquoted(r.word(1)) };
+      r.i += 2;
+    },
+  },
+];
+
+const unquoted = (word: string | undefined) => (word ?? '').replace(/^"|"$/g, '');
+
+/**
+ * Reads a rule as nft prints it, shape by shape (SHAPES). Words it does not know become matches it
+ * cannot judge, so the rule's result for any flow is at best unknown: never a guess.
+ */
+export function readRule(text: string): ReadRule {
+  const r = new RuleReading(tokens(text));
+  while (r.i < r.words.length) {
+    const shape = SHAPES.find((s) => s.starts(r.word()!, r.word(1), r.word(2)));
+    if (!shape) {
+      r.matches.push(unknown);
+      r.i++;
       continue;
     }
-    if (word === 'log') {
-      i++;
-      while (LOG_OPTIONS.has(words[i] ?? '')) i += 2;
-      continue;
-    }
-    if (word === 'continue') {
-      i++;
-      continue;
-    }
-    if (word === 'xt' && (next === 'match' || next === 'target')) {
-      // An x_tables extension nft could not print as its own syntax (iptables-nft).
-      const name = (words[i + 2] ?? '').replace(/^"|"$/g, '');
-      i += 3;
-      if (next === 'target' && XT_TRANSLATING.has(name)) {
-        translates = true;
-        break;
-      }
-      if (next === 'match' && name !== 'comment') matches.push(unknown);
-      continue;
-    }
-    if (word === 'counter') {
-      i++;
-      if (words[i] === 'name') i += 2;
-      else if (words[i] === 'packets') i += 4;
-      continue;
-    }
-    if (word === 'comment') {
-      i += 2;
-      continue;
-    }
-    if (word === 'masquerade' || word === 'snat') {
-      translates = true;
-      break; // the rest are the statement's own arguments
-    }
-    if (word === 'return' || word === 'accept' || word === 'drop') {
-      verdict = word;
-      i++;
-      continue;
-    }
-    if ((word === 'jump' || word === 'goto') && next !== undefined) {
-      jump = { kind: word, chain: next.replace(/^"|"$/g, '') };
-      i += 2;
-      continue;
-    }
-    // Anything else: a match or statement this reading does not judge.
-    matches.push(unknown);
-    i++;
+    shape.read(r);
+    if (shape.last) break;
   }
+  const { matches, translates, verdict, jump, vmap, branches, sets } = r;
   return {
     matches,
     translates,
