@@ -597,6 +597,125 @@ function looksLikeFlag(arg: string): boolean {
   return arg.length > 1 && arg.startsWith('-');
 }
 
+/**
+ * Reads the command line into `draft`: each flag given is added to `given`, each klog flag (taken
+ * and ignored, as the original agent's command line may carry them) to `ignoredKlog`. Throws a
+ * FlagError on anything it does not take.
+ */
+function readArgv(
+  argv: readonly string[],
+  draft: Draft,
+  given: Set<string>,
+  ignoredKlog: string[],
+): void {
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    if (arg === '--') {
+      // Go's flag package stops at `--`; this agent takes no positional arguments after it either.
+      const rest = argv[i + 1];
+      if (rest !== undefined) throw new FlagError(`unexpected argument ${JSON.stringify(rest)}`);
+      break;
+    }
+    // --explain and --check take any number of addresses or paths after their first.
+    const collecting = byName.get(draft.modes.at(-1) ?? '');
+    if (!looksLikeFlag(arg) && collecting?.more) {
+      collecting.apply(arg, draft);
+      continue;
+    }
+    if (!looksLikeFlag(arg)) {
+      const previous = argv[i - 1];
+      const hint =
+        boolSpellings.has(arg) && previous !== undefined && looksLikeFlag(previous)
+          ? ` (a boolean takes its value after "=", e.g. ${previous.split('=')[0]}=${arg})`
+          : '';
+      throw new FlagError(`unexpected argument ${JSON.stringify(arg)}${hint}`);
+    }
+    const body = arg.startsWith('--') ? arg.slice(2) : arg.slice(1);
+    const eq = body.indexOf('=');
+    const name = eq === -1 ? body : body.slice(0, eq);
+    const inlineValue = eq === -1 ? undefined : body.slice(eq + 1);
+    if (name === '' || name.startsWith('-')) {
+      throw new FlagError(`bad flag syntax: ${JSON.stringify(arg)}`);
+    }
+    if (name === 'h' || name === 'help') throw new HelpRequested();
+
+    const flag = byName.get(name);
+    if (flag) given.add(flag.name);
+    if (flag?.kind === 'value') {
+      let value = inlineValue;
+      if (value === undefined) {
+        const next = argv[i + 1];
+        if (next === undefined || looksLikeFlag(next)) {
+          throw new FlagError(`--${name} needs a value`);
+        }
+        value = next;
+        i++;
+      }
+      flag.apply(value, draft);
+    } else if (flag) {
+      let on = true;
+      if (inlineValue !== undefined) {
+        const parsed = boolSpellings.get(inlineValue);
+        if (parsed === undefined) {
+          throw new FlagError(
+            `--${name}: ${JSON.stringify(inlineValue)} is not a boolean (use true or false)`,
+          );
+        }
+        on = parsed;
+      }
+      flag.apply(on, draft);
+    } else if (klogValueFlags.has(name) || klogBoolFlags.has(name)) {
+      // klog value flags may come as `-v 2`; a following flag means the value was left out.
+      const next = argv[i + 1];
+      if (klogValueFlags.has(name) && inlineValue === undefined && next !== undefined) {
+        if (!looksLikeFlag(next)) i++;
+      }
+      const spelled = name.length === 1 ? `-${name}` : `--${name}`;
+      if (!ignoredKlog.includes(spelled)) ignoredKlog.push(spelled);
+    } else {
+      throw new FlagError(`unknown flag: ${arg.split('=')[0]}`);
+    }
+  }
+}
+
+/** Each flag not given on the command line from its environment variable, where it has one. */
+function readEnv(
+  draft: Draft,
+  given: ReadonlySet<string>,
+  env: Readonly<Record<string, string | undefined>>,
+): void {
+  for (const flag of FLAGS) {
+    const fallback = flag.env === undefined ? undefined : env[flag.env];
+    if (given.has(flag.name) || fallback === undefined || fallback === '') continue;
+    try {
+      flag.apply(fallback, draft);
+    } catch (err) {
+      if (!(err instanceof FlagError)) throw err;
+      throw new FlagError(`${flag.env} (standing for --${flag.name}): ${err.message}`);
+    }
+  }
+}
+
+/** Throws a FlagError where the flags given do not go together (each FLAGS entry's goesWith). */
+function checkTogether(draft: Draft, given: ReadonlySet<string>): void {
+  for (const flag of FLAGS) {
+    const problem = given.has(flag.name) ? flag.goesWith?.(draft, given) : undefined;
+    if (problem !== undefined) throw new FlagError(problem);
+  }
+  const api = usesApi(draft);
+  const onNode = draft.modes.length === 0 || draft.modes.includes('once');
+  if (api && onNode && draft.nodeName === '') {
+    throw new FlagError(
+      "--kubernetes and --kubeconfig need the node's name: --node-name, or NODE_NAME (the DaemonSet sets it from spec.nodeName)",
+    );
+  }
+  if (draft.modes.length > 1) {
+    throw new FlagError(
+      `${draft.modes.map((m) => `--${m}`).join(' and ')} cannot be used together`,
+    );
+  }
+}
+
 export function parseArgs(
   argv: readonly string[],
   env: Readonly<Record<string, string | undefined>> = process.env,
@@ -605,100 +724,9 @@ export function parseArgs(
   const ignoredKlogFlags: string[] = [];
   const given = new Set<string>();
   try {
-    for (let i = 0; i < argv.length; i++) {
-      const arg = argv[i]!;
-      if (arg === '--') {
-        // Go's flag package stops at `--`; this agent takes no positional arguments after it either.
-        const rest = argv[i + 1];
-        if (rest !== undefined) throw new FlagError(`unexpected argument ${JSON.stringify(rest)}`);
-        break;
-      }
-      // --explain and --check take any number of addresses or paths after their first.
-      const collecting = byName.get(draft.modes.at(-1) ?? '');
-      if (!looksLikeFlag(arg) && collecting?.more) {
-        collecting.apply(arg, draft);
-        continue;
-      }
-      if (!looksLikeFlag(arg)) {
-        const previous = argv[i - 1];
-        const hint =
-          boolSpellings.has(arg) && previous !== undefined && looksLikeFlag(previous)
-            ? ` (a boolean takes its value after "=", e.g. ${previous.split('=')[0]}=${arg})`
-            : '';
-        throw new FlagError(`unexpected argument ${JSON.stringify(arg)}${hint}`);
-      }
-      const body = arg.startsWith('--') ? arg.slice(2) : arg.slice(1);
-      const eq = body.indexOf('=');
-      const name = eq === -1 ? body : body.slice(0, eq);
-      const inlineValue = eq === -1 ? undefined : body.slice(eq + 1);
-      if (name === '' || name.startsWith('-')) {
-        throw new FlagError(`bad flag syntax: ${JSON.stringify(arg)}`);
-      }
-      if (name === 'h' || name === 'help') throw new HelpRequested();
-
-      const flag = byName.get(name);
-      if (flag) given.add(flag.name);
-      if (flag?.kind === 'value') {
-        let value = inlineValue;
-        if (value === undefined) {
-          const next = argv[i + 1];
-          if (next === undefined || looksLikeFlag(next)) {
-            throw new FlagError(`--${name} needs a value`);
-          }
-          value = next;
-          i++;
-        }
-        flag.apply(value, draft);
-      } else if (flag) {
-        let on = true;
-        if (inlineValue !== undefined) {
-          const parsed = boolSpellings.get(inlineValue);
-          if (parsed === undefined) {
-            throw new FlagError(
-              `--${name}: ${JSON.stringify(inlineValue)} is not a boolean (use true or false)`,
-            );
-          }
-          on = parsed;
-        }
-        flag.apply(on, draft);
-      } else if (klogValueFlags.has(name) || klogBoolFlags.has(name)) {
-        // klog value flags may come as `-v 2`; a following flag means the value was left out.
-        const next = argv[i + 1];
-        if (klogValueFlags.has(name) && inlineValue === undefined && next !== undefined) {
-          if (!looksLikeFlag(next)) i++;
-        }
-        const spelled = name.length === 1 ? `-${name}` : `--${name}`;
-        if (!ignoredKlogFlags.includes(spelled)) ignoredKlogFlags.push(spelled);
-      } else {
-        throw new FlagError(`unknown flag: ${arg.split('=')[0]}`);
-      }
-    }
-    for (const flag of FLAGS) {
-      const fallback = flag.env === undefined ? undefined : env[flag.env];
-      if (given.has(flag.name) || fallback === undefined || fallback === '') continue;
-      try {
-        flag.apply(fallback, draft);
-      } catch (err) {
-        if (!(err instanceof FlagError)) throw err;
-        throw new FlagError(`${flag.env} (standing for --${flag.name}): ${err.message}`);
-      }
-    }
-    for (const flag of FLAGS) {
-      const problem = given.has(flag.name) ? flag.goesWith?.(draft, given) : undefined;
-      if (problem !== undefined) throw new FlagError(problem);
-    }
-    const api = usesApi(draft);
-    const onNode = draft.modes.length === 0 || draft.modes.includes('once');
-    if (api && onNode && draft.nodeName === '') {
-      throw new FlagError(
-        "--kubernetes and --kubeconfig need the node's name: --node-name, or NODE_NAME (the DaemonSet sets it from spec.nodeName)",
-      );
-    }
-    if (draft.modes.length > 1) {
-      throw new FlagError(
-        `${draft.modes.map((m) => `--${m}`).join(' and ')} cannot be used together`,
-      );
-    }
+    readArgv(argv, draft, given, ignoredKlogFlags);
+    readEnv(draft, given, env);
+    checkTogether(draft, given);
   } catch (err) {
     if (!(err instanceof FlagError)) throw err;
     const message =
