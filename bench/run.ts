@@ -6,6 +6,7 @@ import { format, resolveConfig } from 'prettier';
 import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { packageRoot } from '../harness/netns.js';
+import { benchBigDirectory } from './big-directory.js';
 import { benchBreakdown } from './breakdown.js';
 import { benchChurn } from './churn.js';
 import { benchConntrack } from './conntrack.js';
@@ -69,7 +70,7 @@ async function section<T>(name: string, fn: () => Promise<T>): Promise<T> {
 }
 
 /**
- * `--only kubernetes`, `other-nat`, `decisions`, `nat-sample`, `flows-memory`, `edit`, `kubernetes-real` or `pod-policies`: measures that section alone and puts it into
+ * `--only kubernetes`, `other-nat`, `decisions`, `nat-sample`, `flows-memory`, `edit`, `kubernetes-real`, `pod-policies` or `big-directory`: measures that section alone and puts it into
  * docs/bench.json beside the other sections' figures from their own run (each such section says
  * when it was measured).
  */
@@ -87,9 +88,11 @@ async function onlySection(name: string): Promise<void> {
   else if (name === 'kubernetes-real')
     results.kubernetesReal = { rows: await benchKubernetesReal(), date };
   else if (name === 'pod-policies') results.podPolicies = { ...(await benchPodPolicies()), date };
+  else if (name === 'big-directory')
+    results.bigDirectory = { ...(await benchBigDirectory()), date };
   else
     throw new Error(
-      `--only: no section ${name} (kubernetes, other-nat, decisions, nat-sample, flows-memory, edit, kubernetes-real, pod-policies)`,
+      `--only: no section ${name} (kubernetes, other-nat, decisions, nat-sample, flows-memory, edit, kubernetes-real, pod-policies, big-directory)`,
     );
   const style = { ...(await resolveConfig(json)), parser: 'json' as const };
   await writeFile(json, await format(JSON.stringify(results), style));
@@ -124,6 +127,10 @@ async function main(argv: readonly string[]): Promise<void> {
     benchConntrack(plan.conntrackUnrelated, 1_000, plan.runs),
   );
   const workerRss = await section('config worker RSS', () => workerRssMiB());
+  const bigDirectory = await section('idle beside a directory of 10 000 files', async () => ({
+    ...(await benchBigDirectory(10_000, quick ? 5 : 20)),
+    date: new Date().toISOString(),
+  }));
   const churn = await section('memory and stalls after churn', () =>
     quick
       ? benchChurn(
@@ -190,6 +197,7 @@ async function main(argv: readonly string[]): Promise<void> {
     natSample,
     flowsMemory,
     edit,
+    bigDirectory,
   };
   if (quick && !argv.includes('--write')) {
     process.stdout.write(renderMarkdown(results));

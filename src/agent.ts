@@ -5,6 +5,7 @@ import { familyOf } from './cidr/index.js';
 import type { Logger } from 'pino';
 import { AUTO_LAYOUT_CROSSOVER } from './compile.js';
 import { configLoader } from './config/loader.js';
+import { DirectoryListings } from './config/source.js';
 import { onFastPathMismatch } from './config/load-worker.js';
 import { FAST_PATH_MISMATCH, reportMismatch } from './reconcile/fast-path.js';
 import { CommitWatch } from './reconcile/commit-watch.js';
@@ -59,7 +60,14 @@ export function makeReconciler(
     compileOptions: stages.compile,
     legacy: stages.legacy,
     conntrackFlush: stages.conntrackFlush,
-    loadConfig: configLoader(),
+    loadConfig: configLoader(
+      undefined,
+      new DirectoryListings({
+        listed: () => metrics.incConfigReads('listing'),
+        mismatch: (details) => reportMismatch(logger, metrics, 'config-listing', details),
+      }),
+      () => metrics.incConfigReads('files'),
+    ),
     kernel,
     logger,
     metrics,

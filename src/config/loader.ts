@@ -5,7 +5,7 @@
 // (load-worker.ts).
 import { loadSource } from './load.js';
 import { endLoaderThread, loadSourceOffThread } from './load-worker.js';
-import { type ConfigSource, findConfigSource } from './source.js';
+import { type ConfigSource, DirectoryListings, findConfigSource } from './source.js';
 import { loadOptionsKey } from './base.js';
 import type { LoadOptions, LoadResult } from './types.js';
 import { ParseDeferred, type ParseBudget } from './yaml.js';
@@ -65,16 +65,20 @@ function worthCaching(result: LoadResult): boolean {
 /**
  * The loader: the last result again while the stamp is unchanged, an invalid one too (a
  * pathological file is not parsed again at every resync), but for a read asked `whole`, which
- * reads a valid config again from its bytes. `load` is replaceable for tests.
+ * reads a valid config again from its bytes. `load` is replaceable for tests. A directory is listed
+ * through `listings` (used again while it stays: source.ts); `loaded` is told of each read of the
+ * files' bytes.
  */
 export function configLoader(
   load: SourceLoader = (source, options, mode) => loadAdaptive(source, options, undefined, mode),
+  listings: DirectoryListings = new DirectoryListings(),
+  loaded: () => void = () => {},
 ): Loader {
   let last: { path: string; options: string; stamp: string; result: LoadResult } | undefined;
   return async (path, loadOptions, mode = {}) => {
     // Compared by value: a caller may build the options anew for every read (the Node's labels).
     const options = loadOptionsKey(loadOptions);
-    let source = await findConfigSource(path);
+    let source = await findConfigSource(path, listings);
     // A resync reads a valid config whole again (docs/writes.md, "The everyday edit"); an invalid
     // result came from a whole load already, and a pathological file is not parsed again.
     if (
@@ -85,10 +89,12 @@ export function configLoader(
       !(mode.whole && last.result.ok)
     )
       return last.result;
+    loaded();
     let result = await load(source, loadOptions, mode);
     // A ConfigMap version removed while its files were read: kubelet swapped in the next one.
     if (!result.ok && result.error.kind === 'unreadable' && 'snapshot' in source) {
-      source = await findConfigSource(path);
+      source = await findConfigSource(path, listings);
+      loaded();
       result = await load(source, loadOptions, mode);
     }
     const { stamp } = source;

@@ -61,45 +61,131 @@ function stampOf(info: Stats): string {
   return `${info.dev}:${info.ino}:${info.size}:${info.mtimeMs}:${info.ctimeMs}:${info.mode}`;
 }
 
+/** A directory's own identity: its entries added, removed or renamed move its mtime and ctime. */
+function directoryStamp(info: Stats): string {
+  return `${info.dev}:${info.ino}:${info.mtimeMs}:${info.ctimeMs}:${info.mode}:${info.nlink}`;
+}
+
+/** A directory's `ip-masq*` names as listed, where (a ConfigMap version or itself), and its stamp. */
+interface Listed {
+  readonly dir: string;
+  readonly names: readonly string[];
+  /** The stamps of the directory (and of the version `..data` named) taken before listing. */
+  readonly stamp: string;
+}
+
+/**
+ * How long a directory's listing may be used again while its own metadata stays, before it is
+ * listed again all the same and compared (the audit of this fast path, docs/writes.md "When it
+ * writes").
+ */
+export const LISTING_AUDIT_MS = 60_000;
+/**
+ * A listing is used again only when the directory's last change is this much older than the
+ * listing: a later change then has a later mtime whatever the filesystem's timestamp granularity
+ * (a change in the same clock tick as the one listed would otherwise leave the stamp as it was).
+ */
+export const LISTING_SETTLED_MS = 1_000;
+
+/** What a `DirectoryListings` counts and reports (the metrics, through the agent), and lists with. */
+export interface ListingDeps {
+  /** A directory was listed (`readdir`). */
+  readonly listed?: () => void;
+  /** A listing used again differed from a fresh one though the directory's stamp had not moved. */
+  readonly mismatch?: (details: { directory: string; difference: string }) => void;
+  /** Lists a directory (node:fs's readdir; a test may put a fault in). */
+  readonly readdir?: (dir: string) => Promise<string[]>;
+  /** The wall clock, in ms (the directories' timestamps are on it). */
+  readonly now?: () => number;
+}
+
+/**
+ * The last listing of a config directory, used again while the directory's own metadata (and the
+ * ConfigMap version `..data` names) stays and its last change had settled when it was listed
+ * (docs/writes.md, "When it writes"): an idle resync of a directory of many files then lists
+ * nothing. Every LISTING_AUDIT_MS it is listed again and compared; a difference is reported.
+ */
+export class DirectoryListings {
+  private last:
+    | (Listed & { readonly path: string; readonly settled: boolean; readonly at: number })
+    | undefined;
+  private readonly deps: ListingDeps;
+
+  constructor(deps: ListingDeps = {}) {
+    this.deps = deps;
+  }
+
+  /** The names in `path` (its current ConfigMap version's), listed or as last listed. */
+  async list(path: string, info: Stats): Promise<Listed> {
+    const started = (this.deps.now ?? Date.now)();
+    const version = await currentVersionDir(path);
+    const infos = version === path ? [info] : [info, await stat(version)];
+    const stamp = `${version}|${infos.map(directoryStamp).join('|')}`;
+    const last = this.last;
+    const reusable =
+      last !== undefined && last.path === path && last.stamp === stamp && last.settled;
+    if (reusable && started - last.at < LISTING_AUDIT_MS) return last;
+    this.deps.listed?.();
+    const names = (await (this.deps.readdir ?? readdir)(version))
+      .filter((name) => name.startsWith(FILE_PREFIX))
+      .sort();
+    if (reusable) this.audit(path, last.names, names);
+    const changed = Math.max(...infos.map((i) => Math.max(i.mtimeMs, i.ctimeMs)));
+    const settled = started - changed >= LISTING_SETTLED_MS;
+    this.last = { path, dir: version, names, stamp, settled, at: started };
+    return this.last;
+  }
+
+  /** Forgets the last listing (a read that failed part way). */
+  forget(): void {
+    this.last = undefined;
+  }
+
+  private audit(path: string, kept: readonly string[], listed: readonly string[]): void {
+    if (kept.length === listed.length && kept.every((name, i) => name === listed[i])) return;
+    const gone = kept.filter((name) => !listed.includes(name));
+    const added = listed.filter((name) => !kept.includes(name));
+    this.deps.mismatch?.({
+      directory: escapeUnprintable(path),
+      difference: `listed again with its stamp unchanged: ${added.length} name(s) added (${added.slice(0, 3).map(escapeUnprintable).join(', ')}), ${gone.length} gone (${gone.slice(0, 3).map(escapeUnprintable).join(', ')})`,
+    });
+  }
+}
+
 /**
  * Where a directory's current files are: a ConfigMap volume's `..data` symlink resolved to the
  * version it points at (kubelet swaps it atomically, then adds and removes the keys' own symlinks
  * one by one: read there, a swap is seen whole or not at all, however slow its steps), else the
  * directory itself.
  */
-async function currentVersion(path: string): Promise<{ dir: string; names: string[] }> {
+async function currentVersionDir(path: string): Promise<string> {
   const data = join(path, '..data');
   const link = await lstat(data).catch(() => undefined);
-  if (link?.isSymbolicLink()) {
-    // A version removed between resolving and listing is a swap under way: resolve again.
-    for (let attempt = 0; ; attempt++) {
-      try {
-        const dir = await realpath(data);
-        return { dir, names: await readdir(dir) };
-      } catch (err) {
-        if ((err as NodeJS.ErrnoException).code !== 'ENOENT' || attempt >= 2) throw err;
-      }
-    }
-  }
-  return { dir: path, names: await readdir(path) };
+  return link?.isSymbolicLink() ? realpath(data) : path;
 }
 
-async function directorySource(path: string): Promise<ConfigSource> {
-  let names: string[];
-  let dir: string;
-  try {
-    const current = await currentVersion(path);
-    dir = current.dir;
-    names = current.names.filter((name) => name.startsWith(FILE_PREFIX));
-  } catch (err) {
-    return unreadable(path, errnoText(err));
+async function directorySource(
+  path: string,
+  info: Stats,
+  listings: DirectoryListings,
+): Promise<ConfigSource> {
+  let listed: Listed | undefined;
+  // A version removed between resolving and listing is a swap under way: resolve again.
+  for (let attempt = 0; listed === undefined; attempt++) {
+    try {
+      listed = await listings.list(path, info);
+    } catch (err) {
+      listings.forget();
+      const retry = (err as NodeJS.ErrnoException).code === 'ENOENT' && attempt < 2;
+      if (!retry) return unreadable(path, errnoText(err));
+    }
   }
+  const { dir, names } = listed;
   if (names.length > MAX_DIRECTORY_FILES) {
     // One message however many there are: a directory filling up is one error, logged once.
     const message = `holds more than ${MAX_DIRECTORY_FILES} ip-masq* files (the limit): merge them`;
     return { kind: 'error', path, stamp: `error:${message}`, message, unreadable: false };
   }
-  names.sort();
   const files: string[] = [];
   const warnings: string[] = [];
   const stamps: string[] = [];
@@ -141,8 +227,14 @@ export function sourceFile(source: ConfigSource, file: string): string {
     : file;
 }
 
-/** Looks at `path` once. Never rejects: an unusable path is a source of kind `error`. */
-export async function findConfigSource(path: string): Promise<ConfigSource> {
+/**
+ * Looks at `path` once. Never rejects: an unusable path is a source of kind `error`. A directory's
+ * listing comes from `listings` (one per reader: the loader keeps its own).
+ */
+export async function findConfigSource(
+  path: string,
+  listings: DirectoryListings = new DirectoryListings(),
+): Promise<ConfigSource> {
   let info: Stats;
   try {
     info = await stat(path);
@@ -152,7 +244,7 @@ export async function findConfigSource(path: string): Promise<ConfigSource> {
     }
     return unreadable(path, errnoText(err));
   }
-  if (info.isDirectory()) return directorySource(path);
+  if (info.isDirectory()) return directorySource(path, info, listings);
   if (info.isFile()) {
     const stamp = `file|${stampOf(info)}`;
     return { kind: 'file', path, stamp, files: [path], bytes: info.size, warnings: [] };

@@ -25,6 +25,7 @@ const FAST_PATH_NAMES: Record<FastPath, string> = {
   config: 'config read from the last load',
   'element-write': 'element-only write',
   'commit-notifications': "nftables' notifications that our tables were left alone",
+  'config-listing': "config directory's listing kept while its metadata stayed",
 };
 
 /** Logs and counts one mismatch of `path`; `details` are the log line's fields. */

@@ -43,7 +43,12 @@ const syncDurationBuckets = [
 /**
  * The fast paths the agent audits (docs/writes.md, "The everyday edit"): the `path` label's values.
  */
-export const FAST_PATHS = ['config', 'element-write', 'commit-notifications'] as const;
+export const FAST_PATHS = [
+  'config',
+  'element-write',
+  'commit-notifications',
+  'config-listing',
+] as const;
 export type FastPath = (typeof FAST_PATHS)[number];
 
 /** Each of the agent's own series, by name, with its help text. */
@@ -89,6 +94,8 @@ const helpTexts = {
     "Conntrack entries deleted after a config change flipped their destination's masquerade decision.",
   ipmasq_conntrack_flush_failures_total:
     'Conntrack flushes after a config change that failed (the write itself stands).',
+  ipmasq_config_reads_total:
+    'Reads of the config, by what was read: listing (the config directory listed), files (the files read and parsed).',
   ipmasq_kernel_reads_total:
     'Read-backs of our tables from the kernel (skipped while the nftables generation id is unchanged)',
   ipmasq_build_info: 'Always 1; the labels say which agent, libnftables and Node.js this is.',
@@ -119,6 +126,7 @@ export class AgentMetrics {
   private readonly otherNatRules: Gauge<'table' | 'chain' | 'position'>;
   private readonly nftFailures: Counter<'kind'>;
   private readonly kernelReads: Counter;
+  private readonly configReads: Counter<'what'>;
   private readonly conflictingWriter: Gauge;
   private readonly conntrackFlushed: Counter<'family' | 'protocol'>;
   private readonly conntrackFlushFailures: Counter;
@@ -172,6 +180,11 @@ export class AgentMetrics {
     });
     this.conntrackFlushFailures = new Counter(this.series('ipmasq_conntrack_flush_failures_total'));
     this.kernelReads = new Counter(this.series('ipmasq_kernel_reads_total'));
+    this.configReads = new Counter({
+      ...this.series('ipmasq_config_reads_total'),
+      labelNames: ['what'],
+    });
+    for (const what of ['listing', 'files'] as const) this.configReads.inc({ what }, 0);
     this.podPolicyPods = new Gauge({
       ...this.series('ipmasq_pod_policy_pods'),
       labelNames: ['policy'],
@@ -365,6 +378,11 @@ export class AgentMetrics {
 
   incConntrackFlushFailures(): void {
     this.conntrackFlushFailures.inc();
+  }
+
+  /** The config directory listed, or the config's files read (config/loader.ts). */
+  incConfigReads(what: 'listing' | 'files'): void {
+    this.configReads.inc({ what });
   }
 
   incKernelReads(): void {

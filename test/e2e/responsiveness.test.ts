@@ -22,8 +22,6 @@ const MAX_SECONDS = 30;
 const GAP_SECONDS = 0.005;
 /** The end of the write that is surely inside the libnftables call (it takes ~800 ms here). */
 const KERNEL_CALL_TAIL_MS = 300;
-/** Generous: the real figure is reported (t.comment, the benchmark), not asserted tightly. */
-const P99_BOUND_MS = 250;
 
 function percentile(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.ceil((p / 100) * sorted.length) - 1)] ?? NaN;
@@ -104,11 +102,14 @@ if (requireRoot(t)) {
       inKernelCall.length >= 5,
       `${inKernelCall.length} requests answered during the kernel call`,
     );
+    // How fast each answer came is the machine's (reported above and by the bench); that no
+    // request waited out a large part of the write is the behaviour: a loop blocked by the write
+    // would hold some request for about the write's length.
+    const writeMs = writeDone - writeStarted;
     t.ok(
-      percentile(latencies, 99) <= P99_BOUND_MS,
-      `p99 ${percentile(latencies, 99)} ms ≤ ${P99_BOUND_MS} ms`,
+      (duringSorted.at(-1) ?? Infinity) < writeMs / 2,
+      `no request during the write waited half of it (longest ${duringSorted.at(-1)} ms of ${writeMs})`,
     );
-    t.ok(percentile(duringSorted, 99) <= P99_BOUND_MS, `p99 during the write ≤ ${P99_BOUND_MS} ms`);
   });
 
   t.test('the new generation is in the kernel and reported', async (t) => {
