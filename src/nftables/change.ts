@@ -14,6 +14,7 @@ import {
 } from './render.js';
 import {
   frozenElements,
+  type Chain,
   type CounterValue,
   type Elements,
   type NamedSet,
@@ -55,6 +56,11 @@ export function renderInPlace(
   const { family, name } = next;
   const held = presentSets(next, old, present);
   const made = next.sets.filter((set) => !set.transient && !held.has(set.name));
+  const chains = chainChanges(next, old);
+  // A verdict map's elements that go to a chain made anew go with it: deleted before it is, and
+  // added again once it is back (each element names its chain by name).
+  const toRemade = (element: string) =>
+    chains.remade.some((chain) => element.endsWith(` goto ${chain}`));
   const lines: string[] = [];
   const additions: string[] = [];
   for (const set of next.sets) {
@@ -65,7 +71,17 @@ export function renderInPlace(
       if (set.elements.length > 0) additions.push(...setBlock(set, family));
       continue;
     }
-    const { removed, added } = elementDiff(before.elements, set.elements);
+    let { removed, added } = elementDiff(before.elements, set.elements);
+    if (set.map && chains.remade.length > 0) {
+      removed = frozenElements([
+        ...removed,
+        ...before.elements.filter((e) => toRemade(e) && !removed.includes(e)),
+      ]);
+      added = frozenElements([
+        ...added,
+        ...set.elements.filter((e) => toRemade(e) && !added.includes(e)),
+      ]);
+    }
     if (removed.length > 0) {
       lines.push(
         `delete element ${family} ${name} ${set.name} { ${elementList(set, removed, family)} }`,
@@ -73,14 +89,30 @@ export function renderInPlace(
     }
     if (added.length > 0) additions.push(...setBlock(set, family, added));
   }
+  // A verdict map the config no longer has is emptied first: its elements go to chains deleted
+  // below (the map itself is deleted last, with the other sets).
+  const wanted = new Set(next.sets.map((set) => set.name));
+  for (const set of old?.sets ?? [])
+    if (set.map && held.has(set.name) && !wanted.has(set.name))
+      lines.push(`flush map ${family} ${name} ${set.name}`);
+  // Chains the config no longer has, and those whose declaration changed (a pod policy's file in
+  // another place: its comment), emptied and deleted once no map element goes to them; the
+  // latter declared again, empty, before the elements that go to them.
+  for (const chain of [...chains.gone, ...chains.remade])
+    lines.push(`flush chain ${family} ${name} ${chain}`, `delete chain ${family} ${name} ${chain}`);
+  const remadeDeclared = next.chains
+    .filter((chain) => chains.remade.includes(chain.name))
+    .flatMap((chain) => renderChain({ ...chain, rules: [] }));
   // Counters the kernel may not hold yet (a table of a release before them): declaring one that
   // exists changes nothing, so where the old table is not known, all are declared.
   const counters = (next.counters ?? []).filter((counter) => !old?.counters?.includes(counter));
-  additions.unshift(...counters.flatMap((counter) => counterBlock(counter)));
+  additions.unshift(...remadeDeclared, ...counters.flatMap((counter) => counterBlock(counter)));
   if (additions.length > 0) lines.push(`table ${family} ${name} {`, ...additions, '}');
   for (const chain of next.chains) {
     if (remake && chain.transient) continue;
-    const before = old?.chains.find((c) => c.name === chain.name);
+    const before = chains.remade.includes(chain.name)
+      ? undefined
+      : old?.chains.find((c) => c.name === chain.name);
     const same =
       before !== undefined &&
       before.rules.length === chain.rules.length &&
@@ -90,12 +122,47 @@ export function renderInPlace(
     lines.push(`flush chain ${family} ${name} ${chain.name}`);
     for (const rule of chain.rules) lines.push(`add rule ${family} ${name} ${chain.name} ${rule}`);
   }
-  const wanted = new Set(next.sets.map((set) => set.name));
-  for (const gone of [...held].filter((set) => !wanted.has(set)).sort())
-    lines.push(`delete set ${family} ${name} ${gone}`);
+  for (const gone of [...held].filter((set) => !wanted.has(set)).sort()) {
+    const map = old?.sets.find((set) => set.name === gone)?.map;
+    lines.push(`delete ${map ? 'map' : 'set'} ${family} ${name} ${gone}`);
+  }
   if (remake) lines.push(...remakeTransient(next, remake));
   const main = lines.join('\n') + '\n';
-  return made.length > 0 ? [setsBlock(family, name, made), main] : [main];
+  // New sets and new chains (empty: their rules follow in the main transaction) come first, in a
+  // transaction of their own.
+  const first = [
+    ...made.flatMap((set) => setBlock(set, family)),
+    ...chains.added.flatMap((chain) => renderChain({ ...chain, rules: [] })),
+  ];
+  return first.length > 0
+    ? [[`table ${family} ${name} {`, ...first, '}'].join('\n') + '\n', main]
+    : [main];
+}
+
+/**
+ * The chains a change from `old` adds, deletes, or makes anew under the same name (a declaration
+ * — its comment, its hook — cannot change in place), by name; none where `old` is not known (the
+ * structure was compared instead: reconcile/converge.ts). The transient ones are made anew apart.
+ */
+export function chainChanges(
+  next: Table,
+  old: Table | undefined,
+): { added: Chain[]; gone: string[]; remade: string[] } {
+  if (!old) return { added: [], gone: [], remade: [] };
+  const declaration = (chain: Chain) => JSON.stringify([chain.base ?? null, chain.comment ?? null]);
+  const kept = next.chains.filter((chain) => !chain.transient);
+  const before = new Map(old.chains.filter((c) => !c.transient).map((c) => [c.name, c]));
+  const names = new Set(kept.map((chain) => chain.name));
+  return {
+    added: kept.filter((chain) => !before.has(chain.name)),
+    gone: [...before.keys()].filter((chain) => !names.has(chain)),
+    remade: kept
+      .filter((chain) => {
+        const was = before.get(chain.name);
+        return was !== undefined && declaration(was) !== declaration(chain);
+      })
+      .map((chain) => chain.name),
+  };
 }
 
 /**
@@ -113,14 +180,6 @@ function remakeTransient(next: Table, remake: TransientObjects): string[] {
   const sets = next.sets.filter((set) => set.transient).flatMap((set) => setBlock(set, family));
   const chains = next.chains.filter((chain) => chain.transient).flatMap(renderChain);
   return [...lines, `table ${family} ${name} {`, ...sets, ...chains, '}'];
-}
-
-/** One table block declaring these sets with all their elements. */
-function setsBlock(family: Table['family'], name: string, sets: readonly NamedSet[]): string {
-  return (
-    [`table ${family} ${name} {`, ...sets.flatMap((set) => setBlock(set, family)), '}'].join('\n') +
-    '\n'
-  );
 }
 
 /**

@@ -29,7 +29,7 @@ import {
 import { NftError } from '../nftables/kernel.js';
 import { errorText } from '../errors.js';
 import type { Kernel } from '../nftables/kernel.js';
-import type { AgentMetrics } from './metrics.js';
+import type { AgentMetrics, WriteFallbackReason } from './metrics.js';
 import { reportMismatch } from './fast-path.js';
 import { OtherAgentWatch } from './other-agent.js';
 import {
@@ -142,6 +142,16 @@ const AUDIT_TRIES = 3;
 /** How many other tools' commits elsewhere are remembered (kube-proxy commits often). */
 const ELSEWHERE_STEPS_KEPT = 1_024;
 
+/** Why the kernel refused a write, by the errno its message names: a label of the fallbacks. */
+export function refusalReason(err: NftError): WriteFallbackReason {
+  const message = err.nftMessage;
+  if (/Device or resource busy/.test(message)) return 'EBUSY';
+  if (/No such file or directory|does not exist/.test(message)) return 'ENOENT';
+  if (/File exists/.test(message)) return 'EEXIST';
+  if (/Invalid argument/.test(message)) return 'EINVAL';
+  return 'other';
+}
+
 /** The test-only fault: the first added element of the edit left out (once per process). */
 function withFault(edits: ElementEdit['tables']): ElementEdit['tables'] {
   return edits.map((table) => ({
@@ -187,6 +197,12 @@ export class Converger {
   private unaudited: { genId: number; edit: ElementEdit; tries: number } | undefined;
   /** The last audit found our own write wrong: its repair is not another's drift. */
   private ownFault = false;
+  /**
+   * An in-place write of ours was refused with no other commit in its way: our bug, so the next
+   * write replaces our whole tables in one transaction, which no order of parts can fail
+   * (docs/writes.md, "When a write fails"). Cleared by the next write that succeeds.
+   */
+  private replaceNext = false;
 
   constructor(deps: ConvergeDeps) {
     this.deps = deps;
@@ -443,7 +459,9 @@ export class Converger {
       logger.warn({ generation }, 'our tables in the kernel drifted from the config; repairing');
     // From what the kernel is known to hold, an element-only change goes over netlink, pinned to
     // the generation it was worked out at; anything else through libnftables.
-    const edit = found === undefined || heldLast ? this.elementEdit(tables, base) : undefined;
+    const replacing = this.replaceNext;
+    const edit =
+      !replacing && (found === undefined || heldLast) ? this.elementEdit(tables, base) : undefined;
     const scripts = edit ? [] : await this.scripts(tables, found, held);
     this.lastWrite = edit ? 'netlink' : 'libnftables';
     // Our commits must follow on from `base` one step each (our held replies aside): any other
@@ -467,17 +485,35 @@ export class Converger {
     } catch (err) {
       this.verifiedGenId = undefined;
       this.lookForStandIns = true;
+      if (!(err instanceof NftError) || err.kind !== 'error') throw err;
+      // Refused by the kernel. With no other commit since what the change was worked out from,
+      // the fault is ours (an order of parts the kernel cannot take): not drift, a fallback.
+      const now = await kernel.generationId().catch(() => undefined);
+      const othersCommitted = base === undefined || now !== this.pastOwnSteps(base);
+      if (!replacing && !othersCommitted) {
+        const reason = refusalReason(err);
+        metrics.incWriteFallback(reason);
+        logger.error(
+          { err: errorText(err), reason },
+          'our in-place write was refused though nobody else committed (a bug of the agent: please report it); replacing our tables whole in one transaction',
+        );
+        this.replaceNext = true;
+        return 'refused';
+      }
       // A change worked out from what the kernel was known to hold, refused ("element does not
-      // exist"): someone changed our table under it. Read it back and repair it now.
-      if ((known || heldLast) && !last && err instanceof NftError && err.kind === 'error') {
+      // exist"): someone changed our table under it. Read it back and repair it now; should the
+      // repair be refused too, the write after it replaces our tables whole.
+      if ((known || heldLast) && !last && !replacing) {
         logger.warn(
           { err: errorText(err) },
           'our change was refused: our table changed under it; reading it back to repair it',
         );
         return 'refused';
       }
+      if (!replacing) this.replaceNext = true;
       throw err;
     }
+    this.replaceNext = false;
     this.ownFault = false;
     this.lookForStandIns = false;
     if (drift) metrics.incDriftRepairs();
@@ -619,6 +655,7 @@ export class Converger {
    * How each family's table is written, from what the kernel was found to hold (or is known to).
    */
   private plan(table: Table, found: KernelTables | undefined, held?: Table): Plan {
+    if (this.replaceNext) return { kind: 'replace' };
     const last = this.lastTables.get(table.family);
     // New sets where the key changes, or where the change is cheaper made that way
     // (nftables/change.ts).
@@ -659,10 +696,14 @@ export class Converger {
    * The counts of our table's counters, for a write that makes it whole again
    * (docs/observability.md, "What the node's NAT does": the decisions' counters never go back while
    * the table lives). Read right before the write; what is counted between the read and the commit
-   * is lost. None from a table not ours.
+   * is lost. None from a table not ours (one not read back is ours when this process wrote it).
    */
   private async counts(table: Table, found: KernelTables | undefined): Promise<CounterValue[]> {
-    if (found?.owners.get(table.family)?.kind !== 'ours') return [];
+    // Not read back: the table is the one this process wrote (a fallback's replace).
+    const ours = found
+      ? found.owners.get(table.family)?.kind === 'ours'
+      : this.written.has(table.family);
+    if (!ours) return [];
     return this.deps.kernel.counters(table).catch(() => []);
   }
 

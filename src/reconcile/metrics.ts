@@ -51,6 +51,13 @@ export const FAST_PATHS = [
 ] as const;
 export type FastPath = (typeof FAST_PATHS)[number];
 
+/**
+ * Why an in-place write of ours was refused with nobody else committing (docs/writes.md, "When a
+ * write fails"): the `reason` label's values.
+ */
+export const WRITE_FALLBACK_REASONS = ['EBUSY', 'ENOENT', 'EEXIST', 'EINVAL', 'other'] as const;
+export type WriteFallbackReason = (typeof WRITE_FALLBACK_REASONS)[number];
+
 /** Each of the agent's own series, by name, with its help text. */
 const helpTexts = {
   ipmasq_generation: 'Number of successful writes of the ruleset to the kernel.',
@@ -61,6 +68,8 @@ const helpTexts = {
   ipmasq_config_errors_total: 'Config reads that found an invalid config.',
   ipmasq_fast_path_mismatches_total:
     'Times a fast path (config read from the last one, element-only write) disagreed with the whole path, whose answer was then applied, by path.',
+  ipmasq_write_fallbacks_total:
+    'In-place writes of ours the kernel refused with nobody else committing (a bug of the agent), each followed by a write of our whole tables in one transaction, by errno.',
   ipmasq_drift_repairs_total:
     'Times the kernel ruleset was found changed by someone else and rewritten.',
   ipmasq_nonmasquerade_cidrs: 'Entries in the non-masquerade set in the kernel, by address family.',
@@ -127,6 +136,7 @@ export class AgentMetrics {
   private readonly nftFailures: Counter<'kind'>;
   private readonly kernelReads: Counter;
   private readonly configReads: Counter<'what'>;
+  private readonly writeFallbacks: Counter<'reason'>;
   private readonly conflictingWriter: Gauge;
   private readonly conntrackFlushed: Counter<'family' | 'protocol'>;
   private readonly conntrackFlushFailures: Counter;
@@ -185,6 +195,11 @@ export class AgentMetrics {
       labelNames: ['what'],
     });
     for (const what of ['listing', 'files'] as const) this.configReads.inc({ what }, 0);
+    this.writeFallbacks = new Counter({
+      ...this.series('ipmasq_write_fallbacks_total'),
+      labelNames: ['reason'],
+    });
+    for (const reason of WRITE_FALLBACK_REASONS) this.writeFallbacks.inc({ reason }, 0);
     this.podPolicyPods = new Gauge({
       ...this.series('ipmasq_pod_policy_pods'),
       labelNames: ['policy'],
@@ -378,6 +393,11 @@ export class AgentMetrics {
 
   incConntrackFlushFailures(): void {
     this.conntrackFlushFailures.inc();
+  }
+
+  /** An in-place write refused with nobody else committing: the next write replaces whole. */
+  incWriteFallback(reason: WriteFallbackReason): void {
+    this.writeFallbacks.inc({ reason });
   }
 
   /** The config directory listed, or the config's files read (config/loader.ts). */
