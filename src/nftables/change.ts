@@ -14,6 +14,7 @@ import {
 } from './render.js';
 import {
   frozenElements,
+  NO_ELEMENTS,
   type Chain,
   type CounterValue,
   type Elements,
@@ -61,10 +62,21 @@ export function renderInPlace(
   // added again once it is back (each element names its chain by name).
   const toRemade = (element: string) =>
     chains.remade.some((chain) => element.endsWith(` goto ${chain}`));
+  // A set whose declaration changed (its comment: a pod policy's file) is made anew too, once the
+  // chain that refers to it is gone, with all its elements.
+  const remadeSets = next.sets.filter((set) => {
+    const before = old?.sets.find((s) => s.name === set.name);
+    return (
+      !set.transient &&
+      held.has(set.name) &&
+      before !== undefined &&
+      declared(before, family) !== declared(set, family)
+    );
+  });
   const lines: string[] = [];
   const additions: string[] = [];
   for (const set of next.sets) {
-    if (set.transient || !held.has(set.name)) continue;
+    if (set.transient || !held.has(set.name) || remadeSets.includes(set)) continue;
     const before = old?.sets.find((s) => s.name === set.name);
     if (!before || setChange(set, before) === 'refill') {
       lines.push(`flush ${set.map ? 'map' : 'set'} ${family} ${name} ${set.name}`);
@@ -100,9 +112,14 @@ export function renderInPlace(
   // latter declared again, empty, before the elements that go to them.
   for (const chain of [...chains.gone, ...chains.remade])
     lines.push(`flush chain ${family} ${name} ${chain}`, `delete chain ${family} ${name} ${chain}`);
-  const remadeDeclared = next.chains
-    .filter((chain) => chains.remade.includes(chain.name))
-    .flatMap((chain) => renderChain({ ...chain, rules: [] }));
+  for (const set of remadeSets)
+    lines.push(`delete ${set.map ? 'map' : 'set'} ${family} ${name} ${set.name}`);
+  const remadeDeclared = [
+    ...next.chains
+      .filter((chain) => chains.remade.includes(chain.name))
+      .flatMap((chain) => renderChain({ ...chain, rules: [] })),
+    ...remadeSets.flatMap((set) => setBlock(set, family)),
+  ];
   // Counters the kernel may not hold yet (a table of a release before them): declaring one that
   // exists changes nothing, so where the old table is not known, all are declared.
   const counters = (next.counters ?? []).filter((counter) => !old?.counters?.includes(counter));
@@ -122,6 +139,10 @@ export function renderInPlace(
     lines.push(`flush chain ${family} ${name} ${chain.name}`);
     for (const rule of chain.rules) lines.push(`add rule ${family} ${name} ${chain.name} ${rule}`);
   }
+  // Counters the config no longer has (a pod policy's), once no rule counts into them.
+  for (const counter of old?.counters ?? [])
+    if (!next.counters?.includes(counter))
+      lines.push(`delete counter ${family} ${name} ${counter}`);
   for (const gone of [...held].filter((set) => !wanted.has(set)).sort()) {
     const map = old?.sets.find((set) => set.name === gone)?.map;
     lines.push(`delete ${map ? 'map' : 'set'} ${family} ${name} ${gone}`);
@@ -137,6 +158,11 @@ export function renderInPlace(
   return first.length > 0
     ? [[`table ${family} ${name} {`, ...first, '}'].join('\n') + '\n', main]
     : [main];
+}
+
+/** A set's declaration without its elements: what cannot change in place. */
+function declared(set: NamedSet, family: Table['family']): string {
+  return setBlock({ ...set, elements: NO_ELEMENTS }, family).join('\n');
 }
 
 /**
