@@ -898,10 +898,18 @@ namespace netlink {
 namespace {
 
 // Tables named by the messages of a commit not yet ended by its NEWGEN, per monitor socket.
-std::map<int, std::set<std::string>>& OpenCommits() {
-  static std::map<int, std::set<std::string>> open;
+struct OpenCommit {
+  std::set<std::string> tables;
+  bool capped = false;
+};
+std::map<int, OpenCommit>& OpenCommits() {
+  static std::map<int, OpenCommit> open;
   return open;
 }
+
+// The most table names one commit keeps; a commit naming more is marked capped, which the reader
+// takes as naming every table (ours too).
+constexpr size_t kMaxCommitTables = 4096;
 
 // Each message's first attribute type, 1, is its table's name for every object kind: tables
 // (NFTA_TABLE_NAME), chains, rules, sets, elements, objects and flowtables (NFTA_*_TABLE).
@@ -933,14 +941,15 @@ Heard DrainMonitor(int fd) {
   Heard heard{{true, ""}, {}, false};
   auto found = OpenCommits().find(fd);
   if (found == OpenCommits().end()) return {{false, "not a monitor socket"}, {}, false};
-  std::set<std::string>& open = found->second;
+  OpenCommit& open = found->second;
   alignas(nlmsghdr) static thread_local char buf[65536];
   for (;;) {
-    ssize_t len = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    // MSG_TRUNC: the datagram's whole length, so that one longer than the buffer is known cut.
+    ssize_t len = recv(fd, buf, sizeof(buf), MSG_DONTWAIT | MSG_TRUNC);
     if (len < 0 && errno == EINTR) continue;
-    if (len < 0 && errno == ENOBUFS) {
+    if ((len < 0 && errno == ENOBUFS) || len > static_cast<ssize_t>(sizeof(buf))) {
       heard.overflow = true;
-      open.clear();  // a commit partly dropped: its tables are not known
+      open = OpenCommit{};  // a commit partly dropped: its tables are not known
       continue;
     }
     if (len < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
@@ -959,8 +968,9 @@ Heard DrainMonitor(int fd) {
         ForEachAttr(attrs, attrs_len, [&](uint16_t attr, const char* data, size_t size) {
           if (attr == NFTA_GEN_ID) commit.gen_id = Be32(data, size);
         });
-        commit.tables.assign(open.begin(), open.end());
-        open.clear();
+        commit.tables.assign(open.tables.begin(), open.tables.end());
+        commit.capped = open.capped;
+        open = OpenCommit{};
         heard.commits.push_back(std::move(commit));
         continue;
       }
@@ -968,8 +978,17 @@ Heard DrainMonitor(int fd) {
       ForEachAttr(attrs, attrs_len, [&](uint16_t attr, const char* data, size_t size) {
         if (attr == kTableAttr && table.empty()) table = Text(data, size);
       });
-      if (!table.empty() && open.size() < 256)
-        open.insert(std::string(FamilyName(family)) + " " + table);
+      if (table.empty()) continue;
+      std::string named = std::string(FamilyName(family)) + " " + table;
+      if (open.tables.size() < kMaxCommitTables || open.tables.count(named) > 0)
+        open.tables.insert(std::move(named));
+      else
+        open.capped = true;
+    }
+    // A header left whose message does not fit: cut short, what it named is not known.
+    if (len >= static_cast<ssize_t>(sizeof(nlmsghdr))) {
+      heard.overflow = true;
+      open = OpenCommit{};
     }
   }
   return heard;

@@ -130,6 +130,8 @@ namespace netlink {
 struct Commit {
   uint32_t gen_id = 0;
   std::vector<std::string> tables;
+  // It named more tables than are kept (kMaxCommitTables): which ones is not known.
+  bool capped = false;
 };
 struct Monitor {
   Status status;
@@ -139,7 +141,8 @@ Monitor OpenMonitor();
 struct Heard {
   Status status;
   std::vector<Commit> commits;
-  // The kernel dropped notifications (the socket's buffer was full): what they named is unknown.
+  // The kernel dropped notifications (the socket's buffer was full), or a message came cut short:
+  // what they named is unknown.
   bool overflow = false;
 };
 // Reads what is queued on the monitor's socket now; never waits.

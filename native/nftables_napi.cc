@@ -589,7 +589,7 @@ Napi::Value MonitorOpen(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), monitor.fd);
 }
 
-// monitorDrain(fd): { commits: Array<{ genId, tables: string[] }>, overflow: boolean }, what the
+// monitorDrain(fd): { commits: Array<{ genId, tables: string[], capped }>, overflow }, what the
 // socket holds now, never waiting (netlink::DrainMonitor).
 Napi::Value MonitorDrain(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
@@ -611,6 +611,7 @@ Napi::Value MonitorDrain(const Napi::CallbackInfo& info) {
     for (size_t j = 0; j < commit.tables.size(); j++)
       tables.Set(static_cast<uint32_t>(j), commit.tables[j]);
     entry.Set("tables", tables);
+    entry.Set("capped", Napi::Boolean::New(env, commit.capped));
     commits.Set(static_cast<uint32_t>(i), entry);
   }
   Napi::Object result = Napi::Object::New(env);

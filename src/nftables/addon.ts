@@ -57,8 +57,15 @@ interface NativePolicy {
 
 /** What nf_tables' notifications said since the last drain (native/netlink.h, DrainMonitor). */
 export interface CommitsHeard {
-  /** Each commit's generation id and the tables its messages named ("ip ipmasq"). */
-  readonly commits: ReadonlyArray<{ readonly genId: number; readonly tables: readonly string[] }>;
+  /**
+   * Each commit's generation id and the tables its messages named ("ip ipmasq"); `capped`: it
+   * named more than the reader keeps (4 096), so any table, ours too, may be among them.
+   */
+  readonly commits: ReadonlyArray<{
+    readonly genId: number;
+    readonly tables: readonly string[];
+    readonly capped?: boolean;
+  }>;
   /** Notifications were dropped (the socket's buffer was full): any table may have changed. */
   readonly overflow: boolean;
 }

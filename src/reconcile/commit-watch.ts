@@ -76,7 +76,8 @@ export class CommitWatch {
     }
     let ours = false;
     for (const commit of heard.commits) {
-      if (commit.tables.some((t) => this.deps.ours(t))) ours = true;
+      // A commit that named more tables than were kept may have named ours.
+      if (commit.capped === true || commit.tables.some((t) => this.deps.ours(t))) ours = true;
       else this.deps.elsewhere?.(commit.genId);
     }
     if (!ours && !heard.overflow) return;

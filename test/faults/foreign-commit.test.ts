@@ -165,6 +165,44 @@ if (requireRoot(t)) {
     },
   );
 
+  t.test(
+    'one commit naming many tables (past 256, and past the reader keeps) that deletes our element: repaired at once, never ready meanwhile',
+    async (t) => {
+      for (const count of [300, 5_000]) {
+        await waitFor('ready', async () =>
+          (await ready()) && (await kernelHolds(current)) === true ? true : undefined,
+        );
+        // A `flush ruleset` and reload on a node of many tables is such a commit.
+        const tables = Array.from({ length: count }, (_, i) => `ip many${i}`);
+        const script =
+          tables.map((table) => `add table ${table}`).join('\n') +
+          '\ndelete element ip ipmasq nonmasq { 10.0.0.0/8 }\n';
+        await inNetns(node.ns, 'nft', ['-f', '-'], { input: script });
+        const committed = Date.now();
+        let readyWhileWrong = 0;
+        await waitFor(
+          `our element back after a commit naming ${count} tables`,
+          async () => {
+            const missing = !(await setElements(node, 'nonmasq')).includes('10.0.0.0/8');
+            if (!missing) return true;
+            // Ready while the element was missing, and still missing after the answer: wrong.
+            if ((await ready()) && !(await setElements(node, 'nonmasq')).includes('10.0.0.0/8'))
+              readyWhileWrong++;
+            return undefined;
+          },
+          10_000,
+          10,
+        );
+        t.comment(`${count} tables: repaired ${Date.now() - committed} ms after the commit`);
+        t.equal(readyWhileWrong, 0, `${count} tables: never ready while our element was missing`);
+        t.equal(await kernelHolds(current), true, `${count} tables: the kernel holds the config`);
+        await inNetns(node.ns, 'nft', ['-f', '-'], {
+          input: tables.map((table) => `delete table ${table}`).join('\n') + '\n',
+        });
+      }
+    },
+  );
+
   t.test('each interleaving was repaired, none waited for a resync', async (t) => {
     const repairs = agent.logs.filter((l) => /drifted|changed under it/.test(l.msg ?? '')).length;
     t.ok(repairs > 0, `${repairs} repairs logged`);
