@@ -50,6 +50,12 @@ export class ConfigReader {
   private readonly deps: ConfigReaderDeps;
   /** The last valid config read, kept while later reads are invalid. */
   good: Config | undefined;
+  /**
+   * The files' part of `good` (before the cluster's data is joined): while later reads are
+   * invalid, the pods as they are now are joined to it again (docs/egress-policy.md, "Pod
+   * policies").
+   */
+  private goodFiles: Config | undefined;
   /** Why the last read was invalid; null when it was valid. */
   error: string | null = null;
   /** What the last read waits for from the API server; null when nothing. */
@@ -187,6 +193,12 @@ export class ConfigReader {
         this.deps.events?.('ConfigInvalid', `invalid config, not applied: ${message}`);
         this.lastLoggedError = message;
       }
+      // The last good config keeps applying to the pods as they are now: membership follows the
+      // API whatever a file's typo (a reused address never keeps a deleted pod's policy).
+      if (this.goodFiles) {
+        const joined = this.withCluster(this.goodFiles);
+        if (typeof joined !== 'string') this.good = joined;
+      }
       return false;
     }
     const config = result.ok ? this.withCluster(result.config) : result.error.message;
@@ -208,6 +220,7 @@ export class ConfigReader {
     if (skipped.length > 0 && config !== this.good)
       logger.debug({ config: configPath, skipped }, 'config files that do not apply on this node');
     this.good = config;
+    if (result.ok) this.goodFiles = result.config;
     metrics.setResyncInterval(keyValue(config.keys, 'resyncInterval'));
     return true;
   }

@@ -291,3 +291,48 @@ t.test(
     t.equal(r.good?.podPolicies, undefined);
   },
 );
+
+t.test(
+  'an invalid file leaves the last good config applying to the pods as they are now',
+  async (t) => {
+    const dir = configDir(t, {
+      'ip-masq-agent': 'nonMasqueradeCIDRs: [10.0.0.0/8]\n',
+      'ip-masq-a-db': 'podSelector: {matchLabels: {app: db}}\nsnatAddress: 192.0.2.10\n',
+    });
+    const cluster = new StandIn();
+    cluster.labels = new Map();
+    cluster.namespacesMap = new Map();
+    const pod = (name: string, app: string, address: string, created: string): PodFacts => ({
+      namespace: 'shop',
+      name,
+      labels: new Map([['app', app]]),
+      addresses: [address],
+      created,
+    });
+    cluster.setPods([pod('db-0', 'db', '10.244.1.5', '2026-01-01T00:00:00Z')]);
+    const { reader: r } = reader(dir, cluster);
+    t.equal(await r.read(), true);
+    t.same(r.good?.podPolicies?.[0]?.members?.ipv4, ['10.244.1.5/32']);
+    const good = r.good!;
+    // A typo in another file, then the db pod deleted and its address taken by a web pod.
+    writeFileSync(join(dir, 'ip-masq-z'), 'nonMasqueradeCIDRs: [not-a-cidr]\n');
+    t.equal(await r.read(), false, 'invalid');
+    t.match(r.error, /not-a-cidr/);
+    cluster.setPods([pod('web-0', 'web', '10.244.1.5', '2026-01-02T00:00:00Z')]);
+    t.equal(await r.read(), false, 'still invalid');
+    t.same(
+      r.good?.podPolicies?.[0]?.members?.ipv4 ?? [],
+      [],
+      "the reused address does not keep the deleted pod's policy",
+    );
+    t.same(r.good?.nonMasquerade, good.nonMasquerade, "the last good files' config otherwise");
+    t.not(r.good?.hash, good.hash, 'a new membership, a new hash: the kernel follows');
+    // Another db pod comes while the file is still wrong: it takes the policy.
+    cluster.setPods([
+      pod('web-0', 'web', '10.244.1.5', '2026-01-02T00:00:00Z'),
+      pod('db-1', 'db', '10.244.1.9', '2026-01-03T00:00:00Z'),
+    ]);
+    await r.read();
+    t.same(r.good?.podPolicies?.[0]?.members?.ipv4, ['10.244.1.9/32']);
+  },
+);
