@@ -53,6 +53,14 @@ export interface WatchOptions {
 const DEFAULT_TIMEOUT_MS = 30_000;
 
 /**
+ * A watch this client had to end at its own deadline (the server never ended it): a failure, as
+ * client-go takes it — the watch is down, and the next one starts from a new list.
+ */
+export class WatchCut extends Error {
+  override readonly name = 'WatchCut';
+}
+
+/**
  * The most a server's Retry-After is waited (docs/kubernetes.md, "Kubernetes API (opt-in)"): a
  * proxy or an API server under load may ask for an hour; the reflector's own backoff and jitter
  * apply beyond.
@@ -334,7 +342,7 @@ export class ApiClient {
 
   /**
    * A watch: each line is handed to `onEvent` parsed. Resolves when the server ends the stream (its
-   * timeoutSeconds) or at `deadlineMs`; rejects on a non-2xx answer, a broken line, an over-long
+   * timeoutSeconds); rejects with WatchCut at `deadlineMs`, and on a non-2xx answer, a broken line, an over-long
    * line, or no event for idleMs (bytes that complete no event are no progress: a server trickling
    * spaces is stalled all the same).
    */
@@ -371,7 +379,16 @@ export class ApiClient {
       const deadline =
         options.deadlineMs === undefined
           ? undefined
-          : setTimeout(() => finish(), options.deadlineMs);
+          : setTimeout(
+              // Cut by this side: the server kept it past its own timeout (docs/kubernetes.md).
+              () =>
+                finish(
+                  new WatchCut(
+                    `watch cut by the client ${options.deadlineMs} ms after it opened: the server never ended it`,
+                  ),
+                ),
+              options.deadlineMs,
+            );
       deadline?.unref();
       const finish = (err?: Error) => {
         if (settled) return;

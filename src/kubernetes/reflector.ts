@@ -3,7 +3,7 @@
 // object. The last known items stay whatever the API does; a 410 Gone relists; every failure waits
 // a backoff with full jitter, or the server's Retry-After.
 import { record } from '../record.js';
-import { ApiError, type ApiClient } from './client.js';
+import { ApiError, WatchCut, type ApiClient } from './client.js';
 
 export type WatchOp = 'list' | 'watch';
 
@@ -162,7 +162,9 @@ export class Reflector<T> {
         if (this.lastedLong()) this.failures = 0;
         this.options.onUp(false);
         this.options.onError(op, err);
-        if (err instanceof ApiError && err.status === 410) this.resourceVersion = undefined;
+        // Compacted away, or a watch this side had to cut: the next one starts from a list.
+        if ((err instanceof ApiError && err.status === 410) || err instanceof WatchCut)
+          this.resourceVersion = undefined;
         this.failures += 1;
         await this.sleep(this.delayAfter(err));
       }

@@ -49,14 +49,22 @@ function logs(): { logger: Logger; lines: Array<{ msg: string; level: number }> 
 }
 
 function podReflector(t: Test, c: ApiClient, extra: Partial<ReflectorTimings> = {}) {
-  const state = { changes: 0, up: false, errors: [] as Array<{ op: string; err: unknown }> };
+  const state = {
+    changes: 0,
+    up: false,
+    downs: 0,
+    errors: [] as Array<{ op: string; err: unknown }>,
+  };
   const reflector = new Reflector({
     client: c,
     path: '/api/v1/nodes',
     extract: (node) => podCIDRsOf(node, true).prefixes.map(formatPrefix),
     onChange: () => (state.changes += 1),
     onError: (op, err) => state.errors.push({ op, err }),
-    onUp: (up) => (state.up = up),
+    onUp: (up) => {
+      if (state.up && !up) state.downs += 1;
+      state.up = up;
+    },
     timings: { ...FAST, ...extra },
   });
   t.teardown(() => reflector.stop());
@@ -422,16 +430,30 @@ t.test(
   },
 );
 
-t.test('a server that never ends a watch: ended at timeoutSeconds by this side', async (t) => {
-  const server = await startFake(t, { bookmarkMs: 50 });
-  server.ignoreTimeout = true;
-  server.setNode('a', { podCIDRs: ['10.244.0.0/24'] });
-  const { reflector } = podReflector(t, client(t, server), { watchTimeoutSeconds: 1 });
-  reflector.start();
-  // timeoutSeconds 1-2 plus a grace of min(30 s, idleMs): a second watch within ~3 s.
-  await until('watched again', () => server.countOf('watch') >= 2, 10_000);
-  t.ok(true, 'watched again');
-});
+t.test(
+  'a server that never ends a watch: cut at timeoutSeconds by this side, a failure, and listed again',
+  async (t) => {
+    const server = await startFake(t, { bookmarkMs: 50 });
+    server.ignoreTimeout = true;
+    server.setNode('a', { podCIDRs: ['10.244.0.0/24'] });
+    const { reflector, state } = podReflector(t, client(t, server), { watchTimeoutSeconds: 1 });
+    reflector.start();
+    await until('watching', () => state.up);
+    const lists = server.lists();
+    // timeoutSeconds 1-2 plus a grace of min(30 s, idleMs): cut within ~3 s.
+    await until(
+      'the watch cut',
+      () =>
+        state.errors.some((e) => e.op === 'watch' && /watch cut by the client/.test(String(e.err)))
+          ? true
+          : undefined,
+      10_000,
+    );
+    t.ok(state.downs > 0, 'down meanwhile (ipmasq_kubernetes_up 0)');
+    await until('watched again', () => server.countOf('watch') >= 2, 10_000);
+    t.ok(server.lists() > lists, 'listed again before the next watch');
+  },
+);
 
 t.test('Retry-After: 3600 is waited 30 s at most (spread by up to 1 s), not an hour', async (t) => {
   const server = await startFake(t);
