@@ -66,6 +66,13 @@ function resourceVersionOf(object: unknown): string | undefined {
  * at least the server's Retry-After. The first 410 relists at once: the data is not wrong, only
  * old.
  */
+/**
+ * The longest wait after a refusal (401, 403) before asking again: a permission given back (RBAC
+ * applied again, a token rotated) is then used within 10 s (docs/kubernetes.md). A refusal costs
+ * the server little.
+ */
+export const REFUSED_BACKOFF_MAX_MS = 8_000;
+
 export function backoffDelay(
   failures: number,
   err: unknown,
@@ -74,7 +81,12 @@ export function backoffDelay(
 ): number {
   if (err instanceof ApiError && err.status === 410 && failures <= 1) return 0;
   const exponent = Math.min(Math.max(failures - 1, 0), 20);
-  const ceiling = Math.min(timings.backoffMaxMs, timings.backoffBaseMs * 2 ** exponent);
+  // Refused (401, 403): a permission given back is used within seconds, not after a minute.
+  const refused = err instanceof ApiError && (err.status === 401 || err.status === 403);
+  const ceiling = Math.min(
+    refused ? REFUSED_BACKOFF_MAX_MS : timings.backoffMaxMs,
+    timings.backoffBaseMs * 2 ** exponent,
+  );
   const r = random();
   const jittered = Math.round(r * ceiling);
   // The server's Retry-After (capped by the client at RETRY_AFTER_MAX_MS), spread by up to a

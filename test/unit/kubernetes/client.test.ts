@@ -16,6 +16,7 @@ import { Cluster, labelsOf } from '../../../src/kubernetes/cluster.js';
 import { podCIDRsOf } from '../../../src/kubernetes/pod-cidrs.js';
 import {
   backoffDelay,
+  REFUSED_BACKOFF_MAX_MS,
   Reflector,
   type ReflectorTimings,
 } from '../../../src/kubernetes/reflector.js';
@@ -236,6 +237,21 @@ t.test(
       backoffDelay(3, new Error('x'), timings, () => 0.25),
       1_000,
       'a random part of it',
+    );
+    t.equal(
+      backoffDelay(30, new ApiError(403, 'forbidden'), timings, () => 1),
+      REFUSED_BACKOFF_MAX_MS,
+      'refused: a permission given back is used within 10 s',
+    );
+    t.ok(REFUSED_BACKOFF_MAX_MS <= 8_000);
+    t.equal(
+      backoffDelay(30, new ApiError(401, 'unauthorized'), timings, () => 1),
+      8_000,
+    );
+    t.equal(
+      backoffDelay(30, new ApiError(500, 'x'), timings, () => 1),
+      60_000,
+      'others: a minute',
     );
     t.equal(
       backoffDelay(1, new ApiError(429, 'slow down', 5_000), timings, () => 0),
