@@ -920,9 +920,10 @@ constexpr uint16_t kTableAttr = 1;
 Monitor OpenMonitor() {
   int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC | SOCK_NONBLOCK, NETLINK_NETFILTER);
   if (fd < 0) return {{false, std::string("netlink socket: ") + strerror(errno)}, -1};
-  // Room for a large commit's notifications (an element each); past it the kernel drops them and
-  // says so (ENOBUFS), which the reader treats as "anything may have changed".
-  int size = 8 << 20;
+  // Room for a large commit's notifications (an element each: a whole write of 100 000 CIDRs
+  // is ~10 MiB of them); past it the kernel drops them and says so (ENOBUFS), which the reader
+  // treats as "anything may have changed". A limit, not memory taken while the socket is drained.
+  int size = 32 << 20;
   if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &size, sizeof(size)) < 0)
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
   sockaddr_nl local{};

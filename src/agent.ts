@@ -184,12 +184,14 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
     unchanged: () => reconciler.kernelUnchanged(),
     requestSync: (why) => trigger(why),
     elsewhere: (genId) => reconciler.noteCommitElsewhere(genId),
+    touched: (genId) => reconciler.noteCommitOurs(genId),
     unavailable: (err) =>
       logger.warn(
         { err: errorText(err) },
         'cannot hear nftables notifications: commits by others to our tables are found at the next resync or readiness probe',
       ),
   });
+  reconciler.hearCommitsBy(() => commits.hearNow());
   const readiness = new ReadinessCheck({
     // What the notifications heard so far say first: another tool's commit elsewhere needs no look.
     unchanged: async () => {

@@ -243,6 +243,25 @@ async function podFromApi(options: AgentOptions): Promise<{
     );
   // A pod on the host's network: its address is the node's, which no pod policy decides for.
   if (found.hostNetwork) return { from };
+  // As the agent judges (docs/egress-policy.md, "Pod policies"): a completed pod is no member, and
+  // an address a newer pod holds too is that pod's.
+  if (found.phase !== '' && found.phase !== 'Pending' && found.phase !== 'Running') {
+    err(
+      `note: pod ${options.pod} is ${escapeUnprintable(found.phase)}: no pod policy selects it any more (its address is decided node-wide)`,
+    );
+    return { from };
+  }
+  if (found.holder) {
+    const newer = `${escapeUnprintable(found.holder.pod.namespace)}/${escapeUnprintable(found.holder.pod.name)}`;
+    err(
+      `note: ${from} is held by the newer pod ${newer} too: the agent decides it by ${newer}'s labels`,
+    );
+    return {
+      from,
+      labels: [...found.holder.pod.labels],
+      namespaceLabels: [...(found.holder.namespaceLabels ?? new Map<string, string>())],
+    };
+  }
   return {
     from,
     labels: [...found.pod.labels],

@@ -51,6 +51,23 @@ export function selectingPolicies(
 
 const familyOfAddress = (address: string): Family => (address.includes(':') ? 6 : 4);
 
+/** Older pods first (created earlier; at one moment, by name): a later one takes an address over. */
+function byAge(a: PodFacts, b: PodFacts): number {
+  if (a.created !== b.created) return a.created < b.created ? -1 : 1;
+  return `${a.namespace}/${a.name}` < `${b.namespace}/${b.name}` ? -1 : 1;
+}
+
+/**
+ * The pod an address belongs to, as podMembership gives it: of the pods holding it, the one
+ * created last (--explain --pod judges by it as the agent does).
+ */
+export function addressHolder(pods: Iterable<PodFacts>, address: string): PodFacts | undefined {
+  return [...pods]
+    .filter((pod) => pod.addresses.includes(address))
+    .sort(byAge)
+    .at(-1);
+}
+
 /**
  * Each address of the pods to the first policy that selects its pod. An address two pods hold (one
  * ending, one new) goes with the pod created later; at one moment, with the one named last.
@@ -60,15 +77,7 @@ export function podMembership(
   pods: Iterable<PodFacts>,
   namespaces: ReadonlyMap<string, ReadonlyMap<string, string>> | undefined,
 ): PodMembership {
-  const ordered = [...pods].sort((a, b) =>
-    a.created !== b.created
-      ? a.created < b.created
-        ? -1
-        : 1
-      : `${a.namespace}/${a.name}` < `${b.namespace}/${b.name}`
-        ? -1
-        : 1,
-  );
+  const ordered = [...pods].sort(byAge);
   const owner = new Map<string, number>(); // address -> policy index, -1 for none
   const counts = policies.map(() => 0);
   const overlaps: Array<{ pod: string; decides: string; others: string[] }> = [];

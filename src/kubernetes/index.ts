@@ -5,8 +5,8 @@ import type { Logger } from 'pino';
 import { escapeUnprintable } from '../cidr/index.js';
 import { record } from '../record.js';
 import { ApiClient } from './client.js';
-import { Cluster, labelsOf, podFactsOf, type ClusterMetrics } from './cluster.js';
-import type { PodFacts } from '../config/pods.js';
+import { Cluster, labelsOf, podFactsOf, podOf, type ClusterMetrics } from './cluster.js';
+import { addressHolder, type PodFacts } from '../config/pods.js';
 import { errorText } from '../errors.js';
 import { fromKubeconfig, inCluster, type Connection } from './connection.js';
 import { podCIDRsOf, type NodePodCIDRs, type WidestPodCIDR } from './pod-cidrs.js';
@@ -185,6 +185,40 @@ export async function podsOnNode(options: {
 }
 
 /**
+ * The pod of `node` the agent gives `pod`'s first address to, when it is another (a newer pod
+ * holding it too): listed as the agent lists this node's pods, selectable ones only.
+ */
+async function holderOf(
+  client: ApiClient,
+  pod: PodFacts,
+  node: string,
+  enableIPv6: boolean,
+): Promise<PodFacts | undefined> {
+  const address = pod.addresses[0];
+  if (node === '' || address === undefined) return undefined;
+  const pods: PodFacts[] = [];
+  let next = '';
+  do {
+    const query = new URLSearchParams({
+      fieldSelector: `spec.nodeName=${node}`,
+      limit: '500',
+      ...(next ? { continue: next } : {}),
+    });
+    const page = record(await client.json('GET', `/api/v1/pods?${query}`));
+    for (const item of Array.isArray(page.items) ? (page.items as unknown[]) : []) {
+      const facts = podOf(record(item), enableIPv6);
+      if (facts?.addresses.includes(address)) pods.push(facts);
+    }
+    const cont = record(page.metadata).continue;
+    next = typeof cont === 'string' ? cont : '';
+  } while (next !== '');
+  const holder = addressHolder(pods, address);
+  return holder && (holder.namespace !== pod.namespace || holder.name !== pod.name)
+    ? holder
+    : undefined;
+}
+
+/**
  * `--explain --pod NAMESPACE/NAME`: the pod's addresses, labels and node, and its namespace's
  * labels (undefined where the API refuses them: the caller says so). Rejects with the API's error
  * for the pod itself, or saying there is no such pod.
@@ -198,6 +232,13 @@ export async function podNamed(options: {
   pod: PodFacts;
   node: string;
   hostNetwork: boolean;
+  /** status.phase ('' when not given). */
+  phase: string;
+  /**
+   * Another pod of the same node that the agent gives this pod's first address to (created later),
+   * with its namespace's labels; undefined when none, or when the node's pods cannot be listed.
+   */
+  holder?: { pod: PodFacts; namespaceLabels: ReadonlyMap<string, string> | undefined };
   namespaceLabels: ReadonlyMap<string, string> | undefined;
   namespaceProblem?: string;
 }> {
@@ -230,10 +271,25 @@ export async function podNamed(options: {
     } catch (err) {
       namespaceProblem = escapeUnprintable(errorText(err));
     }
+    const node = typeof spec.nodeName === 'string' ? spec.nodeName : '';
+    const phase = record(object.status).phase;
+    const holder = await holderOf(client, pod, node, options.enableIPv6).catch(() => undefined);
+    let holderNamespace: ReadonlyMap<string, string> | undefined;
+    if (holder && holder.namespace !== pod.namespace)
+      holderNamespace = await client
+        .json('GET', `/api/v1/namespaces?${only(holder.namespace)}`)
+        .then((answer) => {
+          const found = first(answer);
+          return found ? labelsOf(found) : new Map<string, string>();
+        })
+        .catch(() => undefined);
+    else holderNamespace = namespaceLabels;
     return {
       pod,
-      node: typeof spec.nodeName === 'string' ? spec.nodeName : '',
+      node,
       hostNetwork: spec.hostNetwork === true,
+      phase: typeof phase === 'string' ? phase.slice(0, 32) : '',
+      ...(holder ? { holder: { pod: holder, namespaceLabels: holderNamespace } } : {}),
       namespaceLabels,
       ...(namespaceProblem ? { namespaceProblem } : {}),
     };

@@ -141,6 +141,8 @@ export interface RunOptions {
   json?: boolean;
   /** Each rule with its handle, counters without their values: like `nft -a -s`. */
   listing?: boolean;
+  /** The call's own time limit, below nftTimeoutMs (a read that may be abandoned). */
+  timeoutMs?: number;
 }
 
 /**
@@ -252,7 +254,7 @@ function nativeError(err: unknown, subsystem: 'nftables' | 'conntrack'): NftErro
 /** Run an nft script (what `nft -f` accepts) in one libnftables call, off the JS thread. */
 export async function runNft(script: string, options: RunOptions = {}): Promise<string> {
   const native = addon();
-  const timeoutMs = nftTimeoutMs();
+  const timeoutMs = Math.min(options.timeoutMs ?? Infinity, nftTimeoutMs());
   return serialised(() => runNative(native, script, options, timeoutMs));
 }
 

@@ -46,8 +46,11 @@ export interface AnyTableRef {
  * and listings, plain netlink for element writes, audits, comments, counters and the generation id.
  */
 export interface TablesPort {
-  /** The table's listing as nft prints it, or null when it does not exist. */
-  listTable(ref: TableRef): Promise<string | null>;
+  /**
+   * The table's listing as nft prints it, or null when it does not exist; `timeoutMs` bounds the
+   * call (an NftError of kind `timeout` past it).
+   */
+  listTable(ref: TableRef, timeoutMs?: number): Promise<string | null>;
   /**
    * Runs one script as one transaction; the generation ids around it tell whether others committed.
    */
@@ -184,9 +187,12 @@ const PROBE_FAMILY = /^(ip|ip6|inet|arp|bridge|netdev)$/;
 const PROBE_NAME = /^[A-Za-z_][A-Za-z0-9_.-]{0,255}$/;
 
 export const nftKernel: Kernel = {
-  async listTable(ref) {
+  async listTable(ref, timeoutMs) {
     try {
-      return await runNft(`list table ${ref.family} ${ref.name}`);
+      return await runNft(
+        `list table ${ref.family} ${ref.name}`,
+        timeoutMs === undefined ? {} : { timeoutMs },
+      );
     } catch (err) {
       if (err instanceof NftError && err.isNotFound()) return null;
       throw err;

@@ -18,6 +18,8 @@ export interface CommitWatchDeps {
   readonly requestSync: (reason: string) => void;
   /** Told of each commit heard that named none of our tables, by the generation id it made. */
   readonly elsewhere?: (genId: number) => void;
+  /** Told of each commit heard that named one of ours (or may have), by the generation id it made. */
+  readonly touched?: (genId: number) => void;
   /** Told once when the socket cannot be made or read: the periodic resync is left. */
   readonly unavailable: (err: unknown) => void;
   /** How often the socket is drained (default POLL_MS). */
@@ -62,42 +64,70 @@ export class CommitWatch {
     this.monitor = undefined;
   }
 
-  /** One drain; a commit naming our tables (or a drop) makes the generation check. */
-  async poll(): Promise<void> {
+  /** The check under way, if any (settles, never rejects). */
+  private checkRun: Promise<void> | undefined;
+
+  /**
+   * Drains the socket now, without waiting: others' commits that named none of our tables are
+   * told on at once (the converger judges its reads and writes by them, docs/writes.md "Beside a
+   * busy node"); a commit naming ours, or a drop, starts the generation check. False when nothing
+   * can be heard (no socket, or it failed): then no commit counts as elsewhere.
+   */
+  hearNow(): boolean {
     const monitor = this.monitor;
-    if (!monitor) return;
+    if (!monitor) return false;
     let heard: CommitsHeard;
     try {
       heard = monitor.drain();
     } catch (err) {
       this.stop();
       this.deps.unavailable(err);
-      return;
+      return false;
     }
     let ours = false;
     for (const commit of heard.commits) {
       // A commit that named more tables than were kept may have named ours.
-      if (commit.capped === true || commit.tables.some((t) => this.deps.ours(t))) ours = true;
-      else this.deps.elsewhere?.(commit.genId);
+      if (commit.capped === true || commit.tables.some((t) => this.deps.ours(t))) {
+        ours = true;
+        this.deps.touched?.(commit.genId);
+      } else this.deps.elsewhere?.(commit.genId);
     }
-    if (!ours && !heard.overflow) return;
+    if (!ours && !heard.overflow) return true;
     if (ours) this.touched++;
-    // One check at a time: the sync it may ask for reads everything a burst of commits changed.
+    this.startCheck();
+    return true;
+  }
+
+  /** Whether the socket is open: what it hears can be trusted for what it says. */
+  get hearing(): boolean {
+    return this.monitor !== undefined;
+  }
+
+  /** One drain, and the check it started, if any, to its end. */
+  async poll(): Promise<void> {
+    this.hearNow();
+    await this.checkRun;
+  }
+
+  /** One check at a time: the sync it may ask for reads everything a burst of commits changed. */
+  private startCheck(): void {
     if (this.checking) {
       this.again = true;
       return;
     }
     this.checking = true;
-    try {
-      do {
-        this.again = false;
-        if (!(await this.deps.unchanged())) this.deps.requestSync(FOREIGN_COMMIT);
-      } while (this.again);
-    } catch {
-      // The generation could not be read: the sync finds out what it can.
-      this.deps.requestSync(FOREIGN_COMMIT);
-    } finally {
-      this.checking = false;
-    }
+    this.checkRun = (async () => {
+      try {
+        do {
+          this.again = false;
+          if (!(await this.deps.unchanged())) this.deps.requestSync(FOREIGN_COMMIT);
+        } while (this.again);
+      } catch {
+        // The generation could not be read: the sync finds out what it can.
+        this.deps.requestSync(FOREIGN_COMMIT);
+      } finally {
+        this.checking = false;
+      }
+    })();
   }
 }

@@ -41,6 +41,7 @@ import {
   type TransientObjects,
 } from '../nftables/listing.js';
 import { holds, olderRelease, readTables, type KernelTables } from './read-back.js';
+import { auditTables, ruleFingerprints, type RuleFingerprints } from './netlink-audit.js';
 import { nextGeneration, standInName } from '../nftables/ownership.js';
 
 export interface ConvergeDeps {
@@ -139,6 +140,14 @@ function named(what: string, count: number, list: readonly string[]): string[] {
  * How many times the audit of one element-only write is tried when another commit was in its way.
  */
 const AUDIT_TRIES = 3;
+/**
+ * How long a libnftables read of our tables may take while nftables' notifications are heard: on a
+ * node whose other tools commit all the time, libnftables starts its listing again at every commit
+ * and a large table's never ends; past this, our tables are written whole instead (docs/writes.md,
+ * "Beside a busy node"). A quiet read of 100 000 CIDRs takes ~1.5 s.
+ */
+export const BUSY_READ_MS = 5_000;
+
 /** How many other tools' commits elsewhere are remembered (kube-proxy commits often). */
 const ELSEWHERE_STEPS_KEPT = 1_024;
 
@@ -186,6 +195,14 @@ export class Converger {
    * mismatch of that fast path (docs/observability.md, "HTTP").
    */
   private readonly elsewhereSteps = new Map<number, number>();
+  /**
+   * Commits heard to name one of our tables, by the generation id each made: on a busy node
+   * another tool's commit may land between the generation id read before a commit of ours and the
+   * commit itself, and then ours is the one step in between that named our tables.
+   */
+  private readonly touchedSteps = new Set<number>();
+  /** Our commits besides the writes whose step was not one alone: told apart when heard. */
+  private readonly pendingOwn: CommitStep[] = [];
   /** Families whose table this process has written: ours even if its comment was changed. */
   private readonly written = new Set<TableFamily>();
   /** The tables as this process last wrote them: what the kernel holds while nobody else wrote. */
@@ -203,9 +220,53 @@ export class Converger {
    * (docs/writes.md, "When a write fails"). Cleared by the next write that succeeds.
    */
   private replaceNext = false;
+  /**
+   * Each chain's rules as the kernel held them right after our last write or a read that found
+   * them in place (the netlink audit compares with them); undefined when not taken then.
+   */
+  private rules: RuleFingerprints | undefined;
+
+  /**
+   * Drains nftables' notifications now (commit-watch.ts hearNow): others' commits that named none
+   * of our tables are noted (noteCommitElsewhere) before a read or a write is judged by them.
+   * False while nothing can be heard: then only our own steps explain the generation id.
+   */
+  private hear: () => boolean = () => false;
 
   constructor(deps: ConvergeDeps) {
     this.deps = deps;
+  }
+
+  /** Judges reads and writes by the notifications `hear` drains (docs/writes.md, "Beside a busy node"). */
+  hearCommitsBy(hear: () => boolean): void {
+    this.hear = hear;
+  }
+
+  /** oursAmong, once the notifications up to `after` are heard (drained again, briefly). */
+  private async heardOursAmong(before: number, after: number): Promise<boolean> {
+    for (let attempt = 0; attempt < 3; attempt++) {
+      if (!this.hear()) return false;
+      if (this.oursAmong(before, after)) return true;
+      await new Promise((resolve) => setTimeout(resolve, 1));
+    }
+    return false;
+  }
+
+  /**
+   * Whether every step of the generation id from `from` to `to` is ours or another tool's commit
+   * that named none of our tables. A commit's notification may come a moment after its generation
+   * id shows: drained again, briefly, before a step is taken as unexplained.
+   */
+  private async explained(from: number | undefined, to: number | undefined): Promise<boolean> {
+    if (from === undefined || to === undefined) return false;
+    if (this.leftAlone(from, to)) return true;
+    for (let attempt = 0; attempt < 3; attempt++) {
+      if (!this.hear()) return false;
+      this.settlePendingOwn();
+      if (this.leftAlone(from, to)) return true;
+      await new Promise((resolve) => setTimeout(resolve, 1));
+    }
+    return false;
   }
 
   /**
@@ -260,8 +321,34 @@ export class Converger {
 
   /** Whether the namespace's generation id is where we last knew the kernel held our tables. */
   async unchangedSinceVerified(): Promise<boolean> {
-    if (this.verifiedGenId === undefined) return false;
-    return this.knownAt(await this.deps.kernel.generationId().catch(() => undefined));
+    if (this.verifiedGenId === undefined || this.lastTables.size === 0) return false;
+    // Our own commits and others' that named none of our tables leave them as we knew them.
+    const genId = await this.deps.kernel.generationId().catch(() => undefined);
+    return this.explained(this.verifiedGenId, genId);
+  }
+
+  /** A commit heard to name one of our tables, ours or another's (commit-watch.ts). */
+  noteCommitOurs(genId: number): void {
+    this.touchedSteps.add(genId);
+    for (const oldest of this.touchedSteps) {
+      if (this.touchedSteps.size <= ELSEWHERE_STEPS_KEPT) break;
+      this.touchedSteps.delete(oldest);
+    }
+  }
+
+  /**
+   * Whether the steps from `before` to `after` (one commit of ours among others') are ours and
+   * others' that named none of our tables: ours is the one that named our tables.
+   */
+  private oursAmong(before: number, after: number): boolean {
+    let touched = 0;
+    for (let at = before; at !== after; at = (at + 1) >>> 0) {
+      const next = (at + 1) >>> 0;
+      if (this.touchedSteps.has(next)) touched++;
+      else if (this.elsewhereSteps.get(at) !== next && this.ownSteps.get(at) !== next) return false;
+      if (touched > 1 || next - before > ELSEWHERE_STEPS_KEPT) return false;
+    }
+    return touched === 1;
   }
 
   /** Another tool's commit, heard, that named none of our tables (commit-watch.ts). */
@@ -313,14 +400,36 @@ export class Converger {
    * tables are read back and repaired in this same sync (docs/writes.md, "When it writes"). Rejects
    * when the kernel cannot be read or written.
    */
-  async converge(config: Config, timed: Timed): Promise<Converged> {
+  async converge(config: Config, timed: Timed, audit = true): Promise<Converged> {
     const key = this.contentKey(config);
     let wrote = false;
     for (let round = 1; ; round++) {
       const last = round >= CONVERGE_ROUNDS;
       const genId = await this.deps.kernel.generationId().catch(() => undefined);
-      const known = this.knownAt(genId);
+      // An audit (a periodic resync, a commit that named our tables) reads back whenever the
+      // generation moved; any other sync trusts what the notifications said of the steps since.
+      const known =
+        this.knownAt(genId) ||
+        (!audit &&
+          this.verifiedGenId !== undefined &&
+          this.lastTables.size > 0 &&
+          (await this.explained(this.verifiedGenId, genId)));
       if (known && this.kernelKey === key) return wrote ? 'wrote' : 'in-place';
+      // An audit while the notifications say nobody else touched our tables: over netlink,
+      // object by object (a libnftables listing beside a busy writer may never end).
+      if (!known && audit && this.kernelKey === key && (await this.heardUntouched(genId))) {
+        const { verdict, at } = await timed('readMs', () => this.auditByNetlink(genId));
+        if (verdict === 'agrees') return wrote ? 'wrote' : 'in-place';
+        if (verdict === 'differs') {
+          // Written whole from what the audit ended at: no listing needed, none trusted.
+          this.replaceNext = true;
+          const seen: Seen = { base: at, drift: true, heldLast: false };
+          const written = await this.write(config, key, seen, false, last, timed);
+          wrote ||= written !== 'refused';
+          if (written === 'wrote') return 'wrote';
+          continue;
+        }
+      }
       let seen: Seen = { base: known ? genId : undefined, drift: false, heldLast: false };
       if (!known) {
         const read = await this.readBack(config, key, genId, last, timed);
@@ -338,6 +447,55 @@ export class Converger {
   }
 
   /**
+   * Whether notifications are heard and say that only our own commits and others' that named none
+   * of our tables came since the kernel was last known to hold them.
+   */
+  private async heardUntouched(genId: number | undefined): Promise<boolean> {
+    if (this.verifiedGenId === undefined || this.lastTables.size === 0 || !this.hear())
+      return false;
+    return this.explained(this.verifiedGenId, genId);
+  }
+
+  /**
+   * The periodic audit over netlink (netlink-audit.ts) of the tables this process last wrote:
+   * `agrees`, and known at the generation id it ended at; `differs`, logged as a mismatch of the
+   * notifications and counted; `moved`, a commit came during it that the notifications do not
+   * explain (the libnftables read follows).
+   */
+  private async auditByNetlink(
+    genId: number | undefined,
+  ): Promise<{ verdict: 'agrees' | 'differs' | 'moved'; at: number | undefined }> {
+    const { kernel, logger, metrics } = this.deps;
+    metrics.incKernelReads();
+    const tables = [...this.lastTables.values()];
+    const differences = await auditTables(kernel, tables, this.rules);
+    const at = await kernel.generationId().catch(() => undefined);
+    if (!(await this.explained(genId, at))) return { verdict: 'moved', at };
+    if (differences.length === 0) {
+      this.verifiedGenId = at;
+      return { verdict: 'agrees', at };
+    }
+    this.verifiedGenId = undefined;
+    reportMismatch(logger, metrics, 'commit-notifications', {
+      generation: this.generation,
+      difference: `the notifications heard since generation id ${genId} named no table of ours, yet over netlink: ${differences.slice(0, 3).join('; ')}`,
+    });
+    return { verdict: 'differs', at };
+  }
+
+  /** Each chain's rules as they are now, kept when nobody but us committed since `genId`. */
+  private async takeRules(tables: readonly Table[], genId: number | undefined): Promise<void> {
+    this.rules = undefined;
+    try {
+      const rules = await ruleFingerprints(this.deps.kernel, tables);
+      const at = await this.deps.kernel.generationId().catch(() => undefined);
+      if (await this.explained(genId, at)) this.rules = rules;
+    } catch {
+      // Not taken: the netlink audit compares the rules' comments alone.
+    }
+  }
+
+  /**
    * The kernel's tables read back at `genId` and judged against `config`: in place (nothing to
    * write), held back from another live agent's write, to be read again (a commit came during the
    * read), or what a write starts from.
@@ -350,20 +508,40 @@ export class Converger {
     timed: Timed,
   ): Promise<Seen | 'in-place' | 'held-back' | 'again'> {
     const { kernel, compileOptions, logger, metrics, otherAgent } = this.deps;
-    const found = await timed('readMs', () =>
-      readTables(
-        kernel,
-        compileOptions,
-        this.written,
-        () => metrics.incKernelReads(),
-        this.lookForStandIns,
-      ),
-    );
+    // While notifications are heard, a read another tool's steady commits keep from ending is
+    // given up: tables this process wrote are written whole instead, without reading them.
+    const hearing = this.hear();
+    let found: KernelTables;
+    try {
+      found = await timed('readMs', () =>
+        readTables(
+          kernel,
+          compileOptions,
+          this.written,
+          () => metrics.incKernelReads(),
+          this.lookForStandIns,
+          hearing ? BUSY_READ_MS : undefined,
+        ),
+      );
+    } catch (err) {
+      const managed: readonly TableFamily[] = compileOptions.enableIPv6 ? ['ip', 'ip6'] : ['ip'];
+      const ours = managed.every((family) => this.written.has(family));
+      if (!(hearing && ours && err instanceof NftError && err.kind === 'timeout')) throw err;
+      logger.warn(
+        { readMs: BUSY_READ_MS },
+        "our tables could not be read back: other tools' commits kept libnftables' listing from ending; writing them whole instead",
+      );
+      this.replaceNext = true;
+      // Written whole whatever they hold: the write is judged from the generation id now.
+      const now = await kernel.generationId().catch(() => undefined);
+      return { base: now, drift: false, heldLast: false };
+    }
     // What was listed is the kernel at genId only if nothing but our own held replies was
     // committed while it was read.
+    // Or nothing but others' commits that named none of our tables (docs/writes.md, "Beside a
+    // busy node"): our tables were the same at every step, so the listing is theirs at readAt.
     const readAt = await kernel.generationId().catch(() => undefined);
-    const stable =
-      genId !== undefined && readAt !== undefined && this.pastOwnSteps(genId) === readAt;
+    const stable = await this.explained(genId, readAt);
     const owner = found.ip?.kind === 'ours' ? found.ip : undefined;
     const mark = owner?.mark;
     if (owner?.unreadableMark && !this.warnedUnreadable) {
@@ -398,6 +576,8 @@ export class Converger {
       this.kernelKey = key;
       // While a conflict is open, always read: that our write stayed is how it ends.
       this.verifiedGenId = stable && !otherAgent.active ? readAt : undefined;
+      if (this.verifiedGenId !== undefined && this.rules === undefined)
+        await this.takeRules(held, readAt);
       metrics.setGeneration(this.generation);
       return stable || last ? 'in-place' : 'again'; // a commit came during the read: look again
     }
@@ -460,8 +640,11 @@ export class Converger {
     // From what the kernel is known to hold, an element-only change goes over netlink, pinned to
     // the generation it was worked out at; anything else through libnftables.
     const replacing = this.replaceNext;
+    // Pinned to `base` (the kernel refuses it if anyone committed since) only while nothing can
+    // be heard: with the notifications, another commit in between is judged by what it named.
+    const pin = this.hear() ? undefined : base;
     const edit =
-      !replacing && (found === undefined || heldLast) ? this.elementEdit(tables, base) : undefined;
+      !replacing && (found === undefined || heldLast) ? this.elementEdit(tables, pin) : undefined;
     const scripts = edit ? [] : await this.scripts(tables, found, held);
     this.lastWrite = edit ? 'netlink' : 'libnftables';
     // Our commits must follow on from `base` one step each (our held replies aside): any other
@@ -474,11 +657,14 @@ export class Converger {
           : scripts.map((script) => () => kernel.apply(script));
         for (const step of steps) {
           const { before, after } = await step();
+          // One step alone is ours; with others' commits around it (a busy node), ours is the
+          // one that named our tables, the rest named none.
+          const alone = before !== undefined && after === (before + 1) >>> 0;
           const follows =
-            chain !== undefined &&
             before !== undefined &&
-            this.pastOwnSteps(chain) === before &&
-            after === (before + 1) >>> 0;
+            after !== undefined &&
+            (await this.explained(chain, before)) &&
+            (alone || (await this.heardOursAmong(before, after)));
           chain = follows ? after : undefined;
         }
       });
@@ -527,6 +713,9 @@ export class Converger {
     // how the conflict ends.
     this.verifiedGenId = otherAgent.active ? undefined : chain;
     this.unaudited = edit && chain !== undefined ? { genId: chain, edit, tries: 0 } : undefined;
+    // An element-only write leaves every rule but the marked one's comment as it was.
+    if (chain !== undefined && (!edit || this.rules === undefined))
+      await this.takeRules(tables, chain);
     return chain !== undefined || otherAgent.active || last ? 'wrote' : 'around';
   }
 
@@ -573,7 +762,7 @@ export class Converger {
     // Others' commits that named none of our tables (nftables' notifications) leave the write's
     // sets alone: on a node whose other tools commit often, the write is audited all the same.
     const at = await kernel.generationId().catch(() => undefined);
-    if (at === undefined || !this.leftAlone(pending.genId, at)) return moved();
+    if (!(await this.explained(pending.genId, at))) return moved();
     const differences: string[] = [];
     try {
       for (const table of pending.edit.tables) {
@@ -602,7 +791,7 @@ export class Converger {
       throw err;
     }
     const readAt = await kernel.generationId().catch(() => undefined);
-    if (!this.leftAlone(at, readAt)) return moved();
+    if (!(await this.explained(at, readAt))) return moved();
     if (differences.length === 0) return { verdict: 'agrees', differences };
     this.verifiedGenId = undefined;
     this.ownFault = true;
@@ -616,11 +805,38 @@ export class Converger {
    */
   noteCommit(step: CommitStep): void {
     const { before, after } = step;
-    if (before === undefined || after !== (before + 1) >>> 0) return;
+    if (before === undefined || after === undefined) return;
+    if (after !== (before + 1) >>> 0) {
+      // Others committed around it: told apart once their notifications are heard.
+      this.pendingOwn.push(step);
+      if (this.pendingOwn.length > OWN_STEPS_KEPT) this.pendingOwn.shift();
+      return;
+    }
+    this.ownOnly(before, after);
+  }
+
+  /** A step of ours that left our tables' content as it was. */
+  private ownOnly(before: number, after: number): void {
     this.ownSteps.set(before, after);
     for (const oldest of this.ownSteps.keys()) {
       if (this.ownSteps.size <= OWN_STEPS_KEPT) break;
       this.ownSteps.delete(oldest);
+    }
+  }
+
+  /**
+   * Our held replies' commits that others' came around, each the one step between its generation
+   * ids that named our tables: ours, and it left them as they were.
+   */
+  private settlePendingOwn(): void {
+    for (let i = this.pendingOwn.length - 1; i >= 0; i--) {
+      const { before, after } = this.pendingOwn[i]!;
+      if (before === undefined || after === undefined || !this.oursAmong(before, after)) continue;
+      this.pendingOwn.splice(i, 1);
+      for (let at = before; at !== after; at = (at + 1) >>> 0) {
+        const next = (at + 1) >>> 0;
+        if (this.touchedSteps.has(next)) this.ownOnly(at, next);
+      }
     }
   }
 

@@ -37,12 +37,13 @@ export async function readTables(
   written: ReadonlySet<TableFamily>,
   onRead: () => void,
   lookForStandIns = false,
+  timeoutMs?: number,
 ): Promise<KernelTables> {
   const listings = new Map<TableFamily, string | null>();
   const owners = new Map<TableFamily, TableOwner>();
   for (const family of ['ip', 'ip6'] as const) {
     onRead();
-    const listing = await kernel.listTable({ family, name: options.table });
+    const listing = await kernel.listTable({ family, name: options.table }, timeoutMs);
     listings.set(family, listing);
     if (listing !== null) owners.set(family, tableOwner(listing));
   }
@@ -63,7 +64,7 @@ export async function readTables(
   const standIns = new Map<TableFamily, 'ours' | 'foreign'>();
   for (const family of lookForStandIns ? (['ip', 'ip6'] as const) : []) {
     onRead();
-    const listing = await kernel.listTable({ family, name: standInName(options.table) });
+    const listing = await kernel.listTable({ family, name: standInName(options.table) }, timeoutMs);
     if (listing === null) continue;
     standIns.set(family, isStandIn(listing) ? 'ours' : 'foreign');
   }

@@ -269,6 +269,15 @@ export class Reconciler {
   }
 
   /** Another tool's commit, heard from nf_tables' notifications, that named none of our tables. */
+  /** Reads and writes judged by the notifications `hear` drains (commit-watch.ts hearNow). */
+  hearCommitsBy(hear: () => boolean): void {
+    this.converger.hearCommitsBy(hear);
+  }
+
+  noteCommitOurs(genId: number): void {
+    this.converger.noteCommitOurs(genId);
+  }
+
   noteCommitElsewhere(genId: number): void {
     this.converger.noteCommitElsewhere(genId);
   }
@@ -393,7 +402,12 @@ export class Reconciler {
     }
     let converged: Converged;
     try {
-      converged = await this.converger.converge(config, timed);
+      // A periodic resync (and start, SIGHUP, a mismatch) reads back whenever the generation
+      // moved: the audit of what the notifications said. Any other sync, one for a commit heard to
+      // name our tables too, reads back when a step since the last look is not explained by our
+      // own commits and others' that named none of our tables.
+      const audit = WHOLE_READS.has(reason);
+      converged = await this.converger.converge(config, timed, audit);
     } catch (err) {
       return this.kernelFailed(err, seconds);
     }

@@ -264,6 +264,55 @@ if (requireRoot(t)) {
       t.equal(await seen(s, DB), DB, "reused by lab's pod: untranslated");
     });
 
+    t.test('--explain --pod judges phase and address ownership as the agent does', async (t) => {
+      const byPod = (pod: string) =>
+        runAgentOnce(topo.node, [
+          '--explain',
+          TO,
+          '--pod',
+          pod,
+          '--config',
+          dir,
+          '--kubeconfig',
+          kubeconfig,
+          '--node-name',
+          SELF,
+        ]);
+      const shared = '10.244.1.99';
+      await createPod(plane, 'shop', 'old-db', SELF, [shared], { labels: { app: 'db' } });
+      // creationTimestamp counts whole seconds: the newer pod a second later.
+      await new Promise((resolve) => setTimeout(resolve, 1_100));
+      await createPod(plane, 'shop', 'z-web', SELF, [shared], { labels: { app: 'web' } });
+      const older = await byPod('shop/old-db');
+      t.equal(older.code, 0, older.stderr);
+      t.match(
+        older.stderr,
+        /held by the newer pod shop\/z-web too: the agent decides it by shop\/z-web's labels/,
+      );
+      t.notMatch(older.stdout, /decided by pod policy/, "decided as the newer (app=web) pod's");
+      await plane.kubectl([
+        'patch',
+        'pod',
+        'z-web',
+        '-n',
+        'shop',
+        '--subresource=status',
+        '--type=merge',
+        '-p',
+        JSON.stringify({ status: { phase: 'Succeeded' } }),
+      ]);
+      const done = await byPod('shop/z-web');
+      t.match(done.stderr, /pod shop\/z-web is Succeeded: no pod policy selects it any more/);
+      const again = await byPod('shop/old-db');
+      t.match(
+        again.stdout,
+        /decided by pod policy .*ip-masq-db/,
+        'the completed pod holds it no more',
+      );
+      for (const name of ['old-db', 'z-web'])
+        await plane.kubectl(['delete', 'pod', name, '-n', 'shop', '--grace-period=0', '--force']);
+    });
+
     t.test('two policies select one pod: the first in file order decides, said once', async (t) => {
       await label(s, 'lab', 'pod', 'reuse', 'app=db');
       await untilMapped(s, DB, 'pod-policy-0', 'the first policy (ip-masq-db) decides');

@@ -6,7 +6,7 @@
 import t from 'tap';
 import { httpGet, startAgent, waitFor } from '../../harness/agent.js';
 import { inNetns, requireRoot } from '../../harness/netns.js';
-import { agentArgs, makeNode, setElements, untilUp, writeConfig } from '../helpers/node.js';
+import { agentArgs, makeNode, metric, setElements, untilUp, writeConfig } from '../helpers/node.js';
 
 const A = ['10.0.0.0/8'];
 const B = ['10.0.0.0/8', '192.168.0.0/16'];
@@ -210,6 +210,17 @@ if (requireRoot(t)) {
       agent.logs.filter((l) => (l.msg ?? '').startsWith('kernel write failed')).length,
       0,
       'no write failed for good',
+    );
+    // Another tool's commit close to an element-only write of ours is never our write's fault.
+    t.equal(
+      await metric(node, 'ipmasq_fast_path_mismatches_total{path="element-write"}'),
+      0,
+      'no element-only write blamed for a commit that was not ours',
+    );
+    t.equal(
+      (await metric(node, 'ipmasq_write_fallbacks_total{reason="EBUSY"}')) ?? 0,
+      0,
+      'no write of ours refused for its own order of parts',
     );
   });
 }

@@ -70,7 +70,22 @@ export class FakeKernel implements Kernel {
   /** Every chain: the original agent's, in `ip nat`, without hooks or rules (nat-chains.ts is proven on the kernel). */
   async chains(): Promise<ChainInfo[]> {
     this.chainDumps++;
-    return [...this.legacy.keys()].map((name) => ({ family: 'ip', table: 'nat', name }));
+    const legacy = [...this.legacy.keys()].map((name) => ({ family: 'ip', table: 'nat', name }));
+    // Every table's chains as listed, a base chain with its hook (its priority is not modelled).
+    const listed = [...this.tables].flatMap(([key, listing]) => {
+      const [family = '', table = ''] = key.split(' ');
+      return parseListing(listing).chains.map((chain) => {
+        const hook = /hook (\w+)/.exec(chain.base ?? '')?.[1];
+        const type = /type (\w+)/.exec(chain.base ?? '')?.[1] ?? 'filter';
+        return {
+          family,
+          table,
+          name: chain.name,
+          ...(hook ? { hook: { name: hook, priority: 0, type } } : {}),
+        };
+      });
+    });
+    return [...legacy, ...listed];
   }
   chainDumps = 0;
 
@@ -78,7 +93,15 @@ export class FakeKernel implements Kernel {
   counts = new Map<string, CounterValue[]>();
 
   async counters(ref: TableRef): Promise<CounterValue[]> {
-    return this.counts.get(FakeKernel.key(ref)) ?? [];
+    const set = this.counts.get(FakeKernel.key(ref));
+    if (set) return set;
+    // Else the counters the table's listing declares, at zero.
+    const listing = this.tables.get(FakeKernel.key(ref));
+    return (listing ? parseListing(listing).counters : []).map(({ name }) => ({
+      name,
+      packets: 0,
+      bytes: 0,
+    }));
   }
 
   async natSample(): Promise<NatSample> {

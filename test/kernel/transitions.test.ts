@@ -30,7 +30,7 @@ import { NODE_NAME } from './fixtures/converge-server.js';
 
 const SEED = 20261206;
 /** Transitions per set layout: thousands in all under CI. */
-const STEPS = process.env.CI === 'true' ? 1_500 : 250;
+const STEPS = process.env.CI === 'true' ? 1_000 : 250;
 /** Packets are sent after every this many transitions (and after the last). */
 const PACKETS_EVERY = 40;
 const PODS = ['10.244.1.10', '10.244.1.11', '10.244.1.12', '10.244.1.13', '10.244.1.14'];

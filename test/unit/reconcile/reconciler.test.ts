@@ -171,10 +171,14 @@ t.test(
       await reconciler.kernelUnchangedForProbe(),
       'heard to name none of ours: known for a probe',
     );
-    t.notOk(await reconciler.kernelUnchanged(), 'not for a sync');
+    t.ok(
+      await reconciler.kernelUnchanged(),
+      'nor for the check a commit naming ours starts: the step is explained',
+    );
+    // No notifications are heard here (nothing wired): the periodic resync reads back whole.
     const reads = kernel.reads;
-    await reconciler.sync('resync');
-    t.ok(kernel.reads > reads, 'the sync reads back all the same');
+    await reconciler.sync('periodic');
+    t.ok(kernel.reads > reads, 'the periodic sync reads back all the same');
     t.equal(await metric('ipmasq_fast_path_mismatches_total', { path: 'commit-notifications' }), 0);
 
     // A notification that said "elsewhere" for a commit that changed our table.
@@ -183,7 +187,7 @@ t.test(
     );
     reconciler.noteCommitElsewhere(kernel.genId);
     t.ok(await reconciler.kernelUnchangedForProbe(), 'the probe believes it');
-    await reconciler.sync('resync');
+    await reconciler.sync('periodic');
     t.equal(
       await metric('ipmasq_fast_path_mismatches_total', { path: 'commit-notifications' }),
       1,
@@ -204,6 +208,82 @@ t.test(
 );
 
 t.test(
+  "beside a busy node: a change after others' commits heard elsewhere is written without a read, not pinned; the periodic resync reads back",
+  async (t) => {
+    const { kernel, reconciler, setConfig, metric } = setup();
+    let hearing = true;
+    reconciler.hearCommitsBy(() => hearing);
+    await reconciler.sync();
+    for (let i = 0; i < 5; i++) {
+      kernel.tamper({ family: 'ip', name: 'kube-proxy' });
+      reconciler.noteCommitElsewhere(kernel.genId);
+    }
+    setConfig({ ok: true, config: config(['10.0.0.0/8', '192.0.2.0/24']), warnings: [] });
+    const reads = kernel.reads;
+    t.same(await reconciler.sync('config changed'), { ok: true });
+    t.equal(kernel.reads, reads, 'no read: the notifications named none of our tables');
+    t.equal(kernel.edits.length, 1, 'an element-only write');
+    t.equal(kernel.edits[0]?.generation, undefined, 'not pinned: others may commit meanwhile');
+    t.ok(reconciler.status(true).ready, 'ready');
+    // Another commit elsewhere between the write's own steps is no doubt on it either.
+    kernel.tamper({ family: 'ip', name: 'kube-proxy' });
+    reconciler.noteCommitElsewhere(kernel.genId);
+    const dumps = kernel.chainDumps;
+    const audits = kernel.audits.length;
+    t.same(await reconciler.sync('periodic'), { ok: true });
+    t.ok(
+      kernel.chainDumps > dumps && kernel.audits.length > audits,
+      'the periodic resync audits over netlink: chains, rules, every address set',
+    );
+    t.equal(
+      kernel.reads,
+      reads,
+      'without a libnftables listing, which a busy node keeps restarting',
+    );
+    t.ok(reconciler.status(true).ready, 'ready after the audit');
+    t.equal(await metric('ipmasq_fast_path_mismatches_total', { path: 'commit-notifications' }), 0);
+    // Nothing heard (the socket gone): a step not known to be elsewhere is read back.
+    hearing = false;
+    kernel.tamper({ family: 'ip', name: 'kube-proxy' });
+    setConfig({ ok: true, config: config(['10.0.0.0/8']), warnings: [] });
+    const before = kernel.reads;
+    await reconciler.sync('config changed');
+    t.ok(kernel.reads > before, 'read back: the step was not heard');
+    t.equal(kernel.edits.at(-1)?.generation, kernel.genId - 1, 'and pinned to the read');
+  },
+);
+
+t.test(
+  'the netlink audit finds what a lying notification hid: a mismatch, and our tables written whole',
+  async (t) => {
+    const { kernel, reconciler, metric, logs } = setup();
+    reconciler.hearCommitsBy(() => true);
+    await reconciler.sync();
+    // A commit that changed our set, heard as if it named none of our tables.
+    kernel.tamper(ip, (listing) => listing.replace('10.0.0.0/8', '10.0.0.0/9'));
+    reconciler.noteCommitElsewhere(kernel.genId);
+    t.notMatch(kernel.tables.get('ip ipmasq'), /10\.0\.0\.0\/8/, 'tampered');
+    const reads = kernel.reads;
+    t.same(await reconciler.sync('periodic'), { ok: true });
+    t.equal(kernel.reads, reads, 'found without a libnftables listing');
+    t.equal(await metric('ipmasq_fast_path_mismatches_total', { path: 'commit-notifications' }), 1);
+    t.equal(await metric('ipmasq_drift_repairs_total'), 1, 'repaired as drift');
+    t.match(kernel.tables.get('ip ipmasq'), /10\.0\.0\.0\/8/, 'the element is back');
+    t.ok(
+      logs.some(
+        (l) =>
+          l.level === 50 &&
+          /over netlink: table ip ipmasq set nonmasq: 1 missing/.test(
+            String((l as { difference?: string }).difference),
+          ),
+      ),
+      'the log line names the set and what is missing',
+    );
+    t.ok(reconciler.status(true).ready, 'ready');
+  },
+);
+
+t.test(
   "an element-only write is audited across others' commits heard to name none of our tables",
   async (t) => {
     const { kernel, reconciler, setConfig, metric } = setup();
@@ -215,7 +295,7 @@ t.test(
     kernel.tamper({ family: 'ip', name: 'kube-proxy' });
     reconciler.noteCommitElsewhere(kernel.genId);
     const audits = kernel.audits.length;
-    await reconciler.sync('resync');
+    await reconciler.sync('periodic');
     t.ok(kernel.audits.length > audits, 'audited all the same');
     t.equal(await metric('ipmasq_fast_path_mismatches_total', { path: 'element-write' }), 0);
 
@@ -225,7 +305,7 @@ t.test(
     t.equal(kernel.edits.length, 2);
     kernel.tamper({ family: 'ip', name: 'kube-proxy' });
     const before = kernel.audits.length;
-    await reconciler.sync('resync');
+    await reconciler.sync('periodic');
     t.equal(
       kernel.audits.length,
       before,
