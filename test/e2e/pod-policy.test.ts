@@ -167,6 +167,20 @@ if (requireRoot(t)) {
     await untilMapped(s, DB, 'pod-policy-0', 'the db pod in its policy');
     await untilMapped(s, LAB, 'pod-policy-1', "the lab namespace's pod in its policy");
 
+    /** --explain TO from a source (--from, --pod, --live), as this node's agent would decide. */
+    const explainFrom = (source: string[]) =>
+      runAgentOnce(topo.node, [
+        '--explain',
+        TO,
+        ...source,
+        '--config',
+        dir,
+        '--kubeconfig',
+        kubeconfig,
+        '--node-name',
+        SELF,
+      ]);
+
     t.test('selected, unselected, opted out, on the host network, on another node', async (t) => {
       t.equal(await seen(s, DB), SNAT, "app=db: from its policy's snatAddress");
       t.equal(await seen(s, WEB), NODE_IPV4, 'app=web: no policy selects it: the node');
@@ -193,18 +207,6 @@ if (requireRoot(t)) {
       t.ok((exempt ?? 0) >= 1, `the untranslated policy's exemptions counted (${exempt})`);
 
       // --explain --live: the policy from the kernel's verdict map, the pod named by the API.
-      const explainFrom = (source: string[]) =>
-        runAgentOnce(topo.node, [
-          '--explain',
-          TO,
-          ...source,
-          '--config',
-          dir,
-          '--kubeconfig',
-          kubeconfig,
-          '--node-name',
-          SELF,
-        ]);
       const explained = (from: string) => explainFrom(['--from', from, '--live']);
       const db = await explained(DB);
       t.equal(db.code, 0, db.stderr);
@@ -265,19 +267,7 @@ if (requireRoot(t)) {
     });
 
     t.test('--explain --pod judges phase and address ownership as the agent does', async (t) => {
-      const byPod = (pod: string) =>
-        runAgentOnce(topo.node, [
-          '--explain',
-          TO,
-          '--pod',
-          pod,
-          '--config',
-          dir,
-          '--kubeconfig',
-          kubeconfig,
-          '--node-name',
-          SELF,
-        ]);
+      const byPod = (pod: string) => explainFrom(['--pod', pod]);
       const shared = '10.244.1.99';
       await createPod(plane, 'shop', 'old-db', SELF, [shared], { labels: { app: 'db' } });
       // creationTimestamp counts whole seconds: the newer pod a second later.

@@ -20,41 +20,23 @@ import { renderInPlace, renderKeyChange } from '../../src/nftables/change.js';
 import { listedSetNames, listingIs } from '../../src/nftables/listing.js';
 import { renderTable } from '../../src/nftables/render.js';
 import { inNetns, requireRoot } from '../../harness/netns.js';
-import {
-  makeTopology,
-  NODE_IPV4,
-  probeSources,
-  REMOTE_TARGETS_IPV4,
-} from '../../harness/topology.js';
+import { makeTopology, NODE_IPV4, probeSources } from '../../harness/topology.js';
 import { startAddon } from './fixtures/addon-client.js';
 import { compileOptions } from '../helpers/compile-options.js';
+import {
+  APPS,
+  DESTINATIONS,
+  ENVS,
+  PODS,
+  policyArb,
+  policyText,
+  SNAT,
+} from '../helpers/pod-policies.js';
 
 const SEED = 20261206;
 const RUNS = 6;
-const PODS = ['10.244.1.10', '10.244.1.11', '10.244.1.12', '10.244.1.13', '10.244.1.14'];
-const SNAT = ['192.0.2.10', '192.0.2.11', '192.0.2.12'];
-// Destinations the remote answers on (harness/topology.ts): in and out of the lists below.
-const DESTINATIONS = [
-  REMOTE_TARGETS_IPV4.private10,
-  REMOTE_TARGETS_IPV4.private10Other,
-  REMOTE_TARGETS_IPV4.outsideDefaultsA,
-  REMOTE_TARGETS_IPV4.testNet2,
-];
-const LISTS = ['10.9.0.0/16', '10.0.0.0/8', '10.200.0.0/16', '198.19.0.0/16', '198.51.100.0/24'];
-const APPS = ['db', 'web', 'batch'];
-const ENVS = ['prod', 'dev'];
-
 const OPTIONS = compileOptions({ masqChain: 'ip-masq', randomFully: false });
 
-const policyArb = fc.record({
-  app: fc.option(fc.constantFrom(...APPS), { nil: undefined }),
-  notApp: fc.option(fc.constantFrom(...APPS), { nil: undefined }),
-  env: fc.option(fc.constantFrom(...ENVS), { nil: undefined }),
-  nonMasq: fc.option(fc.subarray(LISTS), { nil: undefined }),
-  masq: fc.option(fc.subarray(LISTS, { maxLength: 1 }), { nil: undefined }),
-  snat: fc.constantFrom(undefined, ...SNAT),
-});
-type PolicyCase = typeof policyArb extends fc.Arbitrary<infer T> ? T : never;
 const podArb = fc.record({ app: fc.constantFrom(...APPS), namespace: fc.constantFrom('a', 'b') });
 const caseArb = fc.record({
   policies: fc.array(policyArb, { minLength: 1, maxLength: 3 }),
@@ -62,25 +44,6 @@ const caseArb = fc.record({
   later: fc.array(podArb, { minLength: PODS.length, maxLength: PODS.length }),
   envs: fc.record({ a: fc.constantFrom(...ENVS), b: fc.constantFrom(...ENVS) }),
 });
-
-function policyText(p: PolicyCase): string {
-  const selector: string[] = [];
-  if (p.app || p.notApp) {
-    const labels = p.app ? `matchLabels: {app: ${p.app}}` : '';
-    const expressions = p.notApp
-      ? `matchExpressions: [{key: app, operator: NotIn, values: [${p.notApp}]}]`
-      : '';
-    selector.push(`podSelector: {${[labels, expressions].filter(Boolean).join(', ')}}`);
-  }
-  if (p.env) selector.push(`namespaceSelector: {matchLabels: {env: ${p.env}}}`);
-  if (selector.length === 0) selector.push('podSelector: {}');
-  return [
-    ...selector,
-    ...(p.nonMasq ? [`nonMasqueradeCIDRs: [${p.nonMasq.join(', ')}]`] : []),
-    ...(p.masq ? [`masqueradeCIDRs: [${p.masq.join(', ')}]`] : []),
-    ...(p.snat ? [`snatAddress: ${p.snat}`] : []),
-  ].join('\n');
-}
 
 if (requireRoot(t)) {
   const topo = await makeTopology(t, { ipv6: false });

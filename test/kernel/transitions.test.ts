@@ -18,13 +18,18 @@ import { podMembership, withPodMembers, type PodFacts } from '../../src/config/p
 import type { Config } from '../../src/config/types.js';
 import { explain } from '../../src/explain.js';
 import { inNetns, requireRoot, spawnNodeInNetns } from '../../harness/netns.js';
-import {
-  makeTopology,
-  NODE_IPV4,
-  probeSources,
-  REMOTE_TARGETS_IPV4,
-} from '../../harness/topology.js';
+import { makeTopology, NODE_IPV4, probeSources } from '../../harness/topology.js';
 import { compileOptions } from '../helpers/compile-options.js';
+import {
+  APPS,
+  DESTINATIONS,
+  ENVS,
+  LISTS,
+  PODS,
+  policyKeys,
+  policyText,
+  SNAT,
+} from '../helpers/pod-policies.js';
 import type { ConvergeAnswer, ConvergeRequest } from './fixtures/converge-server.js';
 import { NODE_NAME } from './fixtures/converge-server.js';
 
@@ -33,18 +38,7 @@ const SEED = 20261206;
 const STEPS = process.env.CI === 'true' ? 1_000 : 250;
 /** Packets are sent after every this many transitions (and after the last). */
 const PACKETS_EVERY = 40;
-const PODS = ['10.244.1.10', '10.244.1.11', '10.244.1.12', '10.244.1.13', '10.244.1.14'];
-const SNAT = ['192.0.2.10', '192.0.2.11', '192.0.2.12'];
-const DESTINATIONS = [
-  REMOTE_TARGETS_IPV4.private10,
-  REMOTE_TARGETS_IPV4.private10Other,
-  REMOTE_TARGETS_IPV4.outsideDefaultsA,
-  REMOTE_TARGETS_IPV4.testNet2,
-];
-const LISTS = ['10.9.0.0/16', '10.0.0.0/8', '10.200.0.0/16', '198.19.0.0/16', '198.51.100.0/24'];
 const LISTS_V6 = ['fd00::/8', '2001:db8:9::/48'];
-const APPS = ['db', 'web', 'batch'];
-const ENVS = ['prod', 'dev'];
 const POLICY_FILES = ['ip-masq-p1', 'ip-masq-p2', 'ip-masq-p3', 'ip-masq-p4'];
 
 const scopeArb = fc.constantFrom(
@@ -54,17 +48,11 @@ const scopeArb = fc.constantFrom(
   'nodeSelector: {zone: a}',
   'nodeSelector: {zone: b}',
 );
-const policyArb = fc.record({
-  app: fc.option(fc.constantFrom(...APPS), { nil: undefined }),
-  notApp: fc.option(fc.constantFrom(...APPS), { nil: undefined }),
-  env: fc.option(fc.constantFrom(...ENVS), { nil: undefined }),
-  nonMasq: fc.option(fc.subarray(LISTS), { nil: undefined }),
-  masq: fc.option(fc.subarray(LISTS, { maxLength: 1 }), { nil: undefined }),
-  snat: fc.constantFrom(undefined, ...SNAT),
+const transitionPolicyArb = fc.record({
+  ...policyKeys,
   interfaces: fc.constantFrom(undefined, '[eth0]', '[eth*, ens3]', '[bond0]'),
   scope: scopeArb,
 });
-type Policy = typeof policyArb extends fc.Arbitrary<infer T> ? T : never;
 const stepArb = fc.record({
   nonMasq: fc.subarray(LISTS),
   nonMasqV6: fc.subarray(LISTS_V6),
@@ -72,7 +60,7 @@ const stepArb = fc.record({
   masqLinkLocal: fc.boolean(),
   interfaces: fc.constantFrom(undefined, '[eth0]', '[eth*]'),
   // Most steps keep the files of the step before, as an operator's edits do; some move them all.
-  policies: fc.array(fc.option(policyArb, { nil: undefined, freq: 2 }), {
+  policies: fc.array(fc.option(transitionPolicyArb, { nil: undefined, freq: 2 }), {
     minLength: POLICY_FILES.length,
     maxLength: POLICY_FILES.length,
   }),
@@ -90,27 +78,6 @@ const stepArb = fc.record({
   envs: fc.record({ a: fc.constantFrom(...ENVS), b: fc.constantFrom(...ENVS) }),
 });
 type Step = typeof stepArb extends fc.Arbitrary<infer T> ? T : never;
-
-function policyText(p: Policy): string {
-  const selector: string[] = [];
-  if (p.app || p.notApp) {
-    const labels = p.app ? `matchLabels: {app: ${p.app}}` : '';
-    const expressions = p.notApp
-      ? `matchExpressions: [{key: app, operator: NotIn, values: [${p.notApp}]}]`
-      : '';
-    selector.push(`podSelector: {${[labels, expressions].filter(Boolean).join(', ')}}`);
-  }
-  if (p.env) selector.push(`namespaceSelector: {matchLabels: {env: ${p.env}}}`);
-  if (selector.length === 0) selector.push('podSelector: {}');
-  return [
-    ...selector,
-    ...(p.nonMasq ? [`nonMasqueradeCIDRs: [${p.nonMasq.join(', ')}]`] : []),
-    ...(p.masq ? [`masqueradeCIDRs: [${p.masq.join(', ')}]`] : []),
-    ...(p.snat ? [`snatAddress: ${p.snat}`] : []),
-    ...(p.interfaces ? [`egressInterfaces: ${p.interfaces}`] : []),
-    ...(p.scope ? [p.scope] : []),
-  ].join('\n');
-}
 
 /** The request for one step, its files following on from the step before's where it keeps them. */
 function request(step: Step, before: ReadonlyMap<string, string>): ConvergeRequest {
