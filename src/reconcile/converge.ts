@@ -674,8 +674,9 @@ export class Converger {
       if (!(err instanceof NftError) || err.kind !== 'error') throw err;
       // Refused by the kernel. With no other commit since what the change was worked out from,
       // the fault is ours (an order of parts the kernel cannot take): not drift, a fallback.
+      // (Others' commits that named none of our tables, heard, change nothing of ours.)
       const now = await kernel.generationId().catch(() => undefined);
-      const othersCommitted = base === undefined || now !== this.pastOwnSteps(base);
+      const othersCommitted = !(await this.explained(base, now));
       if (!replacing && !othersCommitted) {
         const reason = refusalReason(err);
         metrics.incWriteFallback(reason);

@@ -35,6 +35,7 @@ class RefusingKernel extends FakeKernel {
   othersFirst = false;
 
   private refuse(): never {
+    this.beforeCommit?.();
     if (this.othersFirst) this.tamper({ family: 'ip', name: 'other' });
     this.refused++;
     throw new NftError(BUSY);
@@ -133,3 +134,22 @@ t.test('a refusal with another commit in its way is not counted as ours', async 
   );
   t.ok(reconciler.status(true).ready, 'ready');
 });
+
+t.test(
+  'beside a busy node: a refusal with only commits elsewhere around it, heard, is still ours',
+  async (t) => {
+    const kernel = new RefusingKernel();
+    const { reconciler, metric, set } = setup(kernel);
+    reconciler.hearCommitsBy(() => true);
+    await reconciler.sync();
+    // Another tool commits to its own table, heard as such, right before each refusal.
+    kernel.beforeCommit = () => {
+      kernel.tamper({ family: 'ip', name: 'kube-proxy' });
+      reconciler.noteCommitElsewhere(kernel.genId);
+    };
+    set(['10.0.0.0/8', '192.0.2.0/24']);
+    t.same(await reconciler.sync('config changed'), { ok: true }, 'converged');
+    t.equal(await metric('ipmasq_write_fallbacks_total', { reason: 'EBUSY' }), 1, 'our fallback');
+    t.equal(await metric('ipmasq_drift_repairs_total'), 0, 'not drift');
+  },
+);
