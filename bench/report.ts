@@ -15,6 +15,7 @@ import { concatName, LINEAR, OURS, type DataPathResults } from './dataplane.js';
 import { arrivalLatencies, fmt, median, percentile, type Machine } from './harness.js';
 import type { IdleRow } from './idle.js';
 import type { BigDirectoryResult } from './big-directory.js';
+import type { BusyRow } from './busy.js';
 import type { KubernetesRow } from './kubernetes.js';
 import type { RealApiRow } from './kubernetes-real.js';
 import type { PodPolicyResults } from './pod-policies.js';
@@ -63,6 +64,7 @@ export interface BenchResults {
   /** Pod policies (bench/pod-policies.ts), with when they were measured. */
   podPolicies?: PodPolicyResults & { date: string };
   bigDirectory?: BigDirectoryResult & { date: string };
+  busy?: { rows: BusyRow[]; date: string };
 }
 
 const CONCAT = concatName(CONCAT_LAYOUTS[0]?.name ?? 'addr . l4proto');
@@ -257,6 +259,7 @@ function goals(r: BenchResults): Goal[] {
     ...kubernetesGoals(r.kubernetes),
     ...kubernetesRealGoals(r.kubernetesReal),
     ...bigDirectoryGoals(r.bigDirectory),
+    ...busyGoals(r.busy?.rows),
     ...lookBesideGoals(r.otherNat?.beside),
     ...wideLookGoals(r.otherNat?.rows),
     ...flowsMemoryGoals(r.flowsMemory?.rows),
@@ -353,6 +356,43 @@ function kubernetesGoals(k: BenchResults['kubernetes']): Goal[] {
       k.addToKernelMs <= 1000,
     ],
   ];
+}
+
+/** Beside a busy node (issue 59): ready, healthy, edits at a quiet node's pace, CPU bounded. */
+function busyGoals(rows: readonly BusyRow[] | undefined): Goal[] {
+  return (rows ?? []).flatMap((row): Goal[] => {
+    const beside = `beside ${row.neighbour} at ${n(row.cidrs)}`;
+    const worst = Math.max(...row.editMs);
+    const cpuBound = row.idleCpuMsPerS * 1.2 + 0.2 * row.commitsPerSecond;
+    const goals: Goal[] = [
+      [
+        `${beside}: /readyz 200 in every probe, /healthz never 503`,
+        'a busy node',
+        `${fmt(row.readyShare * 100)} % of ${row.probes}; ${row.unhealthy} unhealthy`,
+        row.readyShare === 1 && row.unhealthy === 0,
+      ],
+      [
+        `${beside}: every one-CIDR edit in the kernel within 1 s`,
+        'a busy node',
+        `median ${ms(median(row.editMs))}, most ${ms(worst)}`,
+        worst <= 1_000,
+      ],
+      [
+        `${beside}: CPU ≤ 1.2× idle + 0.2 ms per foreign commit`,
+        'a busy node',
+        `${fmt(row.busyCpuMsPerS)} ms/s (idle ${fmt(row.idleCpuMsPerS)}, ${fmt(row.commitsPerSecond)} commits/s)`,
+        row.busyCpuMsPerS <= cpuBound,
+      ],
+    ];
+    if (row.cidrs >= 100_000)
+      goals.push([
+        `${beside}: the everyday edit ≤ 100 ms (median)`,
+        'a busy node',
+        ms(median(row.editMs)),
+        median(row.editMs) <= 100,
+      ]);
+    return goals;
+  });
 }
 
 /** An idle agent beside a config directory over the file limit (10 000 files). */

@@ -7,6 +7,7 @@ import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { packageRoot } from '../harness/netns.js';
 import { benchBigDirectory } from './big-directory.js';
+import { benchBusy } from './busy.js';
 import { benchBreakdown } from './breakdown.js';
 import { benchChurn } from './churn.js';
 import { benchConntrack } from './conntrack.js';
@@ -70,7 +71,7 @@ async function section<T>(name: string, fn: () => Promise<T>): Promise<T> {
 }
 
 /**
- * `--only kubernetes`, `other-nat`, `decisions`, `nat-sample`, `flows-memory`, `edit`, `kubernetes-real`, `pod-policies` or `big-directory`: measures that section alone and puts it into
+ * `--only kubernetes`, `other-nat`, `decisions`, `nat-sample`, `flows-memory`, `edit`, `kubernetes-real`, `pod-policies`, `big-directory` or `busy`: measures that section alone and puts it into
  * docs/bench.json beside the other sections' figures from their own run (each such section says
  * when it was measured).
  */
@@ -90,9 +91,10 @@ async function onlySection(name: string): Promise<void> {
   else if (name === 'pod-policies') results.podPolicies = { ...(await benchPodPolicies()), date };
   else if (name === 'big-directory')
     results.bigDirectory = { ...(await benchBigDirectory()), date };
+  else if (name === 'busy') results.busy = { rows: await benchBusy(), date };
   else
     throw new Error(
-      `--only: no section ${name} (kubernetes, other-nat, decisions, nat-sample, flows-memory, edit, kubernetes-real, pod-policies, big-directory)`,
+      `--only: no section ${name} (kubernetes, other-nat, decisions, nat-sample, flows-memory, edit, kubernetes-real, pod-policies, big-directory, busy)`,
     );
   const style = { ...(await resolveConfig(json)), parser: 'json' as const };
   await writeFile(json, await format(JSON.stringify(results), style));
@@ -127,6 +129,10 @@ async function main(argv: readonly string[]): Promise<void> {
     benchConntrack(plan.conntrackUnrelated, 1_000, plan.runs),
   );
   const workerRss = await section('config worker RSS', () => workerRssMiB());
+  const busy = await section('beside a busy node', async () => ({
+    rows: await benchBusy(quick ? [64, 4_500] : [64, 4_500, 100_000]),
+    date: new Date().toISOString(),
+  }));
   const bigDirectory = await section('idle beside a directory of 10 000 files', async () => ({
     ...(await benchBigDirectory(10_000, quick ? 5 : 20)),
     date: new Date().toISOString(),
@@ -198,6 +204,7 @@ async function main(argv: readonly string[]): Promise<void> {
     flowsMemory,
     edit,
     bigDirectory,
+    busy,
   };
   if (quick && !argv.includes('--write')) {
     process.stdout.write(renderMarkdown(results));

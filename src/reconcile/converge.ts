@@ -358,13 +358,33 @@ export class Converger {
       if (this.elsewhereSteps.size <= ELSEWHERE_STEPS_KEPT) break;
       this.elsewhereSteps.delete(oldest);
     }
+    // Followed on from where our tables were last known right, as the steps are heard: however
+    // many come before the next look (100 a second for a minute), the walk stays one step.
+    const verified = this.verifiedGenId;
+    if (verified === undefined) return;
+    const from = this.heardFrom?.verified === verified ? this.heardFrom.reached : verified;
+    if (this.pastOwnSteps(from) === (genId - 1) >>> 0)
+      this.heardFrom = { verified, reached: genId };
   }
+
+  /**
+   * How far from `verified` (verifiedGenId then) the steps heard so far lead by our held replies
+   * and others' commits that named none of our tables.
+   */
+  private heardFrom: { verified: number; reached: number } | undefined;
 
   /**
    * Whether `to` is reached from `from` by our held replies and others' commits that named none of
    * our tables.
    */
   private leftAlone(from: number, to: number | undefined): boolean {
+    if (this.walk(from, to)) return true;
+    const heard = this.heardFrom;
+    return heard !== undefined && heard.verified === from && this.walk(heard.reached, to);
+  }
+
+  /** The steps from `from` to `to`, one by one, as far as they are remembered. */
+  private walk(from: number, to: number | undefined): boolean {
     let at = from;
     for (let hop = 0; hop <= ELSEWHERE_STEPS_KEPT + OWN_STEPS_KEPT; hop++) {
       if (at === to) return true;

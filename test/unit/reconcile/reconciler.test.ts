@@ -254,6 +254,26 @@ t.test(
 );
 
 t.test(
+  'a minute of 100 commits a second elsewhere, heard: the periodic audit still needs no listing',
+  async (t) => {
+    const { kernel, reconciler } = setup();
+    reconciler.hearCommitsBy(() => true);
+    await reconciler.sync();
+    for (let i = 0; i < 6_000; i++) {
+      kernel.tamper({ family: 'ip', name: 'kube-proxy' });
+      reconciler.noteCommitElsewhere(kernel.genId);
+    }
+    const reads = kernel.reads;
+    const dumps = kernel.chainDumps;
+    t.ok(await reconciler.kernelUnchangedForProbe(), 'known for a probe');
+    t.same(await reconciler.sync('periodic'), { ok: true });
+    t.equal(kernel.reads, reads, 'no libnftables listing');
+    t.ok(kernel.chainDumps > dumps, 'audited over netlink');
+    t.ok(reconciler.status(true).ready, 'ready');
+  },
+);
+
+t.test(
   'the netlink audit finds what a lying notification hid: a mismatch, and our tables written whole',
   async (t) => {
     const { kernel, reconciler, metric, logs } = setup();
