@@ -488,7 +488,10 @@ export class Converger {
     const { kernel, logger, metrics } = this.deps;
     metrics.incKernelReads();
     const tables = [...this.lastTables.values()];
-    const differences = await auditTables(kernel, tables, this.rules);
+    // An object it cannot read (a set gone) is a difference too: the tables are written whole.
+    const differences = await auditTables(kernel, tables, this.rules).catch((err: unknown) => [
+      `the audit could not read them: ${errorText(err)}`,
+    ]);
     const at = await kernel.generationId().catch(() => undefined);
     if (!(await this.explained(genId, at))) return { verdict: 'moved', at };
     if (differences.length === 0) {

@@ -254,6 +254,21 @@ t.test(
 );
 
 t.test(
+  'a set gone behind a lying notification: the netlink audit cannot read it, and our tables are written whole',
+  async (t) => {
+    const { kernel, reconciler, metric } = setup();
+    reconciler.hearCommitsBy(() => true);
+    await reconciler.sync();
+    kernel.tamper(ip, (listing) => listing.replace(/\tset nonmasq \{[^}]*\}\n/, ''));
+    reconciler.noteCommitElsewhere(kernel.genId);
+    t.notMatch(kernel.tables.get('ip ipmasq'), /set nonmasq/, 'the set is gone');
+    t.same(await reconciler.sync('periodic'), { ok: true }, 'converged');
+    t.match(kernel.tables.get('ip ipmasq'), /set nonmasq/, 'written whole: the set is back');
+    t.equal(await metric('ipmasq_fast_path_mismatches_total', { path: 'commit-notifications' }), 1);
+  },
+);
+
+t.test(
   'a minute of 100 commits a second elsewhere, heard: the periodic audit still needs no listing',
   async (t) => {
     const { kernel, reconciler } = setup();
