@@ -1,7 +1,7 @@
 // A running agent in its own namespace plus a persistent python client beside it (poller.py), so
 // polls cost one keep-alive request each rather than a process spawn.
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { createInterface, type Interface } from 'node:readline';
@@ -189,6 +189,24 @@ export class AgentSession {
   async metrics(): Promise<(series: string) => number> {
     const { body } = await this.get('/metrics');
     return (series) => metricValue(body, series) ?? 0;
+  }
+
+  /**
+   * The time the agent's threads have run, in milliseconds, to the nanosecond the scheduler keeps
+   * (/proc/PID/task/T/schedstat): utime and stime come in 10 ms ticks, too coarse for a window of a
+   * few seconds at a few milliseconds a second. A thread that ended is not counted; the agent's
+   * threads (main, its load worker, libuv's pool) live as long as it does.
+   */
+  cpuMs(): number {
+    let ns = 0;
+    for (const task of readdirSync(`/proc/${this.pid}/task`)) {
+      try {
+        ns += Number(readFileSync(`/proc/${this.pid}/task/${task}/schedstat`, 'utf8').split(' ')[0]);
+      } catch {
+        // The thread ended between the listing and the read.
+      }
+    }
+    return ns / 1e6;
   }
 
   /** utime + stime of the agent, in jiffies. */
