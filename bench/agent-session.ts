@@ -201,7 +201,9 @@ export class AgentSession {
     let ns = 0;
     for (const task of readdirSync(`/proc/${this.pid}/task`)) {
       try {
-        ns += Number(readFileSync(`/proc/${this.pid}/task/${task}/schedstat`, 'utf8').split(' ')[0]);
+        ns += Number(
+          readFileSync(`/proc/${this.pid}/task/${task}/schedstat`, 'utf8').split(' ')[0],
+        );
       } catch {
         // The thread ended between the listing and the read.
       }
