@@ -6,11 +6,14 @@
 #                                         client-go reference, listwatch) once per machine
 #   scripts/control-plane.sh path         where they are (or will be) on this machine
 #   scripts/control-plane.sh certs DIR    makes the CA, certificates and DIR/admin.kubeconfig only
-# scripts/control-plane.sh up DIR       starts etcd and kube-apiserver on this namespace's loopback,
-# writes DIR/admin.kubeconfig (and DIR/env: the binaries' paths) scripts/control-plane.sh
-# restart-apiserver DIR stops kube-apiserver and starts it again scripts/control-plane.sh compact   
-# compacts etcd's history to its current revision scripts/control-plane.sh down DIR     stops them
-# and removes what they wrote
+#   scripts/control-plane.sh up DIR       starts etcd and kube-apiserver on this namespace's
+#                                         loopback, writes DIR/admin.kubeconfig (and DIR/env: the
+#                                         binaries' paths)
+#   scripts/control-plane.sh restart-apiserver DIR   stops kube-apiserver and starts it again
+#   scripts/control-plane.sh compact      compacts etcd's history to its current revision
+#   scripts/control-plane.sh down DIR     stops them and removes what they wrote
+#   scripts/control-plane.sh version | ldflags   the Kubernetes version and the build's -ldflags
+#                                         (scripts/node.sh builds the node's from the same module)
 #
 # The binaries come from test/control-plane/go.mod (k8s.io/kubernetes with its staging modules
 # replaced by their published v0.x versions, and go.etcd.io/etcd/server/v3), built with the
@@ -278,6 +281,9 @@ down() {
 case "${1:-}" in
 build) build ;;
 path) bin_dir ;;
+# For scripts/node.sh, which builds the node's binaries from the same module.
+version) version_of k8s.io/kubernetes ;;
+ldflags) ldflags "$(version_of k8s.io/kubernetes)" ;;
 certs) certificates "${2:?usage: $0 certs DIR}" ;;
 up) up "${2:?usage: $0 up DIR}" ;;
 restart-apiserver) restart_apiserver "${2:?usage: $0 restart-apiserver DIR}" ;;

@@ -40,6 +40,10 @@ const needs = [
   [() => has('sysctl'), 'procps'], // the test topology sets forwarding and DAD per namespace
   [() => has('make') && has('g++'), 'build-essential'],
 ];
+// The tests' own: runc for the test node (docs/development.md, "A real node") is built with
+// seccomp, as the DaemonSet asks for RuntimeDefault.
+if (process.argv.includes('--tests'))
+  needs.push([() => existsSync('/usr/include/seccomp.h'), 'libseccomp-dev']);
 const missing = needs.filter(([present]) => !present()).map(([, pkg]) => pkg);
 if (missing.length > 0) {
   if (process.getuid?.() !== 0) {
@@ -92,8 +96,10 @@ if (mtime(built) < Math.max(newest('src'), mtime(join(root, 'tsconfig.json')))) 
 }
 
 // For the tests (`--tests`, what `npm test` passes): the real control plane the Kubernetes tests
-// run against, built once per machine with its Go (minutes the first time; docs/development.md,
-// "Tests against a real API server"), found in its cache after that.
+// run against, and the node's binaries and helm (test/node), built once per machine with its Go
+// (minutes the first time; docs/development.md, "Tests against a real API server" and "A real
+// node"), found in their cache after that.
 if (process.argv.includes('--tests')) {
   run('bash', [join(root, 'scripts/control-plane.sh'), 'build'], {}, true);
+  run('bash', [join(root, 'scripts/node.sh'), 'build'], {}, true);
 }
