@@ -31,6 +31,9 @@ cache_root=${IPMASQ_CONTROL_PLANE_CACHE:-/var/cache/ipmasq-agent/control-plane}
 etcd_port=${CONTROL_PLANE_ETCD_PORT:-2379}
 peer_port=${CONTROL_PLANE_PEER_PORT:-2380}
 api_port=${CONTROL_PLANE_API_PORT:-6443}
+# The address kube-apiserver advertises (the `kubernetes` Service's endpoint): loopback unless a
+# node needs it reachable (scripts/node.sh: its node address, served on every address).
+advertise=${CONTROL_PLANE_ADVERTISE:-127.0.0.1}
 
 die() {
   echo "control-plane: $*" >&2
@@ -126,7 +129,7 @@ certificates() {
     openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=ipmasq-test-ca \
       -keyout ca.key -out ca.crt 2>/dev/null
     cat >serving.ext <<EOF
-subjectAltName = IP:127.0.0.1, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc
+subjectAltName = IP:127.0.0.1, IP:$advertise, IP:10.96.0.1, DNS:localhost, DNS:kubernetes, DNS:kubernetes.default, DNS:kubernetes.default.svc
 extendedKeyUsage = serverAuth
 EOF
     openssl req -newkey rsa:2048 -nodes -subj /CN=kube-apiserver -keyout apiserver.key \
@@ -182,7 +185,8 @@ start_apiserver() {
   local dir=$1 bin=$2 pki=$1/pki
   "$bin/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
+    --bind-address "$([ "$advertise" = 127.0.0.1 ] && echo 127.0.0.1 || echo 0.0.0.0)" \
+    --advertise-address "$advertise" --secure-port "$api_port" \
     --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
     --client-ca-file "$pki/ca.crt" \
     --service-account-key-file "$pki/sa.pub" \
@@ -191,6 +195,7 @@ start_apiserver() {
     --api-audiences https://kubernetes.default.svc \
     --authorization-mode RBAC \
     --service-cluster-ip-range 10.96.0.0/16 \
+    --kubelet-preferred-address-types InternalIP,Hostname \
     --profiling=false --v 1 >"$dir/apiserver.log" 2>&1 &
   echo $! >"$dir/apiserver.pid"
   wait_until 120 kube-apiserver curl -fsS --cacert "$pki/ca.crt" --cert "$pki/admin.crt" \

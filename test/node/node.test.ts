@@ -1,0 +1,210 @@
+// The shipped manifests on a real node (scripts/node.sh; docs/development.md, "A real node"): the
+// DaemonSet's pod started, probed and fed by a real kubelet and containerd, its table in the node's
+// network namespace, and a pod the CNI made sending real packets to a remote that says which
+// source it saw. `kubectl apply -k deploy/kubernetes` unchanged; a ConfigMap edit through the
+// kubelet's own volume update to the kernel, timed; then the API overlay, where an invalid
+// ConfigMap keeps the pod Running but not Ready, the kernel on the last good config, and an Event
+// on the Node says why.
+import { readFileSync, readdirSync } from 'node:fs';
+import { join } from 'node:path';
+import t from 'tap';
+import { waitFor } from '../../harness/agent.js';
+import { packageRoot, requireRoot } from '../../harness/netns.js';
+import { startRealNode, type RealNode } from '../../harness/real-node.js';
+
+t.setTimeout(1_800_000);
+
+interface Pod {
+  metadata: { name: string; uid: string };
+  spec: { nodeName?: string };
+  status: {
+    phase?: string;
+    podIP?: string;
+    conditions?: { type: string; status: string }[];
+    containerStatuses?: { ready: boolean; restartCount: number }[];
+  };
+}
+
+const ready = (pod: Pod) =>
+  pod.status.conditions?.some((c) => c.type === 'Ready' && c.status === 'True') === true;
+
+/** The shipped ConfigMap's config with `extra` CIDRs, or `text` as it is. */
+function configMap(text: string): string {
+  return JSON.stringify({
+    apiVersion: 'v1',
+    kind: 'ConfigMap',
+    metadata: {
+      name: 'ip-masq-agent',
+      namespace: 'kube-system',
+      labels: { 'app.kubernetes.io/name': 'ipmasq-agent' },
+    },
+    data: { config: text },
+  });
+}
+const config = (cidrs: string[]) =>
+  `nonMasqueradeCIDRs: [${cidrs.join(', ')}]\nmasqLinkLocal: false\nresyncInterval: 60s\n`;
+const SHIPPED = ['10.0.0.0/8', '172.16.0.0/12', '192.168.0.0/16'];
+
+async function agentPod(node: RealNode): Promise<Pod> {
+  const pods = await node.json<{ items: Pod[] }>([
+    '-n',
+    'kube-system',
+    'get',
+    'pods',
+    '-l',
+    'app.kubernetes.io/name=ipmasq-agent',
+  ]);
+  const running = pods.items.filter((p) => p.status.phase === 'Running');
+  if (running.length !== 1) throw new Error(`${running.length} agent pods running`);
+  return running[0]!;
+}
+
+async function nonmasq(node: RealNode): Promise<string> {
+  return node.inNode('nft', ['list', 'set', 'ip', 'ipmasq', 'nonmasq']);
+}
+
+if (requireRoot(t)) {
+  const node = await startRealNode(t);
+  const { env } = node;
+
+  t.test('the shipped DaemonSet runs Ready through the kubelet', async (t) => {
+    await node.kubectl(['apply', '-k', join(packageRoot, 'deploy', 'kubernetes')]);
+    await node.kubectl([
+      '-n',
+      'kube-system',
+      'rollout',
+      'status',
+      'daemonset/ipmasq-agent',
+      '--timeout=180s',
+    ]);
+    const pod = await agentPod(node);
+    t.ok(ready(pod), 'Ready by its readiness probe');
+    t.equal(pod.spec.nodeName, env.NODE_NAME);
+    t.equal(pod.status.containerStatuses?.[0]?.restartCount, 0, 'never restarted');
+    t.match(await node.inNode('nft', ['list', 'tables']), /table ip ipmasq/, "in the node's netns");
+    const metrics = await node.inNode('curl', ['-sf', `http://${env.NODE_IP}:9410/metrics`]);
+    t.match(metrics, /^ipmasq_config_valid 1$/m, "/metrics on the node's address");
+  });
+
+  let podNetns = '';
+  let podIP = '';
+  t.test("a pod's new flows leave as the config says", async (t) => {
+    await node.kubectl(
+      ['apply', '-f', '-'],
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name: 'workload', namespace: 'default' },
+        spec: {
+          terminationGracePeriodSeconds: 1,
+          containers: [
+            { name: 'pause', image: 'registry.k8s.io/pause:3.10', imagePullPolicy: 'Never' },
+          ],
+        },
+      }),
+    );
+    await node.kubectl(['wait', 'pod/workload', '--for=condition=Ready', '--timeout=120s']);
+    const pod = await node.json<Pod>(['get', 'pod', 'workload']);
+    podIP = pod.status.podIP!;
+    t.match(podIP, /^10\.244\.0\./, "an address from the Node's pod CIDR");
+    podNetns = await node.podNetns(podIP);
+    const seen = await node.sources(podNetns, [env.REMOTE_MASQ_IP!, env.REMOTE_IP!]);
+    t.equal(seen.get(env.REMOTE_MASQ_IP!), env.NODE_IP, `to ${env.REMOTE_MASQ_IP}: masqueraded`);
+    t.equal(seen.get(env.REMOTE_IP!), podIP, `to ${env.REMOTE_IP} (192.168/16): the pod's own`);
+  });
+
+  t.test("a ConfigMap edit reaches the kernel through the kubelet's volume", async (t) => {
+    const pod = await agentPod(node);
+    // The file as the kubelet's atomic writer keeps it in the pod's volume.
+    const volume = join(
+      node.dir,
+      'kubelet',
+      'root',
+      'pods',
+      pod.metadata.uid,
+      'volumes',
+      'kubernetes.io~configmap',
+      'config',
+      'ip-masq-agent',
+    );
+    t.notMatch(readFileSync(volume, 'utf8'), /198\.18\.0\.0\/15/);
+    const applied = Date.now();
+    await node.kubectl(['apply', '-f', '-'], configMap(config([...SHIPPED, '198.18.0.0/15'])));
+    const inVolume = await waitFor(
+      'the kubelet to update the volume',
+      () => (/198\.18\.0\.0\/15/.test(readFileSync(volume, 'utf8')) ? Date.now() : undefined),
+      120_000,
+      10,
+    );
+    const inKernel = await waitFor(
+      'the kernel to hold it',
+      async () => (/198\.18\.0\.0\/15/.test(await nonmasq(node)) ? Date.now() : undefined),
+      120_000,
+      10,
+    );
+    t.comment(
+      `apply → volume ${inVolume - applied} ms (the kubelet's part); volume → kernel ${inKernel - inVolume} ms (the agent's)`,
+    );
+    t.ok(inKernel - inVolume <= 1_000, 'the agent wrote it within 1 s of the volume changing');
+    const seen = await node.sources(podNetns, [env.REMOTE_MASQ_IP!]);
+    t.equal(seen.get(env.REMOTE_MASQ_IP!), podIP, 'the pod now keeps its address there');
+  });
+
+  t.test('with the API overlay, an invalid ConfigMap: Running, not Ready, an Event', async (t) => {
+    await node.kubectl(['apply', '-k', join(packageRoot, 'deploy', 'overlays', 'api')]);
+    await node.kubectl([
+      '-n',
+      'kube-system',
+      'rollout',
+      'status',
+      'daemonset/ipmasq-agent',
+      '--timeout=180s',
+    ]);
+    // The overlay's ConfigMap is the shipped one again.
+    await waitFor(
+      'the shipped config in the kernel',
+      async () => (/198\.18\.0\.0\/15/.test(await nonmasq(node)) ? undefined : true),
+      120_000,
+      50,
+    );
+    const before = await agentPod(node);
+    t.ok(ready(before), 'Ready');
+    await node.kubectl(['apply', '-f', '-'], configMap('nonMasqueradeCIDRs: [not-a-cidr]\n'));
+    await waitFor(
+      'the pod not Ready',
+      async () => (ready(await agentPod(node)) ? undefined : true),
+      180_000,
+      200,
+    );
+    const pod = await agentPod(node);
+    t.equal(pod.status.phase, 'Running', 'still Running');
+    t.equal(pod.metadata.uid, before.metadata.uid, 'the same pod');
+    t.equal(pod.status.containerStatuses?.[0]?.restartCount, 0, 'never restarted');
+    t.match(await nonmasq(node), /192\.168\.0\.0\/16/, 'the kernel keeps the last good config');
+    const events = await waitFor(
+      'an Event on the Node',
+      async () => {
+        const list = await node.json<{
+          items: { reason: string; message: string; involvedObject: { kind: string } }[];
+        }>(['-n', 'default', 'get', 'events', '--field-selector', 'reason=ConfigInvalid']);
+        return list.items.length > 0 ? list.items : undefined;
+      },
+      60_000,
+      500,
+    );
+    t.equal(events[0]!.involvedObject.kind, 'Node');
+    t.match(events[0]!.message, /not-a-cidr/, 'it says why');
+    await node.kubectl(['apply', '-f', '-'], configMap(config(SHIPPED)));
+    await waitFor(
+      'Ready again',
+      async () => (ready(await agentPod(node)) ? true : undefined),
+      180_000,
+      200,
+    );
+    t.pass('Ready again once the ConfigMap is valid');
+  });
+
+  t.test('the kubelet wrote its logs and volumes under the node directory only', async (t) => {
+    t.ok(readdirSync(join(node.dir, 'pod-logs')).length > 0, 'the pods logs are in DIR');
+  });
+}
