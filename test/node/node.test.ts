@@ -204,6 +204,99 @@ if (requireRoot(t)) {
     t.pass('Ready again once the ConfigMap is valid');
   });
 
+  /** The mark of our table's current write (docs/writes.md): unchanged when a new agent adopts it. */
+  const mark = async () =>
+    /comment "(ipmasq-agent generation [^"]+)"/.exec(
+      await node.inNode('nft', ['list', 'chain', 'ip', 'ipmasq', 'postrouting']),
+    )?.[1];
+
+  /**
+   * New flows from the workload pod, two at a time, until `until` settles: how many were decided
+   * otherwise than the config says (masqueraded to REMOTE_MASQ_IP, not to REMOTE_IP).
+   */
+  async function probeWhile(until: Promise<unknown>): Promise<{ flows: number; wrong: number }> {
+    let done = false;
+    void until.finally(() => (done = true));
+    let flows = 0;
+    let wrong = 0;
+    while (!done) {
+      const seen = await node.sources(podNetns, [env.REMOTE_MASQ_IP!, env.REMOTE_IP!]);
+      flows += 2;
+      if (seen.get(env.REMOTE_MASQ_IP!) !== env.NODE_IP) wrong++;
+      if (seen.get(env.REMOTE_IP!) !== podIP) wrong++;
+    }
+    await until;
+    return { flows, wrong };
+  }
+
+  t.test(
+    'kubectl delete pod: the new agent adopts the table, packets right throughout',
+    async (t) => {
+      const before = await agentPod(node);
+      const held = await mark();
+      t.ok(held, `our table carries its mark (${held})`);
+      const replaced = (async () => {
+        await node.kubectl(['-n', 'kube-system', 'delete', 'pod', before.metadata.name, '--wait']);
+        await waitFor(
+          'a new agent Ready',
+          async () => {
+            const pod = await agentPod(node).catch(() => undefined);
+            return pod && pod.metadata.uid !== before.metadata.uid && ready(pod) ? pod : undefined;
+          },
+          180_000,
+          200,
+        );
+      })();
+      const { flows, wrong } = await probeWhile(replaced);
+      t.ok(flows >= 4, `${flows} new flows while the agent was replaced`);
+      t.equal(wrong, 0, 'none decided otherwise than the config says');
+      t.equal(await mark(), held, 'the same write in the kernel: adopted, not written again');
+      const logs = await node.kubectl(['-n', 'kube-system', 'logs', 'daemonset/ipmasq-agent']);
+      t.notMatch(logs, /ruleset written to the kernel/, 'the new agent wrote nothing');
+    },
+  );
+
+  t.test(
+    'a frozen agent: the liveness probe restarts it, the kernel decides meanwhile',
+    async (t) => {
+      const before = await agentPod(node);
+      const restarts = before.status.containerStatuses?.[0]?.restartCount ?? 0;
+      // The agent's node process, seen from here (the container shares this machine's PID space).
+      const pid = (
+        await node.inNode('pgrep', ['-f', '^/usr/local/bin/node /app/bin/ipmasq-agent.js'])
+      )
+        .trim()
+        .split('\n')[0];
+      t.ok(pid, `the agent's process ${pid}`);
+      process.kill(Number(pid), 'SIGSTOP');
+      const restarted = waitFor(
+        'the kubelet to restart it',
+        async () => {
+          const pod = await agentPod(node);
+          return (pod.status.containerStatuses?.[0]?.restartCount ?? 0) > restarts && ready(pod)
+            ? pod
+            : undefined;
+        },
+        240_000,
+        500,
+      );
+      const { flows, wrong } = await probeWhile(restarted);
+      const after = await restarted;
+      t.equal(after.metadata.uid, before.metadata.uid, 'the same pod, its container restarted');
+      t.ok(flows >= 10, `${flows} new flows while it was frozen and restarted`);
+      t.equal(wrong, 0, 'none decided otherwise than the config says');
+      const events = await node.kubectl([
+        '-n',
+        'kube-system',
+        'get',
+        'events',
+        '--field-selector',
+        `involvedObject.name=${before.metadata.name}`,
+      ]);
+      t.match(events, /Liveness probe failed/, "the kubelet's own liveness probe found it");
+    },
+  );
+
   t.test('the kubelet wrote its logs and volumes under the node directory only', async (t) => {
     t.ok(readdirSync(join(node.dir, 'pod-logs')).length > 0, 'the pods logs are in DIR');
   });
