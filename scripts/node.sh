@@ -8,12 +8,12 @@
 #   scripts/node.sh path       where they are (or will be) on this machine
 #   scripts/node.sh up DIR     a one-node cluster in network namespaces of its own: the control
 #                              plane (scripts/control-plane.sh) with kube-controller-manager and
-#                              kube-scheduler, containerd, kubelet and kube-proxy (nftables
-#                              mode), pods on a CNI bridge
-#                              (10.244.0.0/24), a veth to a "remote" namespace; the sandbox image
-#                              and the checkout's agent image imported. Writes DIR/env (KUBECTL,
-#                              HELM, KUBECONFIG, NODE_NETNS, REMOTE_NETNS, the addresses) and
-#                              DIR/admin.kubeconfig
+#                              kube-scheduler; containerd, kubelet and kube-proxy (nftables mode);
+#                              pods on a CNI bridge (10.244.0.0/24); a veth to a "remote"
+#                              namespace; the sandbox image and the checkout's agent image
+#                              imported. Writes DIR/env (KUBECTL, HELM, KUBECONFIG, NODE_NETNS,
+#                              REMOTE_NETNS, the addresses) and DIR/admin.kubeconfig. With
+#                              NODE_OWNER=PID, a watcher takes it down when that process ends
 #   scripts/node.sh down DIR   stops it all and removes what it made (processes, mounts,
 #                              namespaces, cgroups, DIR)
 #
