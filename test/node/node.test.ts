@@ -256,6 +256,37 @@ if (requireRoot(t)) {
     },
   );
 
+  t.test('a rolling update of the DaemonSet: adopted, packets right throughout', async (t) => {
+    const before = await agentPod(node);
+    const held = await mark();
+    // A changed env is a new pod template: the DaemonSet replaces the pod (maxUnavailable 10 %).
+    const updated = (async () => {
+      await node.kubectl([
+        '-n',
+        'kube-system',
+        'set',
+        'env',
+        'daemonset/ipmasq-agent',
+        'IPMASQ_TEST_ROLLOUT=1',
+      ]);
+      await node.kubectl([
+        '-n',
+        'kube-system',
+        'rollout',
+        'status',
+        'daemonset/ipmasq-agent',
+        '--timeout=180s',
+      ]);
+    })();
+    const { flows, wrong } = await probeWhile(updated);
+    const after = await agentPod(node);
+    t.not(after.metadata.uid, before.metadata.uid, 'a new pod');
+    t.ok(ready(after), 'Ready');
+    t.ok(flows >= 4, `${flows} new flows during the rollout`);
+    t.equal(wrong, 0, 'none decided otherwise than the config says');
+    t.equal(await mark(), held, 'the same write in the kernel: adopted, not written again');
+  });
+
   t.test(
     'a frozen agent: the liveness probe restarts it, the kernel decides meanwhile',
     async (t) => {
