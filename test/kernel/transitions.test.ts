@@ -33,6 +33,9 @@ import {
 import type { ConvergeAnswer, ConvergeRequest } from './fixtures/converge-server.js';
 import { NODE_NAME } from './fixtures/converge-server.js';
 
+// A thousand transitions per layout under CI: minutes on a busy machine, past tap's default 120 s.
+t.setTimeout(900_000);
+
 const SEED = 20261206;
 /** Transitions per set layout: thousands in all under CI. */
 const STEPS = process.env.CI === 'true' ? 1_000 : 250;
