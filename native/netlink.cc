@@ -950,7 +950,10 @@ Heard DrainMonitor(int fd) {
     if (len < 0 && errno == EINTR) continue;
     if ((len < 0 && errno == ENOBUFS) || len > static_cast<ssize_t>(sizeof(buf))) {
       heard.overflow = true;
-      open = OpenCommit{};  // a commit partly dropped: its tables are not known
+      // What was dropped may have been the start of the commit whose end comes next: its tables
+      // are not known, so it counts as naming ours (docs/writes.md, "Beside a busy node").
+      open = OpenCommit{};
+      open.capped = true;
       continue;
     }
     if (len < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
@@ -990,6 +993,7 @@ Heard DrainMonitor(int fd) {
     if (len >= static_cast<ssize_t>(sizeof(nlmsghdr))) {
       heard.overflow = true;
       open = OpenCommit{};
+      open.capped = true;
     }
   }
   return heard;
