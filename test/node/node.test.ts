@@ -59,6 +59,18 @@ async function agentPod(node: RealNode): Promise<Pod> {
   return running[0]!;
 }
 
+/** Waits until the DaemonSet's rollout is done. */
+async function rolledOut(node: RealNode): Promise<void> {
+  await node.kubectl([
+    '-n',
+    'kube-system',
+    'rollout',
+    'status',
+    'daemonset/ipmasq-agent',
+    '--timeout=180s',
+  ]);
+}
+
 async function nonmasq(node: RealNode): Promise<string> {
   return node.inNode('nft', ['list', 'set', 'ip', 'ipmasq', 'nonmasq']);
 }
@@ -69,14 +81,7 @@ if (requireRoot(t)) {
 
   t.test('the shipped DaemonSet runs Ready through the kubelet', async (t) => {
     await node.kubectl(['apply', '-k', join(packageRoot, 'deploy', 'kubernetes')]);
-    await node.kubectl([
-      '-n',
-      'kube-system',
-      'rollout',
-      'status',
-      'daemonset/ipmasq-agent',
-      '--timeout=180s',
-    ]);
+    await rolledOut(node);
     const pod = await agentPod(node);
     t.ok(ready(pod), 'Ready by its readiness probe');
     t.equal(pod.spec.nodeName, env.NODE_NAME);
@@ -152,14 +157,7 @@ if (requireRoot(t)) {
 
   t.test('with the API overlay, an invalid ConfigMap: Running, not Ready, an Event', async (t) => {
     await node.kubectl(['apply', '-k', join(packageRoot, 'deploy', 'overlays', 'api')]);
-    await node.kubectl([
-      '-n',
-      'kube-system',
-      'rollout',
-      'status',
-      'daemonset/ipmasq-agent',
-      '--timeout=180s',
-    ]);
+    await rolledOut(node);
     // The overlay's ConfigMap is the shipped one again.
     await waitFor(
       'the shipped config in the kernel',
@@ -269,14 +267,7 @@ if (requireRoot(t)) {
         'daemonset/ipmasq-agent',
         'IPMASQ_TEST_ROLLOUT=1',
       ]);
-      await node.kubectl([
-        '-n',
-        'kube-system',
-        'rollout',
-        'status',
-        'daemonset/ipmasq-agent',
-        '--timeout=180s',
-      ]);
+      await rolledOut(node);
     })();
     const { flows, wrong } = await probeWhile(updated);
     const after = await agentPod(node);
