@@ -1,6 +1,6 @@
 // /readyz's look at the kernel (src/reconcile/readiness.ts): at once while nothing was committed,
 // else after a sync that started after the probe; at most one such sync a second however many
-// probes ask; no longer than the probe's time.
+// probes ask; no longer than the probe's time, the question whether anything was committed included.
 import t from 'tap';
 import { READINESS_GAP_MS, ReadinessCheck } from '../../../src/reconcile/readiness.js';
 
@@ -67,4 +67,17 @@ t.test('looks asked for by probes are a second apart at least', async (t) => {
   await settle();
   t.same(h.syncs.length, 1, 'the second look waits for the gap');
   t.equal(await second, false, 'and the probe does not wait that long');
+});
+
+t.test('the question whether anything was committed is inside the wait too', async (t) => {
+  // Amid a flood of commits, draining what the notifications heard can outlast a probe.
+  let answer: ((unchanged: boolean) => void) | undefined;
+  const check = new ReadinessCheck({
+    unchanged: () => new Promise<boolean>((resolve) => (answer = resolve)),
+    requestSync: () => undefined,
+    afterNextSync: () => new Promise<void>(() => undefined),
+    verified: () => true,
+  });
+  t.equal(await check.fresh(20), false, 'not fresh when the question has no answer in time');
+  answer?.(true);
 });
