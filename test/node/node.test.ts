@@ -9,7 +9,7 @@ import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { waitFor } from '../../harness/agent.js';
-import { packageRoot, requireRoot } from '../../harness/netns.js';
+import { inNetns, packageRoot, requireRoot } from '../../harness/netns.js';
 import { startRealNode, type RealNode } from '../../harness/real-node.js';
 
 t.setTimeout(1_800_000);
@@ -318,6 +318,175 @@ if (requireRoot(t)) {
       t.match(events, /Liveness probe failed/, "the kubelet's own liveness probe found it");
     },
   );
+
+  /** A pause pod in `namespace` with `labels`, Ready: its address (from the CNI) and namespace. */
+  async function runPod(name: string, namespace: string, labels: Record<string, string> = {}) {
+    await node.kubectl(
+      ['apply', '-f', '-'],
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'Pod',
+        metadata: { name, namespace, labels },
+        spec: {
+          terminationGracePeriodSeconds: 1,
+          containers: [
+            { name: 'pause', image: 'registry.k8s.io/pause:3.10', imagePullPolicy: 'Never' },
+          ],
+        },
+      }),
+    );
+    await node.kubectl([
+      '-n',
+      namespace,
+      'wait',
+      `pod/${name}`,
+      '--for=condition=Ready',
+      '--timeout=120s',
+    ]);
+    const ip = (await node.json<Pod>(['-n', namespace, 'get', 'pod', name])).status.podIP!;
+    return { ip, netns: await node.podNetns(ip) };
+  }
+
+  /**
+   * Until new flows from `netns` leave as `toMasq` to REMOTE_MASQ_IP and as `toRemote` (default
+   * the same) to REMOTE_IP, within 30 s.
+   */
+  const untilLeavesAs = (what: string, netns: string, toMasq: string, toRemote = toMasq) =>
+    waitFor(
+      what,
+      async () => {
+        const seen = await node.sources(netns, [env.REMOTE_MASQ_IP!, env.REMOTE_IP!]);
+        return seen.get(env.REMOTE_MASQ_IP!) === toMasq && seen.get(env.REMOTE_IP!) === toRemote
+          ? true
+          : undefined;
+      },
+      30_000,
+      100,
+    );
+
+  t.test('pod policies with real pods: labels by kubectl, addresses by the CNI', async (t) => {
+    // deploy/examples/pod-policy: the database pods leave as 192.0.2.10 ("an address every node
+    // holds"), pods of namespaces labelled egress=untranslated as themselves, the rest masqueraded
+    // outside 10.0.0.0/8. The remote routes 192.0.2.10 back through the node.
+    const SNAT = '192.0.2.10';
+    await node.inNode('ip', ['address', 'add', `${SNAT}/32`, 'dev', 'lo']);
+    await inNetns(env.REMOTE_NETNS!, 'ip', ['route', 'add', `${SNAT}/32`, 'via', env.NODE_IP!]);
+    await node.kubectl(['apply', '-k', join(packageRoot, 'deploy', 'examples', 'pod-policy')]);
+    await rolledOut(node);
+    await waitFor(
+      'the node-wide file in the kernel',
+      async () => (/192\.168\.0\.0\/16/.test(await nonmasq(node)) ? undefined : true),
+      120_000,
+      50,
+    );
+    await node.kubectl(['create', 'namespace', 'routed']);
+    await node.kubectl(['label', 'namespace', 'routed', 'egress=untranslated']);
+    const [db, routed] = await Promise.all([
+      runPod('db', 'default', { app: 'db' }),
+      runPod('routed', 'routed'),
+    ]);
+    await untilLeavesAs('the db pod as 192.0.2.10', db.netns, SNAT);
+    await untilLeavesAs('the routed pod as itself', routed.netns, routed.ip);
+    await untilLeavesAs('the workload masqueraded', podNetns, env.NODE_IP!);
+    t.pass('each pod leaves as its policy says, to both remotes');
+
+    const relabelled = Date.now();
+    await node.kubectl(['label', 'pod', 'workload', 'app=db']);
+    await untilLeavesAs('the workload as 192.0.2.10 once labelled app=db', podNetns, SNAT);
+    t.comment(`label → new flows as 192.0.2.10: ${Date.now() - relabelled} ms`);
+    await node.kubectl(['label', 'pod', 'workload', 'app-']);
+    await untilLeavesAs('the workload masqueraded again once unlabelled', podNetns, env.NODE_IP!);
+    t.pass('a label changed with kubectl moves the pod in and out of the policy');
+
+    // The db pod deleted: its address goes back to the CNI's pool, the policy no longer holds it.
+    await node.kubectl(['delete', 'pod', 'db', '--wait']);
+    const metrics = await node.inNode('curl', ['-sf', `http://${env.NODE_IP}:9410/metrics`]);
+    t.match(metrics, /^ipmasq_kubernetes_up 1$/m, 'the API read is up');
+    await node.kubectl(['delete', 'namespace', 'routed', '--wait']);
+    const pod = await agentPod(node);
+    t.equal(pod.status.containerStatuses?.[0]?.restartCount, 0, 'the agent never restarted');
+  });
+
+  t.test('Helm: installed over the same node, then upgraded as a rolling update', async (t) => {
+    const helm = (args: string[]) =>
+      node.inNode('env', [
+        `HELM_CACHE_HOME=${node.dir}/helm/cache`,
+        `HELM_CONFIG_HOME=${node.dir}/helm/config`,
+        `HELM_DATA_HOME=${node.dir}/helm/data`,
+        env.HELM!,
+        '--kubeconfig',
+        env.KUBECONFIG!,
+        ...args,
+      ]);
+    const chart = join(packageRoot, 'deploy', 'helm', 'ipmasq-agent');
+    // Helm installs only objects it owns: kustomize's go first (the table stays in the kernel).
+    await node.kubectl([
+      'delete',
+      '-k',
+      join(packageRoot, 'deploy', 'examples', 'pod-policy'),
+      '--wait',
+    ]);
+    await waitFor(
+      'no agent pod',
+      async () => {
+        const pods = await node.json<{ items: Pod[] }>([
+          '-n',
+          'kube-system',
+          'get',
+          'pods',
+          '-l',
+          'app.kubernetes.io/name=ipmasq-agent',
+        ]);
+        return pods.items.length === 0 ? true : undefined;
+      },
+      120_000,
+      200,
+    );
+    await helm(['install', 'ipmasq-agent', chart, '--namespace', 'kube-system']);
+    await rolledOut(node);
+    t.ok(ready(await agentPod(node)), "the chart's pod Ready through the kubelet");
+    await waitFor(
+      "the chart's config in the kernel",
+      async () => (/192\.168\.0\.0\/16/.test(await nonmasq(node)) ? true : undefined),
+      120_000,
+      50,
+    );
+    await untilLeavesAs(
+      `the workload masqueraded to ${env.REMOTE_MASQ_IP}, itself to ${env.REMOTE_IP}`,
+      podNetns,
+      env.NODE_IP!,
+      podIP,
+    );
+    t.pass("packets as the chart's config says");
+
+    const before = await agentPod(node);
+    const held = await mark();
+    const upgraded = (async () => {
+      await helm([
+        'upgrade',
+        'ipmasq-agent',
+        chart,
+        '--namespace',
+        'kube-system',
+        '--reuse-values',
+        '--set-string',
+        'podAnnotations.upgraded=yes',
+      ]);
+      await rolledOut(node);
+    })();
+    const { flows, wrong } = await probeWhile(upgraded);
+    const after = await agentPod(node);
+    t.not(after.metadata.uid, before.metadata.uid, 'the upgrade replaced the pod');
+    t.ok(ready(after), 'Ready');
+    t.ok(flows >= 4, `${flows} new flows during the upgrade`);
+    t.equal(wrong, 0, 'none decided otherwise than the config says');
+    t.equal(await mark(), held, 'the same write in the kernel: adopted, not written again');
+    t.match(
+      await helm(['list', '--namespace', 'kube-system']),
+      /ipmasq-agent\s.*\s2\s/,
+      'revision 2',
+    );
+  });
 
   t.test('the kubelet wrote its logs and volumes under the node directory only', async (t) => {
     t.ok(readdirSync(join(node.dir, 'pod-logs')).length > 0, 'the pods logs are in DIR');
