@@ -4,14 +4,16 @@
 #   scripts/node.sh build      builds kubelet, kube-proxy, kube-controller-manager, kube-scheduler
 #                              (test/control-plane's module), containerd, ctr, its runc shim, runc,
 #                              the CNI plugins bridge, host-local and loopback, and helm
-#                              (test/node's module) once per machine; prints where they are
+#                              (test/node's module), and a Prometheus server with Kubernetes
+#                              discovery (test/node/prometheus's module) once per machine; prints
+#                              where they are
 #   scripts/node.sh path       where they are (or will be) on this machine
 #   scripts/node.sh up DIR     a one-node cluster in network namespaces of its own: the control
 #                              plane (scripts/control-plane.sh) with kube-controller-manager and
 #                              kube-scheduler; containerd, kubelet and kube-proxy (nftables mode);
 #                              pods on a CNI bridge (10.244.0.0/24); a veth to a "remote"
 #                              namespace; the sandbox image and the checkout's agent image
-#                              imported. Writes DIR/env (KUBECTL, HELM, KUBECONFIG, NODE_NETNS,
+#                              imported. Writes DIR/env (KUBECTL, HELM, PROMETHEUS, KUBECONFIG, NODE_NETNS,
 #                              REMOTE_NETNS, the addresses) and DIR/admin.kubeconfig. With
 #                              NODE_OWNER=PID, a watcher takes it down when that process ends
 #   scripts/node.sh down DIR   stops it all and removes what it made (processes, mounts,
@@ -25,6 +27,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 PATH=$PATH:/usr/local/go/bin
 kube_module=$root/test/control-plane
 node_module=$root/test/node
+prometheus_module=$root/test/node/prometheus
 cache_root=${IPMASQ_NODE_CACHE:-/var/cache/ipmasq-agent/node}
 
 die() {
@@ -35,12 +38,13 @@ die() {
 # The binaries, by the directory they go to: bin/ (kubelet, ...) and cni/ (the plugins kubelet's
 # runtime finds by name).
 KUBE_TOOLS=(kubelet kube-proxy kube-controller-manager kube-scheduler)
-NODE_TOOLS=(containerd ctr containerd-shim-runc-v2 runc helm)
+NODE_TOOLS=(containerd ctr containerd-shim-runc-v2 runc helm prometheus)
 CNI_PLUGINS=(bridge host-local loopback)
 
 bin_dir() {
   local key
   key=$(cat "$kube_module/go.mod" "$kube_module/go.sum" "$node_module/go.mod" "$node_module/go.sum" \
+    "$prometheus_module/go.mod" "$prometheus_module/go.sum" \
     <(go env GOVERSION) <(bash "$root/scripts/control-plane.sh" ldflags) <(declare -f build) |
     sha256sum | cut -c1-12)
   echo "$cache_root/$(bash "$root/scripts/control-plane.sh" version)-$key"
@@ -65,7 +69,7 @@ build() {
     return
   fi
   [ -f /usr/include/seccomp.h ] || die "libseccomp-dev is not installed (runc's seccomp needs it)"
-  echo "node: building kubelet, containerd, runc, the CNI plugins and helm into $dir (once per machine)" >&2
+  echo "node: building kubelet, containerd, runc, the CNI plugins, helm and prometheus into $dir (once per machine)" >&2
   local started=$SECONDS tmp go_build
   tmp=$(mktemp -d "$cache_root/.build.XXXXXX")
   mkdir -p "$tmp/bin" "$tmp/cni"
@@ -86,6 +90,10 @@ build() {
     go_build -o "$tmp/cni/" github.com/containernetworking/plugins/plugins/main/bridge \
       github.com/containernetworking/plugins/plugins/ipam/host-local \
       github.com/containernetworking/plugins/plugins/main/loopback
+    # Debian's Prometheus is built without Kubernetes discovery: this one has it and no other.
+    cd "$prometheus_module"
+    go_build -tags remove_all_sd,enable_kubernetes_sd -o "$tmp/bin/prometheus" \
+      github.com/prometheus/prometheus/cmd/prometheus
   ) >&2 || {
     rm -rf "$tmp"
     die "the build failed (output above)"
@@ -174,6 +182,7 @@ up() {
 NODE_BIN=$bin
 KUBECTL=$kube/kubectl
 HELM=$bin/bin/helm
+PROMETHEUS=$bin/bin/prometheus
 KUBECONFIG=$dir/admin.kubeconfig
 NODE_NETNS=$node
 REMOTE_NETNS=$remote
