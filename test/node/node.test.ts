@@ -5,9 +5,11 @@
 // kubelet's own volume update to the kernel, timed; then the API overlay, where an invalid
 // ConfigMap keeps the pod Running but not Ready, the kernel on the last good config, and an Event
 // on the Node says why.
-import { readFileSync, readdirSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
+import { parse, stringify } from 'yaml';
 import { waitFor } from '../../harness/agent.js';
 import { inNetns, packageRoot, requireRoot } from '../../harness/netns.js';
 import { startRealNode, type RealNode } from '../../harness/real-node.js';
@@ -201,6 +203,139 @@ if (requireRoot(t)) {
     );
     t.pass('Ready again once the ConfigMap is valid');
   });
+
+  t.test(
+    "Prometheus finds the agent's pod through the API, scrapes it, and the config alert fires",
+    async (t) => {
+      // A Prometheus server in the node's namespace (scripts/node.sh builds it: Debian's has no
+      // Kubernetes discovery): the pod role of kubernetes_sd through the real API server, kept by
+      // the pod's prometheus.io annotations (as the manifests set them), and the shipped
+      // PrometheusRule's groups as its rule file.
+      const dir = join(node.dir, 'prometheus');
+      mkdirSync(dir, { recursive: true });
+      const rule = parse(
+        readFileSync(join(packageRoot, 'deploy', 'monitoring', 'prometheus-rule.yaml'), 'utf8'),
+      ) as { spec: { groups: unknown[] } };
+      writeFileSync(join(dir, 'rules.yaml'), stringify({ groups: rule.spec.groups }));
+      const scrapeConfig = {
+        global: { scrape_interval: '2s', evaluation_interval: '2s' },
+        rule_files: [join(dir, 'rules.yaml')],
+        scrape_configs: [
+          {
+            job_name: 'kubernetes-pods',
+            kubernetes_sd_configs: [{ role: 'pod', kubeconfig_file: env.KUBECONFIG }],
+            relabel_configs: [
+              {
+                source_labels: ['__meta_kubernetes_pod_annotation_prometheus_io_scrape'],
+                action: 'keep',
+                regex: 'true',
+              },
+              {
+                source_labels: [
+                  '__meta_kubernetes_pod_ip',
+                  '__meta_kubernetes_pod_annotation_prometheus_io_port',
+                ],
+                regex: '(.+);(\\d+)',
+                replacement: '$1:$2',
+                target_label: '__address__',
+              },
+              {
+                source_labels: ['__meta_kubernetes_pod_annotation_prometheus_io_path'],
+                regex: '(.+)',
+                target_label: '__metrics_path__',
+              },
+              { source_labels: ['__meta_kubernetes_pod_name'], target_label: 'pod' },
+            ],
+          },
+        ],
+      };
+      writeFileSync(join(dir, 'prometheus.yml'), stringify(scrapeConfig));
+      const listen = '127.0.0.1:19090';
+      const server = spawn('ip', [
+        'netns',
+        'exec',
+        env.NODE_NETNS!,
+        env.PROMETHEUS!,
+        `--config.file=${join(dir, 'prometheus.yml')}`,
+        `--storage.tsdb.path=${join(dir, 'data')}`,
+        `--web.listen-address=${listen}`,
+      ]);
+      const output: string[] = [];
+      server.stderr.on('data', (chunk: Buffer) => output.push(chunk.toString()));
+      t.teardown(() => server.kill('SIGKILL'));
+      let exited = false;
+      server.once('exit', () => (exited = true));
+      const api = async <T>(path: string) => {
+        const body = await node.inNode('curl', ['-sf', `http://${listen}/api/v1/${path}`]);
+        return (JSON.parse(body) as { data: T }).data;
+      };
+      const target = await waitFor(
+        "the agent's pod a healthy target",
+        async () => {
+          if (exited) throw new Error('prometheus exited');
+          const { activeTargets } = await api<{
+            activeTargets: { labels: { pod?: string }; health: string; scrapeUrl: string }[];
+          }>('targets?state=active').catch(() => ({ activeTargets: [] }));
+          return activeTargets.find(
+            (a) => a.labels.pod?.startsWith('ipmasq-agent-') && a.health === 'up',
+          );
+        },
+        120_000,
+        500,
+      ).catch((err: Error) => {
+        t.comment(output.join('').slice(-2000));
+        throw err;
+      });
+      t.equal(
+        target.scrapeUrl,
+        `http://${env.NODE_IP}:9410/metrics`,
+        "scraped on the node's address, as the annotations say",
+      );
+      type Alert = { labels: { alertname: string }; state: string; activeAt: string };
+      const configAlert = async () =>
+        (await api<{ alerts: Alert[] }>('alerts')).alerts.find(
+          (a) => a.labels.alertname === 'IpMasqAgentConfigInvalid',
+        );
+      const groups = await api<{ groups: { rules: unknown[] }[] }>('rules');
+      t.equal(
+        groups.groups.reduce((n, g) => n + g.rules.length, 0),
+        11,
+        'the shipped rules loaded',
+      );
+      t.equal(await configAlert(), undefined, 'the config alert quiet while the config is valid');
+
+      // The rule waits 5 minutes of an invalid config before it fires: this subtest waits too.
+      await node.kubectl(['apply', '-f', '-'], configMap('nonMasqueradeCIDRs: [not-a-cidr]\n'));
+      const pending = await waitFor(
+        'the config alert pending',
+        async () => ((await configAlert())?.state === 'pending' ? Date.now() : undefined),
+        120_000,
+        500,
+      );
+      const firing = await waitFor(
+        'the config alert firing',
+        async () => ((await configAlert())?.state === 'firing' ? Date.now() : undefined),
+        600_000,
+        2_000,
+      );
+      t.comment(`pending → firing: ${Math.round((firing - pending) / 1000)} s (its for: 5m)`);
+      t.pass('the invalid ConfigMap drove IpMasqAgentConfigInvalid to firing');
+      await node.kubectl(['apply', '-f', '-'], configMap(config(SHIPPED)));
+      await waitFor(
+        'the alert resolved',
+        async () => ((await configAlert()) === undefined ? true : undefined),
+        120_000,
+        500,
+      );
+      await waitFor(
+        'Ready again',
+        async () => (ready(await agentPod(node)) ? true : undefined),
+        180_000,
+        200,
+      );
+      t.pass('resolved, and the agent Ready again, once the ConfigMap is valid');
+    },
+  );
 
   /** The mark of our table's current write (docs/writes.md): unchanged when a new agent adopts it. */
   const mark = async () =>
