@@ -623,6 +623,63 @@ if (requireRoot(t)) {
     );
   });
 
+  t.test('the largest ConfigMap the API takes, under the shipped memory limit', async (t) => {
+    // The API refuses a ConfigMap over 1 MiB: 65 000 /24s written tightly ("[a,b,…]", about 15
+    // bytes each) is near the most one holds (80 000 are 1.2 MB: refused; 100 000 about 1.5 MB).
+    const count = 65_000;
+    const cidrs = Array.from({ length: count }, (_, i) => {
+      const n = i * 2;
+      return `${20 + (n >> 16)}.${(n >> 8) & 255}.${n & 255}.0/24`;
+    });
+    const text = `nonMasqueradeCIDRs: [${cidrs.join(',')}]\ncidrLimit: ${count + 10}\nresyncInterval: 60s\n`;
+    t.ok(text.length < 1_048_576, `${text.length} bytes: under the API's 1 MiB`);
+    const before = await agentPod(node);
+    const restarts = before.status.containerStatuses?.[0]?.restartCount ?? 0;
+    const pid = (
+      await node.inNode('pgrep', ['-f', '^/usr/local/bin/node /app/bin/ipmasq-agent.js'])
+    )
+      .trim()
+      .split('\n')[0]!;
+    // The container's memory cgroup (v1 here): its peak counts the libnftables children too.
+    const cgroup = /^\d+:memory:(.+)$/m.exec(readFileSync(`/proc/${pid}/cgroup`, 'utf8'))?.[1];
+    t.ok(cgroup, `the agent's memory cgroup (${cgroup})`);
+    const peakFile = `/sys/fs/cgroup/memory${cgroup}/memory.max_usage_in_bytes`;
+    const limit = Number(
+      readFileSync(`/sys/fs/cgroup/memory${cgroup}/memory.limit_in_bytes`, 'utf8'),
+    );
+    t.equal(limit, 512 * 1024 * 1024, 'the shipped limit, 512 MiB');
+    writeFileSync(peakFile, '0'); // the peak from now on
+    const applied = Date.now();
+    // replace, not apply: apply would keep the whole file in an annotation, which holds 256 KiB.
+    await node.kubectl(['replace', '-f', '-'], configMap(text));
+    const metrics = () => node.inNode('curl', ['-sf', `http://${env.NODE_IP}:9410/metrics`]);
+    const inKernel = await waitFor(
+      `${count} CIDRs in the kernel`,
+      async () => {
+        // Every CIDR of the file, and 169.254.0.0/16 (masqLinkLocal false by default).
+        const value = /^ipmasq_nonmasquerade_cidrs\{family="ipv4"\} (\d+)$/m.exec(
+          await metrics().catch(() => ''),
+        )?.[1];
+        return Number(value) >= count ? Date.now() : undefined;
+      },
+      300_000,
+      200,
+    );
+    const elements = (await nonmasq(node)).match(/\d+\.\d+\.\d+\.0\/24/g)?.length ?? 0;
+    t.equal(elements, count, `the kernel's set holds all ${count}`);
+    const peak = Number(readFileSync(peakFile, 'utf8'));
+    const after = await agentPod(node);
+    t.equal(after.metadata.uid, before.metadata.uid, 'the same pod');
+    t.equal(after.status.containerStatuses?.[0]?.restartCount, restarts, 'no restart, no OOM kill');
+    t.ok(ready(after), 'Ready');
+    t.ok(peak < limit, `peak ${Math.round(peak / 2 ** 20)} MiB, under the limit`);
+    t.comment(
+      `${count} CIDRs (${text.length} bytes): apply → kernel ${inKernel - applied} ms; the container's peak memory ${Math.round(peak / 2 ** 20)} MiB of ${limit / 2 ** 20}`,
+    );
+    const seen = await node.sources(podNetns, [env.REMOTE_MASQ_IP!]);
+    t.equal(seen.get(env.REMOTE_MASQ_IP!), env.NODE_IP, `to ${env.REMOTE_MASQ_IP}: masqueraded`);
+  });
+
   t.test('the kubelet wrote its logs and volumes under the node directory only', async (t) => {
     t.ok(readdirSync(join(node.dir, 'pod-logs')).length > 0, 'the pods logs are in DIR');
   });
