@@ -8,7 +8,7 @@
 import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { parse, stringify } from 'yaml';
 import { waitFor } from '../../harness/agent.js';
 import { inNetns, packageRoot, requireRoot } from '../../harness/netns.js';
@@ -389,29 +389,39 @@ if (requireRoot(t)) {
     },
   );
 
-  t.test('a rolling update of the DaemonSet: adopted, packets right throughout', async (t) => {
+  /**
+   * `change` and the rollout it starts, with the workload opening new flows throughout: a new pod,
+   * Ready, no flow decided wrongly, and the table adopted (the same write's mark).
+   */
+  async function rollsOver(t: Test, what: string, change: () => Promise<unknown>) {
     const before = await agentPod(node);
     const held = await mark();
+    const done = (async () => {
+      await change();
+      await rolledOut(node);
+    })();
+    const { flows, wrong } = await probeWhile(done);
+    const after = await agentPod(node);
+    t.not(after.metadata.uid, before.metadata.uid, `${what} replaced the pod`);
+    t.ok(ready(after), 'Ready');
+    t.ok(flows >= 4, `${flows} new flows during ${what}`);
+    t.equal(wrong, 0, 'none decided otherwise than the config says');
+    t.equal(await mark(), held, 'the same write in the kernel: adopted, not written again');
+  }
+
+  t.test('a rolling update of the DaemonSet: adopted, packets right throughout', (t) =>
     // A changed env is a new pod template: the DaemonSet replaces the pod (maxUnavailable 10 %).
-    const updated = (async () => {
-      await node.kubectl([
+    rollsOver(t, 'the rolling update', () =>
+      node.kubectl([
         '-n',
         'kube-system',
         'set',
         'env',
         'daemonset/ipmasq-agent',
         'IPMASQ_TEST_ROLLOUT=1',
-      ]);
-      await rolledOut(node);
-    })();
-    const { flows, wrong } = await probeWhile(updated);
-    const after = await agentPod(node);
-    t.not(after.metadata.uid, before.metadata.uid, 'a new pod');
-    t.ok(ready(after), 'Ready');
-    t.ok(flows >= 4, `${flows} new flows during the rollout`);
-    t.equal(wrong, 0, 'none decided otherwise than the config says');
-    t.equal(await mark(), held, 'the same write in the kernel: adopted, not written again');
-  });
+      ]),
+    ),
+  );
 
   t.test(
     'a frozen agent: the liveness probe restarts it, the kernel decides meanwhile',
@@ -594,10 +604,8 @@ if (requireRoot(t)) {
     );
     t.pass("packets as the chart's config says");
 
-    const before = await agentPod(node);
-    const held = await mark();
-    const upgraded = (async () => {
-      await helm([
+    await rollsOver(t, 'the upgrade', () =>
+      helm([
         'upgrade',
         'ipmasq-agent',
         chart,
@@ -606,16 +614,8 @@ if (requireRoot(t)) {
         '--reuse-values',
         '--set-string',
         'podAnnotations.upgraded=yes',
-      ]);
-      await rolledOut(node);
-    })();
-    const { flows, wrong } = await probeWhile(upgraded);
-    const after = await agentPod(node);
-    t.not(after.metadata.uid, before.metadata.uid, 'the upgrade replaced the pod');
-    t.ok(ready(after), 'Ready');
-    t.ok(flows >= 4, `${flows} new flows during the upgrade`);
-    t.equal(wrong, 0, 'none decided otherwise than the config says');
-    t.equal(await mark(), held, 'the same write in the kernel: adopted, not written again');
+      ]),
+    );
     t.match(
       await helm(['list', '--namespace', 'kube-system']),
       /ipmasq-agent\s.*\s2\s/,
