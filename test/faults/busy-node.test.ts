@@ -19,6 +19,9 @@ import {
   type Node,
 } from '../helpers/node.js';
 
+// Five cases of about 20-30 s each: past tap's default 120 s on a saturated machine.
+t.setTimeout(600_000);
+
 const RESYNC_S = 3;
 
 /** `count` non-adjacent /24s from 20.0.0.0, then `extra` non-adjacent /32s in 198.18.0.0/15. */
