@@ -73,6 +73,16 @@ async function rolledOut(node: RealNode): Promise<void> {
   ]);
 }
 
+/** Waits until the agent's pod is Ready (again). */
+async function untilAgentReady(node: RealNode): Promise<void> {
+  await waitFor(
+    'the agent Ready',
+    async () => (ready(await agentPod(node)) ? true : undefined),
+    180_000,
+    200,
+  );
+}
+
 async function nonmasq(node: RealNode): Promise<string> {
   return node.inNode('nft', ['list', 'set', 'ip', 'ipmasq', 'nonmasq']);
 }
@@ -195,12 +205,7 @@ if (requireRoot(t)) {
     t.equal(events[0]!.involvedObject.kind, 'Node');
     t.match(events[0]!.message, /not-a-cidr/, 'it says why');
     await node.kubectl(['apply', '-f', '-'], configMap(config(SHIPPED)));
-    await waitFor(
-      'Ready again',
-      async () => (ready(await agentPod(node)) ? true : undefined),
-      180_000,
-      200,
-    );
+    await untilAgentReady(node);
     t.pass('Ready again once the ConfigMap is valid');
   });
 
@@ -327,12 +332,7 @@ if (requireRoot(t)) {
         120_000,
         500,
       );
-      await waitFor(
-        'Ready again',
-        async () => (ready(await agentPod(node)) ? true : undefined),
-        180_000,
-        200,
-      );
+      await untilAgentReady(node);
       t.pass('resolved, and the agent Ready again, once the ConfigMap is valid');
     },
   );
