@@ -1,7 +1,8 @@
 // Other tables' nat postrouting rules, as nft prints them (docs/observability.md, "Other NAT on the
 // node"): which of them a flow may reach, and whether their own matches show that they translate
 // it. The matches read are the common shapes — source and destination addresses and prefixes,
-// interfaces, protocol, packet and conntrack marks — each judged true, false or unknown for a flow;
+// interfaces, protocol, packet and conntrack marks, the connection's destination translated (`ct
+// status dnat`) — each judged true, false or unknown for a flow;
 // anything else is unknown, so a rule with it "may" translate. A mark or address set on the way is
 // carried to the rules after it; a verdict map may send the flow to any chain its elements name
 // (the kernel's elements, or an anonymous map's text), never for certain. Named sets are not looked
@@ -33,10 +34,18 @@ export interface NatFlow {
   readonly mark?: number;
   /** The conntrack entry's mark: 0 where nobody marked it. */
   readonly ctMark?: number;
+  /**
+   * Whether something translated the connection's destination (a Service's DNAT): false for a flow
+   * sent to its address as it is.
+   */
+  readonly dnat?: boolean;
 }
 
-/** What a flow's packet starts a chain with when nothing is known but that nobody marked it. */
-const UNMARKED = { mark: 0, ctMark: 0 } as const;
+/**
+ * What a flow's packet starts a chain with when nothing is known but that nobody marked it or
+ * redirected it.
+ */
+const UNTOUCHED = { mark: 0, ctMark: 0, dnat: false } as const;
 
 /** The fields a rule's statement may set for the rules after it. */
 type SetField = 'mark' | 'ctMark' | 'saddr' | 'daddr';
@@ -138,6 +147,22 @@ const applying = (negated: boolean, holds: Truth): Truth =>
   holds === undefined ? undefined : negated ? !holds : holds;
 
 const unknown = (): Truth => undefined;
+
+/**
+ * A `ct status` match of `flags` in `form` for a connection whose destination was (`dnat`) or was
+ * not translated; any other flag is not known.
+ */
+function statusHolds(
+  form: 'any' | 'none' | 'all' | undefined,
+  flags: readonly string[],
+  dnat: boolean | undefined,
+): Truth {
+  if (form === undefined || dnat === undefined || !flags.includes('dnat')) return undefined;
+  const only = flags.length === 1;
+  if (form === 'any') return dnat ? true : only ? false : undefined;
+  if (form === 'none') return dnat ? false : only ? true : undefined;
+  return dnat ? (only ? true : undefined) : false;
+}
 
 /** Words that start a statement or verdict: where a `… set VALUE` statement's value ends. */
 const STATEMENT_WORDS = new Set([
@@ -322,6 +347,28 @@ const SHAPES: readonly ShapeReader[] = [
           ? undefined
           : applying(op === 'ne', (mark & mask) >>> 0 === value);
       });
+    },
+  },
+  {
+    // `ct status FLAGS` (any of them), `ct status ! FLAGS` (none), `ct status & FLAGS == FLAGS`
+    // (all), as nft prints them; of the flags only `dnat` is known (where the flow says).
+    starts: (word, next) => word === 'ct' && next === 'status',
+    read: (r) => {
+      r.i += 2;
+      let form: 'any' | 'none' | 'all' | undefined = 'any';
+      if (r.word() === '!') {
+        form = 'none';
+        r.i++;
+      } else if (r.word() === '&' && r.word(2) === '==' && r.word(1) === r.word(3)) {
+        form = 'all';
+        r.i += 3;
+      } else if (r.word() === '&' || r.word() === '==' || r.word() === '!=') {
+        form = undefined;
+        r.i += r.word() === '&' ? 2 : 1;
+        r.operator();
+      }
+      const flags = r.take().split(',');
+      r.matches.push((flow) => statusHolds(form, flags, flow.dnat));
     },
   },
   {
@@ -557,7 +604,7 @@ export function reachedRules(chains: ChainRules, base: string, flow: NatFlow): R
  * packet (kube-proxy's shape) — is how other components translate what they marked themselves.
  */
 export function unmarkedTranslations(chains: ChainRules, base: string): ListedRule[] {
-  return reachedRules(chains, base, UNMARKED).map((reached) => reached.rule);
+  return reachedRules(chains, base, UNTOUCHED).map((reached) => reached.rule);
 }
 
 /** What a reported chain does to one flow we leave alone. */
@@ -569,7 +616,7 @@ export function verdictFor(
   base: string,
   flow: NatFlow,
 ): { verdict: OtherNatVerdict; rule: ListedRule } | undefined {
-  const reached = reachedRules(chains, base, { ...UNMARKED, ...flow });
+  const reached = reachedRules(chains, base, { ...UNTOUCHED, ...flow });
   const sure = reached.find((r) => r.certain);
   if (sure) return { verdict: 'translates', rule: sure.rule };
   return reached[0] ? { verdict: 'may translate', rule: reached[0].rule } : undefined;

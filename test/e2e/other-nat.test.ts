@@ -39,16 +39,26 @@ const EARLY = `table ip early {
   }
 }
 `;
-// kube-proxy's nftables mode: only packets it marked are masqueraded.
+// kube-proxy's nftables mode: only packets it marked are masqueraded (an older release's chain),
+// and as 1.36 writes it (test/node/node.test.ts saw it on a real node), also the hairpin
+// connections whose destination it translated itself (`ct status dnat`).
 const KUBE_PROXY = `table ip kube-proxy {
+  set hairpin-connections {
+    type ipv4_addr . ipv4_addr . inet_proto . inet_service
+  }
   chain nat-postrouting {
     type nat hook postrouting priority srcnat; policy accept;
     jump masquerading
+    jump masquerading-1-36
   }
   chain masquerading {
     meta mark & 0x00004000 == 0x00000000 return
     meta mark set meta mark ^ 0x00004000
     masquerade fully-random
+  }
+  chain masquerading-1-36 {
+    meta mark & 0x00004000 != 0x00000000 meta mark set meta mark ^ 0x00004000 masquerade fully-random
+    ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random
   }
 }
 `;

@@ -106,6 +106,69 @@ t.test(
   },
 );
 
+// kube-proxy 1.36's nftables mode, as nft 1.0.6 and 1.1.3 print it on a real node
+// (test/node/node.test.ts): the marked, and hairpin connections — those it translated the
+// destination of itself, back to their own source.
+const KUBE_PROXY_136 = `table ip kube-proxy {
+	chain nat-postrouting { # handle 20
+		type nat hook postrouting priority srcnat; policy accept;
+		jump masquerading # handle 21
+	}
+	chain masquerading { # handle 10
+		meta mark & 0x00004000 != 0x00000000 meta mark set meta mark ^ 0x00004000 masquerade fully-random # handle 11
+		ct status dnat ip saddr . ip daddr . meta l4proto . th dport @hairpin-connections masquerade fully-random # handle 12
+	}
+}
+`;
+
+t.test(
+  "a connection's translated destination: ct status, as kube-proxy 1.36 guards its hairpin",
+  async (t) => {
+    const chains = parseListing(KUBE_PROXY_136);
+    t.same(
+      unmarkedTranslations(chains, 'nat-postrouting'),
+      [],
+      'neither rule reaches a plain flow',
+    );
+    t.equal(verdictFor(chains, 'nat-postrouting', v4('10.244.0.5')), undefined, 'nor --explain');
+    t.equal(
+      verdictFor(chains, 'nat-postrouting', v4('10.244.0.5', { dnat: true }))?.rule.handle,
+      12,
+      'a redirected connection may meet the hairpin rule (its set is not looked into)',
+    );
+    t.same(
+      unmarkedTranslations(
+        parseListing(KUBE_PROXY_136.replace('ct status dnat ', '')),
+        'nat-postrouting',
+      ).map((rule) => rule.handle),
+      [12],
+      'without its guard the hairpin rule is reported',
+    );
+    const plain = v4('10.9.0.1', { dnat: false });
+    const redirected = v4('10.9.0.1', { dnat: true });
+    const holds = (text: string, flow: NatFlow) => ruleHolds(readRule(`${text} masquerade`), flow);
+    t.equal(holds('ct status dnat', plain), false);
+    t.equal(holds('ct status dnat', redirected), true);
+    t.equal(holds('ct status ! dnat', plain), true);
+    t.equal(holds('ct status ! dnat', redirected), false);
+    t.equal(holds('ct status & dnat == dnat', plain), false);
+    t.equal(holds('ct status & dnat == dnat', redirected), true);
+    t.equal(holds('ct status snat,dnat', plain), undefined, 'snat is not known');
+    t.equal(holds('ct status snat,dnat', redirected), true);
+    t.equal(holds('ct status ! snat,dnat', redirected), false);
+    t.equal(holds('ct status & snat,dnat == snat,dnat', plain), false);
+    t.equal(holds('ct status snat', plain), undefined);
+    t.equal(
+      holds('ct status != dnat', plain),
+      undefined,
+      'an operator nft reads otherwise: not judged',
+    );
+    t.equal(holds('ct status == dnat', plain), undefined);
+    t.equal(holds('ct status & dnat == 0', plain), undefined);
+    t.equal(holds('ct status dnat', v4('10.9.0.1', { dnat: undefined })), undefined);
+  },
+);
+
 t.test(
   'the rule’s own matches judge one flow: translates, may translate, or not at all',
   async (t) => {
