@@ -12,8 +12,8 @@
 # Under emulation the unit files run many times slower (38 of them: 549 s on two cores); the two
 # longest property tests (thousands of random cases each) are left out of an emulated architecture's
 # run unless --all-unit is given.
-# The base images (node:22-trixie{,-slim} for each architecture) must be there: on a host without a
-# registry, ../shared/image/make-node-base.sh [--arch arm64] trixie makes them (docs/images.md,
+# The base images (node:22-trixie{,-slim} for each architecture): amd64's are made here when missing
+# (scripts/node-base.sh); an arm64 build needs them made for arm64 beforehand (docs/images.md,
 # "Images").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,8 +40,13 @@ done
 [ "$(id -u)" = 0 ] || { echo 'image.sh: run as root (podman, network namespaces)' >&2; exit 2; }
 command -v podman >/dev/null || { echo 'image.sh: podman is missing: apt-get install -y podman buildah runc' >&2; exit 2; }
 # The settings the base images' maker wrote (runtime, limits), unless the caller chose others.
-if [ -z "${CONTAINERS_CONF:-}" ] && [ -f /var/cache/node-base/trixie/containers.conf ]; then
-  export CONTAINERS_CONF=/var/cache/node-base/trixie/containers.conf
+if [ -z "${CONTAINERS_CONF:-}" ]; then
+  if [ -f /var/cache/node-base/trixie/containers.conf ] && podman image exists docker.io/library/node:22-trixie; then
+    export CONTAINERS_CONF=/var/cache/node-base/trixie/containers.conf
+  else
+    CONTAINERS_CONF=$(bash scripts/node-base.sh) || exit 1
+    export CONTAINERS_CONF
+  fi
 fi
 
 version=$(node -p "require('./package.json').version")
@@ -147,8 +152,16 @@ for arch in $arches; do
     done
     if [ "$healthy" = 1 ]; then ok "$arch: /healthz answers 200 in a throwaway namespace"
     else fail "$arch: /healthz answers 200 in a throwaway namespace"; fi
-    if ip netns exec "$ns" nft list table ip ipmasq 2>/dev/null | grep -q 'ipmasq-agent generation 1 config sha256:'; then
-      ok "$arch: the table is in the kernel, with its mark"
+    # /healthz may answer before the first write is in: the table within 20 s.
+    marked=0
+    for _ in $(seq 1 100); do
+      if ip netns exec "$ns" nft list table ip ipmasq 2>/dev/null | grep -q 'ipmasq-agent generation 1 config sha256:'; then
+        marked=1
+        break
+      fi
+      sleep 0.2
+    done
+    if [ "$marked" = 1 ]; then ok "$arch: the table is in the kernel, with its mark"
     else fail "$arch: the table is in the kernel, with its mark"; fi
     podman rm -f "$cid" >/dev/null 2>&1
     ip netns del "$ns"

@@ -13,7 +13,7 @@
 #                              kube-scheduler; containerd, kubelet and kube-proxy (nftables mode);
 #                              pods on a CNI bridge (10.244.0.0/24); a veth to a "remote"
 #                              namespace; the sandbox image and the checkout's agent image
-#                              imported. Writes DIR/env (KUBECTL, HELM, PROMETHEUS, KUBECONFIG, NODE_NETNS,
+#                              (deploy/Dockerfile, built by scripts/image.sh) imported. Writes DIR/env (KUBECTL, HELM, PROMETHEUS, KUBECONFIG, NODE_NETNS,
 #                              REMOTE_NETNS, the addresses) and DIR/admin.kubeconfig. With
 #                              NODE_OWNER=PID, a watcher takes it down when that process ends
 #   scripts/node.sh down DIR   stops it all and removes what it made (processes, mounts,
@@ -140,30 +140,24 @@ image() {
   rm -rf "$work"
 }
 
-# The checkout's agent under the name the manifests use (ipmasq-agent:0.1.0): its dist/, production
-# node_modules and addon, with this machine's node and the shared libraries both load, and the
-# launcher the Dockerfile builds (native/launch.c). Not the Dockerfile's image: docs/development.md,
-# "A real node".
-agent_stage() {
-  local stage=$1 dep lib
-  [ -f "$root/dist/cli.js" ] && [ -f "$root/build/Release/nftables_napi.node" ] ||
-    die "the checkout is not built (npm run build)"
-  mkdir -p "$stage/app/bin" "$stage/app/build/Release" "$stage/usr/local/bin" "$stage/etc" "$stage/tmp"
-  cp "$root"/bin/*.js "$stage/app/bin/"
-  cc -O2 -o "$stage/app/bin/ipmasq-launch" "$root/native/launch.c"
-  cp -r "$root/dist" "$root/package.json" "$stage/app/"
-  cp "$root/build/Release/nftables_napi.node" "$stage/app/build/Release/"
-  (cd "$root" && npm ls --omit=dev --all --parseable 2>/dev/null | tail -n +2) | while read -r dep; do
-    mkdir -p "$stage/app/$(dirname "${dep#"$root"/}")"
-    cp -r "$dep" "$stage/app/${dep#"$root"/}"
-  done
-  cp "$(command -v node)" "$stage/usr/local/bin/node"
-  for lib in $(ldd "$(command -v node)" "$root/build/Release/nftables_napi.node" \
-    "$stage/app/bin/ipmasq-launch" | grep -o '/[^ ]*' | grep -v ':$' | sort -u); do
-    mkdir -p "$stage$(dirname "$lib")"
-    cp -L "$lib" "$stage$lib"
-  done
-  cp /etc/protocols /etc/services "$stage/etc/"
+# The checkout's agent image, as users build it: deploy/Dockerfile by scripts/image.sh (amd64, with
+# its checks but not the unit stage; the base images made here by scripts/node-base.sh), saved
+# under the name the manifests use (ipmasq-agent:VERSION) as an archive OUT for `ctr images import`.
+# The image it replaces is removed (podman keeps the build's layers for the next).
+agent_image() {
+  local out=$1 log=$2 version tag old
+  version=$(node -p "require('$root/package.json').version")
+  tag=docker.io/library/ipmasq-agent:$version
+  CONTAINERS_CONF=$(bash "$root/scripts/node-base.sh") || die "no base images for the agent's image"
+  export CONTAINERS_CONF
+  old=$(podman image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
+  bash "$root/scripts/image.sh" --arch amd64 --no-unit --out "$(dirname "$out")/image-build" >"$log" 2>&1 ||
+    die "the agent's image did not build or pass its checks: $(grep FAIL "$log" | head -5) (see $log)"
+  podman tag "ipmasq-agent:$version-amd64" "$tag"
+  podman save --format docker-archive -o "$out" "$tag" >/dev/null 2>&1 || die "podman save $tag failed"
+  if [ -n "$old" ] && [ "$old" != "$(podman image inspect --format '{{.Id}}' "$tag")" ]; then
+    podman rmi "$old" >/dev/null 2>&1 || true
+  fi
 }
 
 node_id() { echo -n "$1" | sha256sum | cut -c1-8; }
@@ -273,13 +267,11 @@ EOF
   wait_until 60 "$bin/bin/ctr" --address "$dir/containerd.sock" version ||
     die "containerd did not answer within 60 s: $(tail -5 "$dir/containerd.log")"
 
-  # The images, from this machine: the sandbox, and the checkout's agent.
+  # The images, from this machine: the sandbox, and the checkout's agent (deploy/Dockerfile).
   mkdir -p "$dir/images/pause-root"
   cc -O2 -static -o "$dir/images/pause-root/pause" "$root/test/node/pause.c"
   image registry.k8s.io/pause:3.10 "$dir/images/pause-root" "$dir/images/pause.tar" /pause
-  agent_stage "$dir/images/agent-root"
-  image docker.io/library/ipmasq-agent:0.1.0 "$dir/images/agent-root" "$dir/images/agent.tar" \
-    /app/bin/ipmasq-launch /usr/local/bin/node /app/bin/ipmasq-agent.js
+  agent_image "$dir/images/agent.tar" "$dir/image.log"
   local archive
   for archive in pause agent; do
     "$bin/bin/ctr" --address "$dir/containerd.sock" -n k8s.io images import \
@@ -408,7 +400,11 @@ down() {
 }
 
 case "${1:-}" in
-build) build ;;
+build)
+  build
+  # The agent image's base images (the image itself is built at each `up`, from the checkout).
+  bash "$root/scripts/node-base.sh" >/dev/null
+  ;;
 path) bin_dir ;;
 up) up "${2:?usage: $0 up DIR}" ;;
 down) down "${2:?usage: $0 down DIR}" ;;

@@ -42,8 +42,16 @@ const needs = [
 ];
 // The tests' own: runc for the test node (docs/development.md, "A real node") is built with
 // seccomp, as the DaemonSet asks for RuntimeDefault.
+// The agent's image the node runs is built from deploy/Dockerfile with podman (runc: crun cannot set
+// its limits here), from base images made with debootstrap (scripts/node-base.sh).
 if (process.argv.includes('--tests'))
-  needs.push([() => existsSync('/usr/include/seccomp.h'), 'libseccomp-dev']);
+  needs.push(
+    [() => existsSync('/usr/include/seccomp.h'), 'libseccomp-dev'],
+    [() => has('podman'), 'podman'],
+    [() => has('buildah'), 'buildah'],
+    [() => has('runc'), 'runc'],
+    [() => has('debootstrap'), 'debootstrap'],
+  );
 const missing = needs.filter(([present]) => !present()).map(([, pkg]) => pkg);
 if (missing.length > 0) {
   if (process.getuid?.() !== 0) {

@@ -32,14 +32,7 @@ esac
 project=$(cd "$(dirname "$0")/.." && pwd)
 cache=${IPMASQ_USERLAND_CACHE:-/var/cache/ipmasq-agent}
 root=$cache/$suite
-# The Debian mirror this machine's apt uses (IPMASQ_DEBIAN_MIRROR overrides); none found: debootstrap's own.
-apt_mirror() {
-  local uri
-  uri=$(grep -hm1 -E '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2; exit}')
-  [ -n "$uri" ] || uri=$(grep -hm1 -E '^deb ' /etc/apt/sources.list 2>/dev/null | awk '{print $2; exit}')
-  echo "$uri"
-}
-mirror=${IPMASQ_DEBIAN_MIRROR:-$(apt_mirror)}
+mirror=$(bash "$project/scripts/debian-mirror.sh")
 # What the suites need in the userland: node and a compiler for the addon, nft and its library,
 # ip and python3 for the topology, iptables-nft for the legacy-chain tests, sysctl from procps,
 # libnetfilter-conntrack for the addon's conntrack flush and the conntrack tool the tests count with.
