@@ -9,10 +9,10 @@ import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { parse, stringify } from 'yaml';
+import { parse, parseAllDocuments, stringify } from 'yaml';
 import { waitFor } from '../../harness/agent.js';
 import { inNetns, packageRoot, requireRoot } from '../../harness/netns.js';
-import { startRealNode, type RealNode } from '../../harness/real-node.js';
+import { NODE_ECHO_PORT, startRealNode, type RealNode } from '../../harness/real-node.js';
 
 t.setTimeout(1_800_000);
 
@@ -83,6 +83,27 @@ async function untilAgentReady(node: RealNode): Promise<void> {
   );
 }
 
+/**
+ * The node process of `pod`'s agent, seen from here (the containers share this machine's PID
+ * space): the one whose cgroup is the pod's (a second agent runs beside it in this suite).
+ */
+async function agentProcess(node: RealNode, pod: Pod): Promise<string> {
+  // node as the image's launcher starts it (the launcher's own command line names node second).
+  const listed = await node.inNode('pgrep', ['-f', '^\\S*node .*/app/bin/ipmasq-agent\\.js']);
+  const pid = listed
+    .trim()
+    .split('\n')
+    .find((p) => {
+      try {
+        return readFileSync(`/proc/${p}/cgroup`, 'utf8').includes(pod.metadata.uid);
+      } catch {
+        return false;
+      }
+    });
+  if (!pid) throw new Error(`no agent process in pod ${pod.metadata.name}`);
+  return pid;
+}
+
 async function nonmasq(node: RealNode): Promise<string> {
   return node.inNode('nft', ['list', 'set', 'ip', 'ipmasq', 'nonmasq']);
 }
@@ -101,6 +122,173 @@ if (requireRoot(t)) {
     t.match(await node.inNode('nft', ['list', 'tables']), /table ip ipmasq/, "in the node's netns");
     const metrics = await node.inNode('curl', ['-sf', `http://${env.NODE_IP}:9410/metrics`]);
     t.match(metrics, /^ipmasq_config_valid 1$/m, "/metrics on the node's address");
+  });
+
+  // A second agent, the shipped image with the API overlay's pod, whose projected token lasts the
+  // 10 minutes the API allows at least: the DaemonSet's own lasts an hour, renewed by the kubelet
+  // after 80 % of it. In a network namespace of its own (its tables are its pod's), with a
+  // ServiceAccount, role and ConfigMap of its own that nothing else in this suite touches. Started
+  // here; its rotation is checked last, its /metrics sampled throughout.
+  const follower = {
+    ip: '',
+    uid: '',
+    token: '',
+    samples: 0,
+    notUp: 0,
+    sampling: true,
+    sampler: Promise.resolve(),
+    authFailures: 0,
+  };
+  const TOKEN_SECONDS = 600;
+  const claims = (token: string) =>
+    JSON.parse(Buffer.from(token.split('.')[1] ?? '', 'base64url').toString()) as {
+      iat: number;
+      exp: number;
+    };
+  const followerToken = () =>
+    readFileSync(
+      join(
+        node.dir,
+        'kubelet',
+        'root',
+        'pods',
+        follower.uid,
+        'volumes',
+        'kubernetes.io~projected',
+        'token',
+        'token',
+      ),
+      'utf8',
+    );
+  /**
+   * The API server's count of requests whose credential it did not take: "failure" (none it knows)
+   * and "error" (a token it could not accept: an expired one among them).
+   */
+  const authFailures = async () => {
+    const metrics = await node.kubectl(['get', '--raw', '/metrics']);
+    let refused = 0;
+    for (const [, result, count] of metrics.matchAll(
+      /^authentication_attempts\{result="(\w+)"\} (\d+)$/gm,
+    ))
+      if (result !== 'success') refused += Number(count);
+    return refused;
+  };
+
+  t.test('a second agent whose projected token lasts 10 minutes starts', async (t) => {
+    const rbac = parseAllDocuments(
+      readFileSync(join(packageRoot, 'deploy', 'overlays', 'api', 'rbac.yaml'), 'utf8'),
+    ).map((doc) => {
+      const object = doc.toJS() as {
+        metadata: { name: string; labels?: unknown };
+        roleRef?: { name: string };
+        subjects?: { name: string }[];
+      };
+      const renamed = (name: string) => name.replace('ipmasq-agent', 'token-follower');
+      object.metadata.name = renamed(object.metadata.name);
+      delete object.metadata.labels;
+      if (object.roleRef) object.roleRef.name = renamed(object.roleRef.name);
+      for (const subject of object.subjects ?? []) subject.name = 'token-follower';
+      return object;
+    });
+    const rendered = parseAllDocuments(
+      await node.kubectl(['kustomize', join(packageRoot, 'deploy', 'overlays', 'api')]),
+    ).map(
+      (doc) =>
+        doc.toJS() as { kind: string; spec: { template: { spec: Record<string, unknown> } } },
+    );
+    const template = rendered.find((o) => o.kind === 'DaemonSet')!.spec.template.spec as {
+      containers: { volumeMounts: unknown[] }[];
+      volumes: { name: string; configMap?: { name: string } }[];
+      [key: string]: unknown;
+    };
+    template.volumes.find((v) => v.name === 'config')!.configMap!.name = 'token-follower';
+    template.volumes.push({
+      name: 'token',
+      projected: {
+        sources: [
+          { serviceAccountToken: { path: 'token', expirationSeconds: TOKEN_SECONDS } },
+          { configMap: { name: 'kube-root-ca.crt', items: [{ key: 'ca.crt', path: 'ca.crt' }] } },
+          {
+            downwardAPI: {
+              items: [{ path: 'namespace', fieldRef: { fieldPath: 'metadata.namespace' } }],
+            },
+          },
+        ],
+      },
+    } as never);
+    template.containers[0]!.volumeMounts.push({
+      name: 'token',
+      mountPath: '/var/run/secrets/kubernetes.io/serviceaccount',
+      readOnly: true,
+    });
+    const pod = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: {
+        name: 'token-follower',
+        namespace: 'kube-system',
+        labels: { app: 'token-follower' },
+      },
+      spec: {
+        ...template,
+        serviceAccountName: 'token-follower',
+        automountServiceAccountToken: false,
+        hostNetwork: false,
+        dnsPolicy: 'Default',
+      },
+    };
+    const objects = [
+      ...rbac,
+      {
+        apiVersion: 'v1',
+        kind: 'ServiceAccount',
+        metadata: { name: 'token-follower', namespace: 'kube-system' },
+      },
+      {
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata: { name: 'token-follower', namespace: 'kube-system' },
+        data: { config: config(SHIPPED) },
+      },
+      pod,
+    ];
+    await node.kubectl(
+      ['apply', '-f', '-'],
+      JSON.stringify({ apiVersion: 'v1', kind: 'List', items: objects }),
+    );
+    await node.kubectl([
+      '-n',
+      'kube-system',
+      'wait',
+      'pod/token-follower',
+      '--for=condition=Ready',
+      '--timeout=180s',
+    ]);
+    const started = await node.json<Pod>(['-n', 'kube-system', 'get', 'pod', 'token-follower']);
+    follower.ip = started.status.podIP!;
+    follower.uid = started.metadata.uid;
+    follower.token = followerToken();
+    const { iat, exp } = claims(follower.token);
+    t.equal(exp - iat, TOKEN_SECONDS, 'its token lasts 10 minutes');
+    follower.authFailures = await authFailures();
+    const metrics = () =>
+      node.inNode('curl', ['-sf', '--max-time', '2', `http://${follower.ip}:9410/metrics`]);
+    await waitFor(
+      'its watches up',
+      async () =>
+        /^ipmasq_kubernetes_up 1$/m.test(await metrics().catch(() => '')) ? true : undefined,
+      60_000,
+      200,
+    );
+    t.pass('Ready, its watches of the API server up');
+    follower.sampler = (async () => {
+      while (follower.sampling) {
+        const text = await metrics().catch(() => '');
+        follower.samples++;
+        if (!/^ipmasq_kubernetes_up 1$/m.test(text)) follower.notUp++;
+        await new Promise((r) => setTimeout(r, 2_000));
+      }
+    })();
   });
 
   let podNetns = '';
@@ -166,6 +354,227 @@ if (requireRoot(t)) {
     const seen = await node.sources(podNetns, [env.REMOTE_MASQ_IP!]);
     t.equal(seen.get(env.REMOTE_MASQ_IP!), podIP, 'the pod now keeps its address there');
   });
+
+  /** A UDP Service without a selector and its EndpointSlice: `port` on it to `address`:`port`. */
+  const service = (name: string, port: number, address: string) => ({
+    apiVersion: 'v1',
+    kind: 'List',
+    items: [
+      {
+        apiVersion: 'v1',
+        kind: 'Service',
+        metadata: { name, namespace: 'churn' },
+        spec: { ports: [{ name: 'udp', protocol: 'UDP', port, targetPort: port }] },
+      },
+      {
+        apiVersion: 'discovery.k8s.io/v1',
+        kind: 'EndpointSlice',
+        metadata: { name, namespace: 'churn', labels: { 'kubernetes.io/service-name': name } },
+        addressType: 'IPv4',
+        endpoints: [{ addresses: [address], conditions: { ready: true } }],
+        ports: [{ name: 'udp', protocol: 'UDP', port }],
+      },
+    ],
+  });
+
+  t.test(
+    'kube-proxy as the busy neighbour: Services changed every second, the agent ready and prompt',
+    async (t) => {
+      // kube-proxy (nftables mode) runs beside the agent in the node's namespace (scripts/node.sh):
+      // every Service or EndpointSlice change is a commit of its table.
+      await node.kubectl(['create', 'namespace', 'churn']);
+      const NODE_IP = env.NODE_IP!;
+      const REMOTE_IP = env.REMOTE_IP!;
+      const REMOTE_MASQ_IP = env.REMOTE_MASQ_IP!;
+      await node.kubectl(
+        ['apply', '-f', '-'],
+        JSON.stringify(service('echo', NODE_ECHO_PORT, REMOTE_IP)),
+      );
+      await node.kubectl(
+        ['apply', '-f', '-'],
+        JSON.stringify(service('echo-masq', NODE_ECHO_PORT, REMOTE_MASQ_IP)),
+      );
+      const syncs = async () =>
+        Number(
+          /^kubeproxy_sync_proxy_rules_duration_seconds_count\{ip_family="IPv4"\} (\d+)$/m.exec(
+            await node.inNode('curl', ['-sf', 'http://127.0.0.1:10249/metrics']),
+          )?.[1] ?? NaN,
+        );
+      const syncsBefore = await syncs();
+      // The churn: each second one of five Services gets a new port, its EndpointSlice with it.
+      let churning = true;
+      let changes = 0;
+      const churn = (async () => {
+        for (let i = 0; churning; i++) {
+          const started = Date.now();
+          await node.kubectl(
+            ['apply', '-f', '-'],
+            JSON.stringify(service(`churn-${i % 5}`, 20_000 + i, REMOTE_IP)),
+          );
+          changes++;
+          await new Promise((r) => setTimeout(r, Math.max(0, 1_000 - (Date.now() - started))));
+        }
+      })();
+      // /readyz as the kubelet asks it, four times a second, throughout.
+      const answers = new Map<string, number>();
+      let probing = true;
+      const prober = (async () => {
+        while (probing) {
+          const code = await node
+            .inNode('curl', [
+              '-s',
+              '-o',
+              '/dev/null',
+              '-w',
+              '%{http_code}',
+              '--max-time',
+              '2',
+              `http://${NODE_IP}:9410/readyz`,
+            ])
+            .catch(() => 'none');
+          answers.set(code, (answers.get(code) ?? 0) + 1);
+          await new Promise((r) => setTimeout(r, 250));
+        }
+      })();
+      const started = Date.now();
+      const pod = await agentPod(node);
+      const volume = join(
+        node.dir,
+        'kubelet',
+        'root',
+        'pods',
+        pod.metadata.uid,
+        'volumes',
+        'kubernetes.io~configmap',
+        'config',
+        'ip-masq-agent',
+      );
+      // Edits through the kubelet's volume, each timed from the volume's change to the kernel.
+      const edits: [string, string[], RegExp, boolean][] = [
+        ['198.18.0.0/15 removed', SHIPPED, /198\.18\.0\.0\/15/, false],
+        ['198.51.100.0/24 added', [...SHIPPED, '198.51.100.0/24'], /198\.51\.100\.0\/24/, true],
+        ['198.51.100.0/24 removed', SHIPPED, /198\.51\.100\.0\/24/, false],
+      ];
+      const agentParts: number[] = [];
+      for (const [what, cidrs, pattern, present] of edits) {
+        await node.kubectl(['apply', '-f', '-'], configMap(config(cidrs)));
+        const inVolume = await waitFor(
+          `the volume with ${what}`,
+          () => (pattern.test(readFileSync(volume, 'utf8')) === present ? Date.now() : undefined),
+          120_000,
+          10,
+        );
+        const inKernel = await waitFor(
+          `the kernel with ${what}`,
+          async () => (pattern.test(await nonmasq(node)) === present ? Date.now() : undefined),
+          120_000,
+          10,
+        );
+        agentParts.push(inKernel - inVolume);
+        t.ok(
+          inKernel - inVolume <= 1_000,
+          `${what}: in the kernel ${inKernel - inVolume} ms after the volume`,
+        );
+      }
+      // At least half a minute of churn.
+      await waitFor(
+        '30 s of churn',
+        () => (Date.now() - started >= 30_000 ? true : undefined),
+        60_000,
+        200,
+      );
+      churning = false;
+      await churn;
+      probing = false;
+      await prober;
+      const commits = (await syncs()) - syncsBefore;
+      const seconds = Math.round((Date.now() - started) / 1000);
+      t.comment(
+        `${changes} Service changes in ${seconds} s, ${commits} kube-proxy syncs; /readyz ${JSON.stringify(Object.fromEntries(answers))}; volume → kernel ${agentParts.join(', ')} ms`,
+      );
+      t.ok(commits >= seconds / 3, `kube-proxy committed throughout (${commits} syncs)`);
+      t.same(
+        [...answers.keys()],
+        ['200'],
+        `/readyz 200 in every one of ${[...answers.values()].reduce((a, b) => a + b, 0)} probes`,
+      );
+      t.ok(ready(await agentPod(node)), 'the pod Ready by the kubelet');
+
+      // kube-proxy's own rules as its Services say, and working beside ours: a pod's new flows to
+      // the echo Services' cluster addresses reach the remote, as itself to 192.168.77.2 and
+      // masqueraded to 198.18.0.2 (the agent decides on the address kube-proxy translated to).
+      const services = await node.json<{
+        items: {
+          metadata: { name: string };
+          spec: { clusterIP: string; ports: { port: number }[] };
+        }[];
+      }>(['-n', 'churn', 'get', 'services']);
+      const map = await node.inNode('nft', ['list', 'map', 'ip', 'kube-proxy', 'service-ips']);
+      for (const item of services.items) {
+        const element = `${item.spec.clusterIP} . udp . ${item.spec.ports[0]!.port}`;
+        t.ok(map.includes(element), `kube-proxy's map holds ${item.metadata.name} as ${element}`);
+      }
+      const clusterIP = (name: string) =>
+        services.items.find((s) => s.metadata.name === name)!.spec.clusterIP;
+      const seen = await node.sources(podNetns, [clusterIP('echo'), clusterIP('echo-masq')]);
+      t.equal(
+        seen.get(clusterIP('echo')),
+        podIP,
+        `through the Service to ${REMOTE_IP}: the pod's own`,
+      );
+      t.equal(
+        seen.get(clusterIP('echo-masq')),
+        NODE_IP,
+        `through the Service to ${REMOTE_MASQ_IP}: masqueraded`,
+      );
+
+      // kube-proxy masquerades what it marked and the hairpin connections it redirected: neither is
+      // traffic the agent leaves alone, so neither is reported, and --explain --live says so.
+      const metrics = await node.inNode('curl', ['-sf', `http://${NODE_IP}:9410/metrics`]);
+      t.notMatch(
+        metrics,
+        /^ipmasq_other_nat_rules\{table="ip kube-proxy"/m,
+        'no other-NAT finding for kube-proxy',
+      );
+      const explained = JSON.parse(
+        await node.kubectl([
+          '-n',
+          'kube-system',
+          'exec',
+          'daemonset/ipmasq-agent',
+          '--',
+          'ipmasq-agent',
+          '--explain',
+          REMOTE_IP,
+          REMOTE_MASQ_IP,
+          '--live',
+          '--from',
+          podIP,
+          '--output',
+          'json',
+        ]),
+      ) as {
+        live: { answers: { masqueraded: boolean | null; otherNat?: unknown[]; text: string }[] };
+      };
+      const [toRemote, toMasq] = explained.live.answers;
+      t.equal(
+        toRemote?.masqueraded,
+        false,
+        `--explain --live: ${REMOTE_IP} left alone (${toRemote?.text})`,
+      );
+      t.same(
+        toRemote?.otherNat,
+        [],
+        "and no other NAT names it: kube-proxy's masquerade is not for it",
+      );
+      t.equal(
+        toMasq?.masqueraded,
+        true,
+        `--explain --live: ${REMOTE_MASQ_IP} masqueraded (${toMasq?.text})`,
+      );
+      await node.kubectl(['delete', 'namespace', 'churn', '--wait']);
+    },
+  );
 
   t.test('with the API overlay, an invalid ConfigMap: Running, not Ready, an Event', async (t) => {
     await node.kubectl(['apply', '-k', join(packageRoot, 'deploy', 'overlays', 'api')]);
@@ -428,12 +837,7 @@ if (requireRoot(t)) {
     async (t) => {
       const before = await agentPod(node);
       const restarts = before.status.containerStatuses?.[0]?.restartCount ?? 0;
-      // The agent's node process, seen from here (the container shares this machine's PID space).
-      const pid = (
-        await node.inNode('pgrep', ['-f', '^/usr/local/bin/node /app/bin/ipmasq-agent.js'])
-      )
-        .trim()
-        .split('\n')[0];
+      const pid = await agentProcess(node, before);
       t.ok(pid, `the agent's process ${pid}`);
       process.kill(Number(pid), 'SIGSTOP');
       const restarted = waitFor(
@@ -635,11 +1039,7 @@ if (requireRoot(t)) {
     t.ok(text.length < 1_048_576, `${text.length} bytes: under the API's 1 MiB`);
     const before = await agentPod(node);
     const restarts = before.status.containerStatuses?.[0]?.restartCount ?? 0;
-    const pid = (
-      await node.inNode('pgrep', ['-f', '^/usr/local/bin/node /app/bin/ipmasq-agent.js'])
-    )
-      .trim()
-      .split('\n')[0]!;
+    const pid = await agentProcess(node, before);
     // The container's memory cgroup (v1 here): its peak counts the libnftables children too.
     const cgroup = /^\d+:memory:(.+)$/m.exec(readFileSync(`/proc/${pid}/cgroup`, 'utf8'))?.[1];
     t.ok(cgroup, `the agent's memory cgroup (${cgroup})`);
@@ -678,6 +1078,69 @@ if (requireRoot(t)) {
     );
     const seen = await node.sources(podNetns, [env.REMOTE_MASQ_IP!]);
     t.equal(seen.get(env.REMOTE_MASQ_IP!), env.NODE_IP, `to ${env.REMOTE_MASQ_IP}: masqueraded`);
+  });
+
+  t.test('the kubelet rotates the short-lived token: the second agent follows it', async (t) => {
+    const first = claims(follower.token);
+    const rotated = await waitFor(
+      'the kubelet to rotate the token',
+      () => {
+        const token = followerToken();
+        return token !== follower.token ? token : undefined;
+      },
+      Math.max(0, first.exp * 1000 - Date.now()) + 60_000,
+      500,
+    );
+    const next = claims(rotated);
+    t.ok(next.iat > first.iat, `a new token, issued ${next.iat - first.iat} s after the first`);
+    // Past the first token's expiry, a request only the new one can make: an Event on the Node,
+    // posted when its config turns invalid.
+    await waitFor(
+      'the first token to expire',
+      () => (Date.now() / 1000 > first.exp + 2 ? true : undefined),
+      TOKEN_SECONDS * 1000,
+      500,
+    );
+    await node.kubectl(
+      ['apply', '-f', '-'],
+      JSON.stringify({
+        apiVersion: 'v1',
+        kind: 'ConfigMap',
+        metadata: { name: 'token-follower', namespace: 'kube-system' },
+        data: { config: 'nonMasqueradeCIDRs: [token-follower-check]\n' },
+      }),
+    );
+    await waitFor(
+      'its Event after the first token expired',
+      async () => {
+        const list = await node.json<{ items: { message: string }[] }>([
+          '-n',
+          'default',
+          'get',
+          'events',
+          '--field-selector',
+          'reason=ConfigInvalid',
+        ]);
+        return list.items.some((e) => e.message.includes('token-follower-check'))
+          ? true
+          : undefined;
+      },
+      180_000,
+      1_000,
+    );
+    t.pass('an Event posted with the rotated token');
+    follower.sampling = false;
+    await follower.sampler;
+    t.ok(follower.samples >= 100, `${follower.samples} samples of its /metrics over the suite`);
+    t.equal(follower.notUp, 0, 'ipmasq_kubernetes_up 1 in every one');
+    t.equal(
+      await authFailures(),
+      follower.authFailures,
+      'no request refused for its credential (no 401)',
+    );
+    const metrics = await node.inNode('curl', ['-sf', `http://${follower.ip}:9410/metrics`]);
+    t.notMatch(metrics, /^ipmasq_kubernetes_errors_total\{[^}]*\} [1-9]/m, 'no API error counted');
+    await node.kubectl(['-n', 'kube-system', 'delete', 'pod', 'token-follower', '--wait']);
   });
 
   t.test('the kubelet wrote its logs and volumes under the node directory only', async (t) => {
