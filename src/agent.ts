@@ -1,7 +1,7 @@
 // Wires the long-running agent: config watcher and signals → runner → reconciler → kernel, with the
 // health/metrics server reading the reconciler's status. docs/writes.md, "When it writes" and
 // "HTTP".
-import { familyOf } from './cidr/index.js';
+import { managedFamilies } from './cidr/index.js';
 import type { Logger } from 'pino';
 import { AUTO_LAYOUT_CROSSOVER } from './compile.js';
 import { configLoader } from './config/loader.js';
@@ -10,7 +10,7 @@ import { onFastPathMismatch } from './config/load-worker.js';
 import { FAST_PATH_MISMATCH, reportMismatch } from './reconcile/fast-path.js';
 import { CommitWatch } from './reconcile/commit-watch.js';
 import { openCommitMonitor } from './nftables/addon.js';
-import { standInName } from './nftables/ownership.js';
+import { oursOrStandIn } from './nftables/ownership.js';
 import { MemoryPolicy } from './memory-policy.js';
 import { libnftablesVersion } from './nftables/kernel.js';
 import { plan, usesApi, type AgentOptions } from './options.js';
@@ -141,7 +141,7 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
       logger,
       publish: metrics.snatHeadroom(),
       intervalMs: options.natStatsIntervalMs,
-      families: enableIPv6 ? ['ipv4', 'ipv6'] : ['ipv4'],
+      families: managedFamilies(enableIPv6).map((f) => f.name),
       ports: snatPorts(toPorts),
     });
     sampler.start();
@@ -149,9 +149,9 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   metrics.decisions(
     async () =>
       Promise.all(
-        (enableIPv6 ? (['ip', 'ip6'] as const) : (['ip'] as const)).map(async (family) => ({
-          family: familyOf(family).name,
-          counters: await nftKernel.counters({ family, name: table }),
+        managedFamilies(enableIPv6).map(async (family) => ({
+          family: family.name,
+          counters: await nftKernel.counters({ family: family.table, name: table }),
         })),
       ),
     () => reconciler.podPolicyNames(),
@@ -172,15 +172,13 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   });
 
   // Another tool's commit to our tables: read back and repaired within the second it came in.
-  const ours = new Set(
-    (enableIPv6 ? ['ip', 'ip6'] : ['ip']).flatMap((family) => [
-      `${family} ${table}`,
-      `${family} ${standInName(table)}`,
-    ]),
+  const ours = oursOrStandIn(
+    table,
+    managedFamilies(enableIPv6).map((f) => f.table),
   );
   const commits = new CommitWatch({
     open: openCommitMonitor,
-    ours: (name) => ours.has(name),
+    ours: (name) => ours(name.slice(0, name.indexOf(' ')), name.slice(name.indexOf(' ') + 1)),
     unchanged: () => reconciler.kernelUnchanged(),
     requestSync: (why) => trigger(why),
     elsewhere: (genId) => reconciler.noteCommitElsewhere(genId),

@@ -1,5 +1,5 @@
 // Config + flags → the agent's desired tables (pure). README, "What it does".
-import { familyOf } from './cidr/index.js';
+import { familyOf, managedFamilies } from './cidr/index.js';
 import { snatText } from './config/egress.js';
 import {
   decisionOf,
@@ -112,9 +112,8 @@ export const AUTO_LAYOUT_CROSSOVER = 2_000;
 export function chooseLayout(config: Config, options: CompileOptions): 'interval' | 'concat' {
   const layout = options.setLayout ?? 'auto';
   if (layout !== 'auto') return layout;
-  const families = options.enableIPv6 ? (['ipv4', 'ipv6'] as const) : (['ipv4'] as const);
-  const elements = families.reduce(
-    (sum, family) => sum + config.nonMasquerade[family].length + config.masquerade[family].length,
+  const elements = managedFamilies(options.enableIPv6).reduce(
+    (sum, { name }) => sum + config.nonMasquerade[name].length + config.masquerade[name].length,
     0,
   );
   return elements > AUTO_LAYOUT_CROSSOVER ? 'concat' : 'interval';
@@ -308,10 +307,11 @@ export function compile(
   if (options.masqChain === BASE_CHAIN || options.masqChain === LATE_REPLIES_CHAIN) {
     throw new Error(`--masq-chain may not be ${options.masqChain}: a base chain has that name`);
   }
-  const families: TableFamily[] = options.enableIPv6 ? ['ip', 'ip6'] : ['ip'];
   const layout = chooseLayout(config, options);
   const mark: WriteMark = { generation, hash: config.hash, ...(writer ? { writer } : {}) };
-  return families.map((family) => compileFamily(family, config, options, mark, layout));
+  return managedFamilies(options.enableIPv6).map((family) =>
+    compileFamily(family.table, config, options, mark, layout),
+  );
 }
 
 /**

@@ -6,6 +6,7 @@
 import {
   type Bound,
   type Family,
+  familyOf,
   inRanges,
   ipv4Number,
   normalise,
@@ -219,8 +220,6 @@ export class Judge {
   }
 }
 
-const families: Record<AddressFamily, Family> = { ipv4: 4, ipv6: 6 };
-
 /** An IPv4 CIDR as a number range: no bigint for the largest lists a config has. */
 function v4Range(cidr: string): Range<number> {
   const prefix = parseCidr(cidr);
@@ -269,6 +268,10 @@ export function flippedRanges(
   return which.map((family) => {
     const was = exemptRanges(stepsOf(before, family));
     const will = exemptRanges(stepsOf(after, family));
-    return { family: families[family], lost: subtract(was, will), gained: subtract(will, was) };
+    return {
+      family: familyOf(family).number,
+      lost: subtract(was, will),
+      gained: subtract(will, was),
+    };
   });
 }

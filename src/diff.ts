@@ -8,6 +8,7 @@ import {
   rangesToPrefixes,
   type Range,
   familyOf,
+  managedFamilies,
 } from './cidr/index.js';
 import { podPolicyName, type CompileOptions } from './compile.js';
 import { CONFIG_KEYS, type KeyName, type KeySpec } from './config/keys.js';
@@ -101,7 +102,7 @@ function policyChanges(
 }
 
 export function diffConfigs(current: Config, proposed: Config, options: CompileOptions): Diff {
-  const families: AddressFamily[] = options.enableIPv6 ? ['ipv4', 'ipv6'] : ['ipv4'];
+  const families = managedFamilies(options.enableIPv6).map((f) => f.name);
   const changes: Array<ChangedRange & { readonly at: bigint }> = [];
   const summary: DiffSummary[] = [];
   const explainCurrent = explainer(current, options);

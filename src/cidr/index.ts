@@ -7,7 +7,13 @@ export {
   escapeUnprintable,
   quote,
 } from './address.js';
-export { familyOf, type AddressFamily, type IpFamily, type TableFamily } from './family.js';
+export {
+  familyOf,
+  managedFamilies,
+  type AddressFamily,
+  type IpFamily,
+  type TableFamily,
+} from './family.js';
 export {
   type Prefix,
   formatPrefix,

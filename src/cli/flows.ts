@@ -25,6 +25,7 @@ import {
 } from '../flows.js';
 import { collectGarbage } from '../memory.js';
 import type { Kernel } from '../nftables/kernel.js';
+import { oursOrStandIn } from '../nftables/ownership.js';
 import type { RuleShape } from '../nftables/types.js';
 import { plan, usesApi, type AgentOptions } from '../options.js';
 
@@ -52,9 +53,8 @@ function rangeOf(text: string): { family: 4 | 6; range: Range } | undefined {
 async function portsInKernel(kernel: Kernel, options: AgentOptions): Promise<number> {
   const { table } = plan(options).compile;
   const shapes: RuleShape[] = [];
-  const ours = (await kernel.chains()).filter(
-    (chain) => chain.table === table && (chain.family === 'ip' || chain.family === 'ip6'),
-  );
+  const isOurs = oursOrStandIn(table);
+  const ours = (await kernel.chains()).filter((chain) => isOurs(chain.family, chain.table));
   for (const chain of ours)
     shapes.push(...(await kernel.ruleShapes(chain.family, chain.table, chain.name)));
   return snatPortsOfShapes(shapes);

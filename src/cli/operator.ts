@@ -12,7 +12,7 @@ import { compile, type CompileOptions } from '../compile.js';
 import { stepsOf, type ListStep } from '../decision.js';
 import type { Table } from '../nftables/types.js';
 import { objectDrift } from '../nftables/listing.js';
-import { standInName, tableOwner } from '../nftables/ownership.js';
+import { oursOrStandIn, tableOwner } from '../nftables/ownership.js';
 import { POD_POLICY_MAP, podPolicyChainIndex, podPolicyPrefix } from '../nftables/objects.js';
 import { podNames } from './flows.js';
 import { scanNatChains } from '../nftables/nat-chains.js';
@@ -359,11 +359,7 @@ async function liveAnswers(
 ): Promise<{ answers: LiveAnswer[]; legacyChains: string[] }> {
   const { options, explanations, legacyNames, from, via } = question;
   const ours = options.table;
-  const scan = await scanNatChains(
-    kernel,
-    (family, name) =>
-      (family === 'ip' || family === 'ip6') && (name === ours || name === standInName(ours)),
-  );
+  const scan = await scanNatChains(kernel, oursOrStandIn(ours));
   const findings = findingsOf(scan, await readLegacyNat());
   const listings = new Map<string, string | null>();
   const answers: LiveAnswer[] = [];

@@ -22,6 +22,15 @@ export const STAND_IN_COMMENT = 'ipmasq-agent stand-in: deleted once the table i
 export const standInName = (table: string) => `${table}_upgrade`;
 
 /**
+ * Whether the table `family name` is ours: `table` or its stand-in, in family ip or ip6 (or in one
+ * of `families`, the ones managed).
+ */
+export const oursOrStandIn =
+  (table: string, families: readonly string[] = ['ip', 'ip6']) =>
+  (family: string, name: string): boolean =>
+    families.includes(family) && (name === table || name === standInName(table));
+
+/**
  * The largest generation a mark carries (15 digits: exact as a JavaScript number, and the mark
  * with a `by:` field fits nftables' 128 characters up to 9). The write after it counts from 1 again,
  * with a warning; a mark found past it is read as one (README, "Choices where the contract is silent").

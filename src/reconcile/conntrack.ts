@@ -12,6 +12,7 @@ import {
   type Range,
   subtract,
   familyOf,
+  managedFamilies,
 } from '../cidr/index.js';
 import type { AddressFamily, Config } from '../config/types.js';
 import {
@@ -199,7 +200,7 @@ export class ConntrackFlush {
   private async flush(before: Config, after: Config, generation: number): Promise<void> {
     const { logger } = this.deps;
     const started = performance.now();
-    const families: AddressFamily[] = this.deps.enableIPv6 ? ['ipv4', 'ipv6'] : ['ipv4'];
+    const families = managedFamilies(this.deps.enableIPv6).map((f) => f.name);
     const deleted: Record<string, Record<string, number>> = {};
     const summary = { lateRepliesHeld: 0, inFlight: 0, unjudged: 0 };
     // Each group of sources by what decided them before and after (pod policies,

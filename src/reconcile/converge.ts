@@ -6,6 +6,7 @@
 // shape.
 import type { Logger } from 'pino';
 import { compile, remark, type CompileOptions } from '../compile.js';
+import { managedFamilies } from '../cidr/index.js';
 import type { Config } from '../config/types.js';
 import {
   elementDiff,
@@ -547,8 +548,9 @@ export class Converger {
         ),
       );
     } catch (err) {
-      const managed: readonly TableFamily[] = compileOptions.enableIPv6 ? ['ip', 'ip6'] : ['ip'];
-      const ours = managed.every((family) => this.written.has(family));
+      const ours = managedFamilies(compileOptions.enableIPv6).every((f) =>
+        this.written.has(f.table),
+      );
       if (!(hearing && ours && err instanceof NftError && err.kind === 'timeout')) throw err;
       logger.warn(
         { readMs: BUSY_READ_MS },

@@ -3,6 +3,7 @@
 // "nftables versions"): the tables are named over plain netlink and each foreign one is listed on
 // its own, each in its own libnftables process, to say which one it is.
 import { libnftablesVersion, NftError, type AnyTableRef, type Kernel } from '../nftables/kernel.js';
+import { oursOrStandIn } from '../nftables/ownership.js';
 import { errorText } from '../errors.js';
 
 export interface KernelFailure {
@@ -24,10 +25,10 @@ export async function describeKernelFailure(
   // Only a crash is diagnosed: after a hang, every probe could take the whole time limit again.
   if (err.kind !== 'crash') return { message: errorText(err), kind: err.kind, unreadable: [] };
   const unreadable: AnyTableRef[] = [];
+  const ours = oursOrStandIn(ownTable);
   try {
     for (const ref of await kernel.tableNames()) {
-      const ours = ref.name === ownTable && (ref.family === 'ip' || ref.family === 'ip6');
-      if (!ours && !(await kernel.readable(ref))) unreadable.push(ref);
+      if (!ours(ref.family, ref.name) && !(await kernel.readable(ref))) unreadable.push(ref);
     }
   } catch {
     // The diagnosis is a courtesy: without it the failure is still reported as it happened.

@@ -1,5 +1,6 @@
 // Reading our tables back from the kernel (compared with what we would write by nftables/listing.ts).
 // Reading changes nothing: what the caller does with the generation found is its own, explicit step.
+import { managedFamilies } from '../cidr/index.js';
 import type { CompileOptions } from '../compile.js';
 import { listingIs } from '../nftables/listing.js';
 import { isStandIn, standInName, tableOwner, type TableOwner } from '../nftables/ownership.js';
@@ -47,8 +48,7 @@ export async function readTables(
     listings.set(family, listing);
     if (listing !== null) owners.set(family, tableOwner(listing));
   }
-  const managed: readonly TableFamily[] = options.enableIPv6 ? ['ip', 'ip6'] : ['ip'];
-  for (const family of managed) {
+  for (const { table: family } of managedFamilies(options.enableIPv6)) {
     if (owners.get(family)?.kind === 'foreign' && !written.has(family)) {
       throw new Error(
         `table ${family} ${options.table} exists and is not ipmasq-agent's (no ` +

@@ -24,7 +24,7 @@ import type { AgentMetrics } from './metrics.js';
 import { describeKernelFailure, type KernelFailure } from './nft-failure.js';
 import { OtherAgentWatch } from './other-agent.js';
 import { OtherNatWatch, type LegacyNatReader } from './other-nat.js';
-import { standInName } from '../nftables/ownership.js';
+import { oursOrStandIn } from '../nftables/ownership.js';
 import { SetSizes } from './set-sizes.js';
 import type { SyncOutcome } from './runner.js';
 import { agentStatus, initialFacts, type AgentStatus, type SyncFacts } from './status.js';
@@ -136,8 +136,7 @@ export class Reconciler {
       metrics,
       ...(deps.events ? { events: deps.events } : {}),
       ...(deps.readLegacyNat ? { readLegacyNat: deps.readLegacyNat } : {}),
-      ours: (family, name) =>
-        (family === 'ip' || family === 'ip6') && (name === table || name === standInName(table)),
+      ours: oursOrStandIn(table),
       chainsSeen: (scan) => this.legacy.observe(scan.all),
       intervalMs: () => this.resyncIntervalMs,
       ...(deps.now ? { now: deps.now } : {}),
