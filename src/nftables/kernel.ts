@@ -241,7 +241,7 @@ export const nftKernel: Kernel = {
   },
   async removeLegacyChain(chain) {
     const handles = await jumpRuleHandles(chain);
-    await runNft(
+    await commitNft(
       [
         ...handles.map((handle) => `delete rule ${NAT_TABLE} ${POSTROUTING} handle ${handle}`),
         `flush chain ${NAT_TABLE} ${chain}`,
