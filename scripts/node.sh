@@ -13,7 +13,8 @@
 #                              kube-scheduler; containerd, kubelet and kube-proxy (nftables mode);
 #                              pods on a CNI bridge (10.244.0.0/24); a veth to a "remote"
 #                              namespace; the sandbox image and the checkout's agent image
-#                              (deploy/Dockerfile, built by scripts/image.sh) imported. Writes DIR/env (KUBECTL, HELM, PROMETHEUS, KUBECONFIG, NODE_NETNS,
+#                              (deploy/Dockerfile, built by scripts/image.sh) imported. Writes
+#                              DIR/env (KUBECTL, HELM, PROMETHEUS, KUBECONFIG, NODE_NETNS,
 #                              REMOTE_NETNS, the addresses) and DIR/admin.kubeconfig. With
 #                              NODE_OWNER=PID, a watcher takes it down when that process ends
 #   scripts/node.sh down DIR   stops it all and removes what it made (processes, mounts,

@@ -4,7 +4,9 @@
 // source it saw. `kubectl apply -k deploy/kubernetes` unchanged; a ConfigMap edit through the
 // kubelet's own volume update to the kernel, timed; then the API overlay, where an invalid
 // ConfigMap keeps the pod Running but not Ready, the kernel on the last good config, and an Event
-// on the Node says why.
+// on the Node says why. Beside it kube-proxy (nftables mode) as a busy neighbour, and a second agent
+// whose short-lived projected token the kubelet renews. The image is deploy/Dockerfile's, built
+// from the checkout (scripts/node.sh).
 import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
