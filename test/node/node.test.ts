@@ -113,6 +113,19 @@ async function nonmasq(node: RealNode): Promise<string> {
 if (requireRoot(t)) {
   const node = await startRealNode(t);
   const { env } = node;
+  /** The agent's config file as the kubelet's atomic writer keeps it in `pod`'s volume. */
+  const configVolume = (pod: Pod) =>
+    join(
+      node.dir,
+      'kubelet',
+      'root',
+      'pods',
+      pod.metadata.uid,
+      'volumes',
+      'kubernetes.io~configmap',
+      'config',
+      'ip-masq-agent',
+    );
 
   t.test('the shipped DaemonSet runs Ready through the kubelet', async (t) => {
     await node.kubectl(['apply', '-k', join(packageRoot, 'deploy', 'kubernetes')]);
@@ -321,19 +334,7 @@ if (requireRoot(t)) {
   });
 
   t.test("a ConfigMap edit reaches the kernel through the kubelet's volume", async (t) => {
-    const pod = await agentPod(node);
-    // The file as the kubelet's atomic writer keeps it in the pod's volume.
-    const volume = join(
-      node.dir,
-      'kubelet',
-      'root',
-      'pods',
-      pod.metadata.uid,
-      'volumes',
-      'kubernetes.io~configmap',
-      'config',
-      'ip-masq-agent',
-    );
+    const volume = configVolume(await agentPod(node));
     t.notMatch(readFileSync(volume, 'utf8'), /198\.18\.0\.0\/15/);
     const applied = Date.now();
     await node.kubectl(['apply', '-f', '-'], configMap(config([...SHIPPED, '198.18.0.0/15'])));
@@ -439,18 +440,7 @@ if (requireRoot(t)) {
         }
       })();
       const started = Date.now();
-      const pod = await agentPod(node);
-      const volume = join(
-        node.dir,
-        'kubelet',
-        'root',
-        'pods',
-        pod.metadata.uid,
-        'volumes',
-        'kubernetes.io~configmap',
-        'config',
-        'ip-masq-agent',
-      );
+      const volume = configVolume(await agentPod(node));
       // Edits through the kubelet's volume, each timed from the volume's change to the kernel.
       const edits: [string, string[], RegExp, boolean][] = [
         ['198.18.0.0/15 removed', SHIPPED, /198\.18\.0\.0\/15/, false],
