@@ -77,9 +77,14 @@ for arch in $arches; do
   dir="$out/$arch"
   rm -rf "$dir" && mkdir -p "$dir"
   started=$(date +%s)
+  # podman 4.3's builder reuses a cached LABEL step whatever the build args, so the Dockerfile's own
+  # labels keep the commit and time of the build that made the cache: the two that change at every
+  # build are also given here, where they always apply.
   if ! podman build --arch "$arch" --network host -f deploy/Dockerfile \
     --build-arg VERSION="$version" --build-arg REVISION="$revision" \
     --build-arg CREATED="$created" --build-arg SOURCE="$source_url" \
+    --label org.opencontainers.image.revision="$revision" \
+    --label org.opencontainers.image.created="$created" \
     -t "$tag" . >>"$log" 2>&1; then
     fail "$arch: the image builds (see $log)"
     continue
