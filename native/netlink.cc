@@ -214,6 +214,10 @@ Status SendBatch(const std::vector<char>& batch, size_t acked, const std::string
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
   int room = static_cast<int>(batch.size()) * 2;
   setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &room, sizeof(room));
+  // Room for every acknowledgement at once: the kernel sends them all before we read one, each
+  // taking about a kilobyte of the buffer, and a refill of 100 000 elements asks for hundreds.
+  int answers = static_cast<int>(std::min<size_t>(acked * 2048 + 65536, 64 << 20));
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &answers, sizeof(answers));
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
   if (sendto(fd, batch.data(), batch.size(), 0, reinterpret_cast<sockaddr*>(&kernel),
@@ -706,6 +710,38 @@ void PutElements(std::vector<char>* batch, uint16_t type, uint16_t flags, uint8_
   }
 }
 
+// A set's flush: a deletion of its elements that names none (what `flush set` sends).
+void PutFlush(std::vector<char>* batch, uint8_t family, const std::string& table,
+              const std::string& set, uint32_t* seq, size_t* acked) {
+  size_t message =
+      StartMessage(batch, static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_DELSETELEM),
+                   NLM_F_ACK, family, (*seq)++, 0);
+  (*acked)++;
+  Writer attrs(batch);
+  attrs.PutString(NFTA_SET_ELEM_LIST_TABLE, table);
+  attrs.PutString(NFTA_SET_ELEM_LIST_SET, set);
+  FinishMessage(batch, message);
+}
+
+// libnftables' marker in a plain interval set: an end element at the first address (read off `nft
+// --debug=netlink`, 1.0.6 and 1.1.3 alike). Added again where it is already held, it is taken as it
+// was (NLM_F_CREATE without NLM_F_EXCL).
+void PutMarker(std::vector<char>* batch, uint8_t family, const std::string& table,
+               const SetEdit& set, uint32_t* seq, size_t* acked) {
+  const std::vector<uint8_t> first(set.key_len, 0);
+  size_t message =
+      StartMessage(batch, static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWSETELEM),
+                   NLM_F_CREATE | NLM_F_ACK, family, (*seq)++, 0);
+  (*acked)++;
+  Writer attrs(batch);
+  attrs.PutString(NFTA_SET_ELEM_LIST_TABLE, table);
+  attrs.PutString(NFTA_SET_ELEM_LIST_SET, set.set);
+  size_t list = attrs.Begin(NLA_F_NESTED | NFTA_SET_ELEM_LIST_ELEMENTS);
+  PutIntervalItem(&attrs, first.data(), set.key_len, true, false);
+  attrs.End(list);
+  FinishMessage(batch, message);
+}
+
 }  // namespace
 
 // The rule of `table`'s `chain` whose comment is `mark`, as the kernel holds it.
@@ -761,12 +797,17 @@ Status EditElements(const ElementEdit& edit) {
   size_t acked = 0;
   for (size_t t = 0; t < edit.tables.size(); t++) {
     const TableEdit& table = edit.tables[t];
-    for (const SetEdit& set : table.sets)
+    for (const SetEdit& set : table.sets) {
+      if (set.refill) PutFlush(&batch, table.family, table.table, set.set, &seq, &acked);
       PutElements(&batch, NFT_MSG_DELSETELEM, 0, table.family, table.table, set, set.removed, &seq,
                   &acked);
-    for (const SetEdit& set : table.sets)
+    }
+    for (const SetEdit& set : table.sets) {
+      if (set.interval && set.marker)
+        PutMarker(&batch, table.family, table.table, set, &seq, &acked);
       PutElements(&batch, NFT_MSG_NEWSETELEM, NLM_F_CREATE, table.family, table.table, set,
                   set.added, &seq, &acked);
+    }
     size_t rule =
         StartMessage(&batch, static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWRULE),
                      NLM_F_REPLACE | NLM_F_ACK, table.family, seq++, 0);

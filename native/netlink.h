@@ -102,6 +102,11 @@ struct SetEdit {
   // its last address (none for a range up to the last address: its start is marked open), as
   // libnftables writes them. Otherwise a concatenated range set: a key and its end key.
   bool interval = false;
+  // Flushed first, in the same transaction, and `added` is then everything it holds.
+  bool refill = false;
+  // A plain interval set none of whose ranges starts at the first address after the change: it
+  // holds libnftables' marker there (an end element), which libnftables adds whenever that is so.
+  bool marker = false;
   std::vector<uint8_t> removed;  // 2 * key_len bytes per element
   std::vector<uint8_t> added;
 };

@@ -448,13 +448,13 @@ Napi::Value ConntrackDelete(const Napi::CallbackInfo& info) {
 }
 
 // editElements({ generation?, tables: [{ family: 4 | 6, table, chain, wasMark, mark, sets: [{
-// name, keyLength, removed: Buffer, added: Buffer }] }] }) → Promise<undefined>:
-// netlink::EditElements, one transaction (docs/writes.md, "The everyday edit").
+// name, keyLength, interval, refill, marker, removed: Buffer, added: Buffer }] }] }) →
+// Promise<undefined>: netlink::EditElements, one transaction (docs/writes.md, "The everyday edit").
 Napi::Value EditElements(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const char* usage =
       "editElements({ generation?, tables: [{ family, table, chain, wasMark, mark, sets: [{ name, "
-      "keyLength, removed, added }] }] })";
+      "keyLength, interval, refill, marker, removed, added }] }] })";
   if (info.Length() != 1 || !info[0].IsObject()) throw Napi::TypeError::New(env, usage);
   Napi::Object request = info[0].As<Napi::Object>();
   const auto object = [&](Napi::Value value) {
@@ -501,6 +501,8 @@ Napi::Value EditElements(const Napi::CallbackInfo& info) {
       one.removed = bytes(set.Get("removed"));
       one.added = bytes(set.Get("added"));
       one.interval = set.Get("interval").ToBoolean().Value();
+      one.refill = set.Get("refill").ToBoolean().Value();
+      one.marker = set.Get("marker").ToBoolean().Value();
       if (one.key_len == 0 || one.key_len > 64 || one.removed.size() % (2 * one.key_len) != 0 ||
           one.added.size() % (2 * one.key_len) != 0)
         throw Napi::RangeError::New(env, "each element is its key and end key, keyLength each");

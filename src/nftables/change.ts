@@ -422,11 +422,11 @@ const sameList = <T>(a: readonly T[] | undefined, b: readonly T[] | undefined) =
 
 /**
  * The change from `old` (what the kernel holds, exactly) to `next` as element additions and
- * deletions of concatenated interval sets and the mark's move, when that is all it is: same sets
- * (keys, flags, size, timeout), chains and counters, every set changed by a delta (setChange), and
- * one rule differing only in its comment, in a base chain. Undefined for any other change, which
- * renderInPlace writes through libnftables. Plain interval sets are left to libnftables: it keeps
- * their end elements and open intervals (docs/writes.md, "The everyday edit").
+ * deletions of address sets and the mark's move, when that is all it is: same sets (keys, flags,
+ * size, timeout), chains and counters, every set changed by a delta (setChange) or, a plain
+ * interval set, refilled, and one rule differing only in its comment, in a base chain. Undefined
+ * for any other change, which renderInPlace writes through libnftables; so is a plain interval set
+ * emptied or filled from empty (docs/writes.md, "The everyday edit").
  */
 export function elementEdit(next: Table, old: Table): TableElementEdit | undefined {
   validateTable(next);
@@ -435,7 +435,7 @@ export function elementEdit(next: Table, old: Table): TableElementEdit | undefin
   if (!sameList(next.counters, old.counters)) return undefined;
   if (next.sets.length !== old.sets.length || next.chains.length !== old.chains.length)
     return undefined;
-  const sets: { set: NamedSet; removed: Elements; added: Elements }[] = [];
+  const sets: Array<TableElementEdit['sets'][number]> = [];
   for (const [i, set] of next.sets.entries()) {
     const before = old.sets[i] as NamedSet;
     const sameShape =
@@ -460,7 +460,14 @@ export function elementEdit(next: Table, old: Table): TableElementEdit | undefin
       if (!set.flags.includes('interval')) return undefined;
       if (set.elements.length === 0 || before.elements.length === 0) return undefined;
     }
-    if (setChange(set, before) !== 'delta') return undefined;
+    const how = setChange(set, before);
+    // A plain interval set's large change: flushed and refilled in the same batch, as libnftables
+    // would write it (its marker element included: the addon's editElements).
+    if (how === 'refill' && set.key.elementSuffix === '') {
+      sets.push({ set, removed: NO_ELEMENTS, added: set.elements, refill: true });
+      continue;
+    }
+    if (how !== 'delta') return undefined;
     const { removed, added } = elementDiff(before.elements, set.elements);
     if (removed.length + added.length > 0) sets.push({ set, removed, added });
   }
@@ -492,7 +499,8 @@ export function renderElementEdit(edits: readonly TableElementEdit[]): string {
   const lines: string[] = [];
   for (const edit of edits) {
     const { family, table } = edit;
-    for (const { set, removed } of edit.sets) {
+    for (const { set, removed, refill } of edit.sets) {
+      if (refill) lines.push(`flush set ${family} ${table} ${set.name}`);
       if (removed.length > 0)
         lines.push(
           `delete element ${family} ${table} ${set.name} { ${elementList(set, removed, family)} }`,

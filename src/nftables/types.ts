@@ -115,9 +115,9 @@ export interface Table {
 }
 
 /**
- * A change of our tables that only adds and deletes elements of concatenated interval sets and
- * moves the mark (docs/writes.md, "The everyday edit"): written as one netlink transaction, without
- * libnftables (nftables/change.ts, elementEdit; the addon's editElements).
+ * A change of our tables that only adds and deletes elements of address sets, or refills a plain
+ * interval set, and moves the mark (docs/writes.md, "The everyday edit"): written as one netlink
+ * transaction, without libnftables (nftables/change.ts, elementEdit; the addon's editElements).
  */
 export interface ElementEdit {
   readonly tables: readonly TableElementEdit[];
@@ -132,6 +132,11 @@ export interface TableElementEdit {
     readonly set: NamedSet;
     readonly removed: Elements;
     readonly added: Elements;
+    /**
+     * The set flushed first, then `added` (all its elements) written, in the same transaction: a
+     * plain interval set's whole change (`removed` is then empty).
+     */
+    readonly refill?: true;
   }>;
   /** The base chain whose one rule carries the mark, that rule before and after, and the marks. */
   readonly chain: string;

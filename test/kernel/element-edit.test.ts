@@ -6,7 +6,9 @@
 // pinned to a generation id another commit moved past, one whose marked rule is not there, and one
 // deleting an element that is not there are refused whole: the table stays as it was. The audit of
 // such a write (the addon's auditSet and ruleComments, over netlink) reads back after each random
-// edit exactly what the edit made, and names the elements another commit added or deleted.
+// edit exactly what the edit made, and names the elements another commit added or deleted. A list
+// replaced wholesale refills a plain interval set in the same batch (its flush, libnftables' marker
+// element and every range), compared item for item as the kernel lists them.
 import fc from 'fast-check';
 import t from 'tap';
 import { compile, type CompileOptions } from '../../src/compile.js';
@@ -40,6 +42,10 @@ const v4 = fc
 const v6 = fc.integer({ min: 0, max: 255 }).map((n) => `fd00:${n.toString(16)}::/48`);
 /** Ranges at the ends of the address space: up to the last address, and from the first. */
 const edges = fc.constantFrom('240.0.0.0/4', '0.0.0.0/8', 'ff00::/8', '255.255.255.255/32');
+/** /24s that never merge (every fourth one), for lists replaced wholesale. */
+const apart = fc
+  .integer({ min: 0, max: 255 })
+  .map((n) => `10.${100 + (n >> 6)}.${(n & 63) * 4}.0/24`);
 const cidr = fc.oneof(
   { weight: 10, arbitrary: v4 },
   { weight: 2, arbitrary: v6 },
@@ -52,7 +58,7 @@ function tables(
   generation: number,
   setLayout: CompileOptions['setLayout'] = 'concat',
 ): Table[] {
-  const text = `nonMasqueradeCIDRs: [${nonMasq.join(', ')}]\nmasqueradeCIDRs: [${masq.join(', ')}]\ncidrLimit: 5000\n`;
+  const text = `nonMasqueradeCIDRs: [${nonMasq.join(', ')}]\nmasqueradeCIDRs: [${masq.join(', ')}]\ncidrLimit: 200000\n`;
   const result = parseConfigText(text, 'case', {
     enableIPv6: true,
     nomasqAllReservedRanges: false,
@@ -96,6 +102,84 @@ if (requireRoot(t)) {
     return out;
   };
 
+  /** Each table's elements as the kernel holds them (the host's nft at --debug=netlink). */
+  const rawItems = async (ns: string) => {
+    const out: string[] = [];
+    for (const family of ['ip', 'ip6']) {
+      const { stdout } = await runNftTool(ns, tools[0]!, [
+        '--debug=netlink',
+        'list',
+        'table',
+        family,
+        'ipmasq',
+      ]);
+      // The sets' items alone: rules carry handles, which differ by the namespace's history.
+      out.push(...stdout.split('\n').filter((line) => /^\S+ \S+ @|^\telement /.test(line)));
+    }
+    return out.join('\n');
+  };
+
+  /**
+   * `before` written whole in both namespaces, then the change to `after` as nft's script in one
+   * and as the netlink batch in the other: the same tables, item for item, and the audit of the
+   * write reads back exactly what it made. The edits, for the caller to look at.
+   */
+  const bothWays = async (before: Table[], after: Table[]): Promise<TableElementEdit[]> => {
+    const edits = editOf(before, after);
+    if (!edits) throw new Error('a change of the lists only is an element edit');
+    const whole = before.map((table) => renderTable(table)).join('');
+    for (const addon of [viaNft, viaNetlink])
+      await addon.value({ op: 'run', script: clear + whole });
+    await viaNft.value({ op: 'run', script: renderElementEdit(edits) });
+    const generation = await viaNetlink.value<number>({ op: 'generation' });
+    const edit: ElementEdit = { tables: edits, generation };
+    await viaNetlink.value({ op: 'edit', edit });
+    const [a, b] = [await listings(viaNft.ns), await listings(viaNetlink.ns)];
+    if (a.join('\n') !== b.join('\n'))
+      throw new Error(`nft wrote\n${a.join('\n')}\nnetlink wrote\n${b.join('\n')}`);
+    const [rawA, rawB] = [await rawItems(viaNft.ns), await rawItems(viaNetlink.ns)];
+    if (rawA !== rawB) throw new Error(`nft wrote the items\n${rawA}\nnetlink wrote\n${rawB}`);
+    for (const [i, table] of after.entries()) {
+      if (!listingIs(b[i]!, table)) throw new Error(`not the new table:\n${b[i]}`);
+    }
+    // The audit of that write reads each set back over netlink: nothing differs from the
+    // new list, and from the old one exactly the elements the edit changed.
+    for (const [i, table] of after.entries()) {
+      const ref = { family: table.family, name: table.name };
+      for (const set of auditable(table)) {
+        const was = before[i]!.sets.find((s) => s.name === set.name)!.elements;
+        const now = await viaNetlink.value<SetAudit>({
+          op: 'audit',
+          ref,
+          set,
+          elements: set.elements,
+        });
+        if (now.missingCount + now.extraCount !== 0 || now.held !== set.elements.length)
+          throw new Error(`${set.name}: the audit differs after the write: ${JSON.stringify(now)}`);
+        const then = await viaNetlink.value<SetAudit>({
+          op: 'audit',
+          ref,
+          set,
+          elements: was,
+        });
+        const gone = was.filter((e) => !set.elements.includes(e)).length;
+        const come = set.elements.filter((e) => !was.includes(e)).length;
+        if (then.missingCount !== gone || then.extraCount !== come)
+          throw new Error(
+            `${set.name}: against the old list the audit finds ${then.missingCount} missing and ${then.extraCount} not meant, the edit changed ${gone} and ${come}`,
+          );
+      }
+      const comments = await viaNetlink.value<string[]>({
+        op: 'comments',
+        ref,
+        chain: edits[i]!.chain,
+      });
+      if (!comments.includes(edits[i]!.mark))
+        throw new Error(`the new mark is not read back: ${JSON.stringify(comments)}`);
+    }
+    return edits;
+  };
+
   for (const layout of LAYOUTS)
     t.test(
       `${layout} sets: the netlink batch writes what nft writes, listed by every nft here`,
@@ -115,58 +199,7 @@ if (requireRoot(t)) {
               const masqAlways = [...new Set(['10.254.0.0/16', 'fd00:fffe::/48', ...masq])];
               const before = tables([...new Set([...always, ...base])], masqAlways, 1, layout);
               const after = tables(next, masqAlways, 2, layout);
-              const edits = editOf(before, after);
-              if (!edits) throw new Error('a change of the lists only is an element edit');
-              const whole = before.map((table) => renderTable(table)).join('');
-              for (const addon of [viaNft, viaNetlink])
-                await addon.value({ op: 'run', script: clear + whole });
-              await viaNft.value({ op: 'run', script: renderElementEdit(edits) });
-              const generation = await viaNetlink.value<number>({ op: 'generation' });
-              const edit: ElementEdit = { tables: edits, generation };
-              await viaNetlink.value({ op: 'edit', edit });
-              const [a, b] = [await listings(viaNft.ns), await listings(viaNetlink.ns)];
-              if (a.join('\n') !== b.join('\n'))
-                throw new Error(`nft wrote\n${a.join('\n')}\nnetlink wrote\n${b.join('\n')}`);
-              for (const [i, table] of after.entries()) {
-                if (!listingIs(b[i]!, table)) throw new Error(`not the new table:\n${b[i]}`);
-              }
-              // The audit of that write reads each set back over netlink: nothing differs from the
-              // new list, and from the old one exactly the elements the edit changed.
-              for (const [i, table] of after.entries()) {
-                const ref = { family: table.family, name: table.name };
-                for (const set of auditable(table)) {
-                  const was = before[i]!.sets.find((s) => s.name === set.name)!.elements;
-                  const now = await viaNetlink.value<SetAudit>({
-                    op: 'audit',
-                    ref,
-                    set,
-                    elements: set.elements,
-                  });
-                  if (now.missingCount + now.extraCount !== 0 || now.held !== set.elements.length)
-                    throw new Error(
-                      `${set.name}: the audit differs after the write: ${JSON.stringify(now)}`,
-                    );
-                  const then = await viaNetlink.value<SetAudit>({
-                    op: 'audit',
-                    ref,
-                    set,
-                    elements: was,
-                  });
-                  const gone = was.filter((e) => !set.elements.includes(e)).length;
-                  const come = set.elements.filter((e) => !was.includes(e)).length;
-                  if (then.missingCount !== gone || then.extraCount !== come)
-                    throw new Error(
-                      `${set.name}: against the old list the audit finds ${then.missingCount} missing and ${then.extraCount} not meant, the edit changed ${gone} and ${come}`,
-                    );
-                }
-                const comments = await viaNetlink.value<string[]>({
-                  op: 'comments',
-                  ref,
-                  chain: edits[i]!.chain,
-                });
-                if (!comments.includes(edits[i]!.mark))
-                  throw new Error(`the new mark is not read back: ${JSON.stringify(comments)}`);
-              }
+              await bothWays(before, after);
               compared++;
             },
           ),
@@ -179,6 +212,75 @@ if (requireRoot(t)) {
         );
       },
     );
+
+  t.test(
+    'interval sets changed wholesale: flushed and refilled in one batch, as nft writes it',
+    async (t) => {
+      let refilled = 0;
+      let compared = 0;
+      await fc.assert(
+        fc.asyncProperty(
+          fc.tuple(
+            fc.uniqueArray(apart, { minLength: 12, maxLength: 40 }),
+            fc.uniqueArray(cidr, { maxLength: 8 }),
+          ),
+          fc.tuple(
+            fc.uniqueArray(apart, { minLength: 12, maxLength: 40 }),
+            fc.uniqueArray(cidr, { maxLength: 8 }),
+          ),
+          fc.uniqueArray(cidr, { maxLength: 3 }),
+          async ([baseApart, baseMore], [freshApart, freshMore], masq) => {
+            const base = [...baseApart, ...baseMore];
+            const fresh = [...freshApart, ...freshMore];
+            const always = ['fd00:ffff::/48', '10.255.0.0/16'];
+            const masqAlways = [...new Set(['10.254.0.0/16', 'fd00:fffe::/48', ...masq])];
+            const before = tables([...new Set([...always, ...base])], masqAlways, 1, 'interval');
+            const after = tables([...new Set([...always, ...fresh])], masqAlways, 2, 'interval');
+            const edits = await bothWays(before, after);
+            if (edits.some((edit) => edit.sets.some((set) => set.refill))) refilled++;
+            compared++;
+          },
+        ),
+        { numRuns: 25 },
+      );
+      t.equal(compared, 25, '25 random lists replaced by others, both families');
+      t.ok(refilled >= 15, `most of them refilled (${refilled}), the rest element deltas`);
+    },
+  );
+
+  t.test(
+    '100 000 ranges refilled in one batch: its hundreds of acknowledgements read',
+    async (t) => {
+      // Every other /24 of 10.0.0.0/8 and 11.0.0.0/8, then the ones between: nothing kept.
+      const list = (odd: number) =>
+        Array.from({ length: 100_000 }, (_, i) => {
+          const n = 2 * i + odd;
+          return `${10 + (n >> 16)}.${(n >> 8) & 255}.${n & 255}.0/24`;
+        });
+      const [before] = tables(list(0), [], 1, 'interval');
+      const [after] = tables(list(1), [], 2, 'interval');
+      const edit = elementEdit(after!, before!);
+      if (!edit) return t.fail('an element edit');
+      t.ok(
+        edit.sets.some((set) => set.refill && set.added.length > 100_000),
+        'a refill of the set',
+      );
+      await viaNetlink.value({ op: 'run', script: clear + renderTable(before!) });
+      await viaNetlink.value({ op: 'edit', edit: { tables: [edit] } });
+      const set = after!.sets.find((s) => s.name === 'nonmasq')!;
+      const found = await viaNetlink.value<SetAudit>({
+        op: 'audit',
+        ref: { family: 'ip', name: 'ipmasq' },
+        set,
+        elements: set.elements,
+      });
+      t.same(
+        [found.missingCount, found.extraCount, found.held],
+        [0, 0, set.elements.length],
+        'the kernel holds the new list, read back whole',
+      );
+    },
+  );
 
   t.test('refused whole: a moved generation, a missing mark, a missing element', async (t) => {
     const base = ['10.0.0.0/24', '10.0.2.0/24', 'fd00:1::/48'];

@@ -91,3 +91,41 @@ t.test('not element edits: left to libnftables', async (t) => {
     'masqueradeCIDRs appearing is an element edit of its set',
   );
 });
+
+t.test(
+  'a plain interval set changed wholesale: flushed and refilled in the same batch',
+  async (t) => {
+    const many = (base: number) =>
+      Array.from({ length: 12 }, (_, i) => `10.${base + 2 * i}.0.0/16`); // apart: never merged
+    const [before] = tables(list(many(0)), 'interval', 1);
+    const [after] = tables(list(many(100)), 'interval', 2);
+    const edit = elementEdit(after!, before!);
+    if (!edit) return t.fail('an element edit');
+    t.same(
+      edit.sets.map((s) => [s.set.name, [...s.removed], [...s.added], s.refill]),
+      [['nonmasq', [], [...after!.sets.find((s) => s.name === 'nonmasq')!.elements], true]],
+      'twelve removals: the set refilled with every element it is to hold, none deleted one by one',
+    );
+    const script = renderElementEdit([edit]).trim().split('\n');
+    t.equal(
+      script[0],
+      'flush set ip ipmasq nonmasq',
+      'what libnftables would be given: the flush first',
+    );
+    t.ok(
+      script.some((line) => line.includes('10.122.0.0/16')),
+      'then every element of the new list',
+    );
+    const [fewer] = tables(list(many(0).slice(0, 11)), 'interval', 2);
+    t.notOk(
+      elementEdit(fewer!, before!)?.sets.some((s) => s.refill),
+      'one removal of twelve: deleted alone, no refill',
+    );
+    const [concatBefore] = tables(list(many(0)), 'concat', 1);
+    const [concatAfter] = tables(list(many(100)), 'concat', 2);
+    t.notOk(
+      elementEdit(concatAfter!, concatBefore!)?.sets.some((s) => s.refill),
+      'a concatenated set is never flushed (its flush is slow in the kernel)',
+    );
+  },
+);
