@@ -942,6 +942,8 @@ namespace {
 struct OpenCommit {
   std::set<std::string> tables;
   bool capped = false;
+  // The socket was deaf for a while (MuteMonitor): the next drain says notifications were lost.
+  bool missed = false;
 };
 std::map<int, OpenCommit>& OpenCommits() {
   static std::map<int, OpenCommit> open;
@@ -984,6 +986,8 @@ Heard DrainMonitor(int fd) {
   auto found = OpenCommits().find(fd);
   if (found == OpenCommits().end()) return {{false, "not a monitor socket"}, {}, false};
   OpenCommit& open = found->second;
+  heard.overflow = open.missed;
+  open.missed = false;
   alignas(nlmsghdr) static thread_local char buf[65536];
   for (;;) {
     // MSG_TRUNC: the datagram's whole length, so that one longer than the buffer is known cut.
@@ -1038,6 +1042,19 @@ Heard DrainMonitor(int fd) {
     }
   }
   return heard;
+}
+
+Status MuteMonitor(int fd, bool mute) {
+  auto found = OpenCommits().find(fd);
+  if (found == OpenCommits().end()) return {false, "not a monitor socket"};
+  int group = NFNLGRP_NFTABLES;
+  if (setsockopt(fd, SOL_NETLINK, mute ? NETLINK_DROP_MEMBERSHIP : NETLINK_ADD_MEMBERSHIP, &group,
+                 sizeof(group)) < 0)
+    return {false, std::string("netlink membership: ") + strerror(errno)};
+  // Whatever was committed meanwhile went unheard: said once, at the next drain. (A commit whose
+  // end went unheard leaves its tables to the next one heard, which then names them too.)
+  if (!mute) found->second.missed = true;
+  return {true, ""};
 }
 
 void CloseMonitor(int fd) {

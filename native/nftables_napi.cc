@@ -581,7 +581,7 @@ Napi::Value RuleComments(const Napi::CallbackInfo& info) {
 }
 
 // monitorOpen(): number, a socket hearing nf_tables' notifications (netlink::OpenMonitor); throws
-// when it cannot be made. Quick: on the JS thread, as are the two below.
+// when it cannot be made. Quick: on the JS thread, as are the three below.
 Napi::Value MonitorOpen(const Napi::CallbackInfo& info) {
   netlink::Monitor monitor = netlink::OpenMonitor();
   if (!monitor.status.ok) {
@@ -620,6 +620,19 @@ Napi::Value MonitorDrain(const Napi::CallbackInfo& info) {
   result.Set("commits", commits);
   result.Set("overflow", Napi::Boolean::New(env, heard.overflow));
   return result;
+}
+
+// monitorMute(fd, mute: boolean): undefined, netlink::MuteMonitor; throws when it fails.
+Napi::Value MonitorMute(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsBoolean()) {
+    Napi::TypeError::New(env, "monitorMute(fd, mute)").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  netlink::Status status = netlink::MuteMonitor(info[0].As<Napi::Number>().Int32Value(),
+                                                info[1].As<Napi::Boolean>().Value());
+  if (!status.ok) Napi::Error::New(env, status.error).ThrowAsJavaScriptException();
+  return env.Undefined();
 }
 
 // monitorClose(fd): undefined
@@ -666,6 +679,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("ruleComments", Napi::Function::New(env, RuleComments));
   exports.Set("monitorOpen", Napi::Function::New(env, MonitorOpen));
   exports.Set("monitorDrain", Napi::Function::New(env, MonitorDrain));
+  exports.Set("monitorMute", Napi::Function::New(env, MonitorMute));
   exports.Set("monitorClose", Napi::Function::New(env, MonitorClose));
   exports.Set("releaseMemory", Napi::Function::New(env, ReleaseMemory));
   exports.Set("mapLargeAllocations", Napi::Function::New(env, MapLargeAllocations));

@@ -21,6 +21,7 @@ import {
   nftFailureKinds,
   type ChainInfo,
   type CommitStep,
+  type WriteOptions,
   type CounterValue,
   type DeletedFlows,
   type ElementEdit,
@@ -81,6 +82,7 @@ interface NativeAddon {
   generationId(): Promise<number>;
   monitorOpen(): number;
   monitorDrain(fd: number): CommitsHeard;
+  monitorMute(fd: number, mute: boolean): void;
   monitorClose(fd: number): void;
   listTables(): Promise<Array<{ family: string; name: string }>>;
   listChains(): Promise<ChainInfo[]>;
@@ -280,23 +282,61 @@ export async function readNft(script: string, options: RunOptions = {}): Promise
  * and right after it in the same turn of the queue: no other call of ours comes between, so a step
  * other than one is another tool's commit.
  */
-export async function commitNft(script: string): Promise<CommitStep> {
+export async function commitNft(script: string, options: WriteOptions = {}): Promise<CommitStep> {
   const timeoutMs = nftTimeoutMs();
-  return committed((native) => runNative(native, script, {}, timeoutMs));
+  return committed((native) => runNative(native, script, {}, timeoutMs), options);
 }
 
 /**
  * A commit of ours in the queue's turn, with the namespace's generation id read right before and
- * right after it (undefined where it cannot be read): every write goes through here.
+ * right after it (undefined where it cannot be read): every write goes through here. `unheard`:
+ * this process's commit monitors leave nftables' group for the commit (while nobody listens, the
+ * kernel makes no notification of each element, which costs it as much as the element itself), and
+ * their next drain says notifications were lost.
  */
-function committed(write: (native: NativeAddon) => Promise<unknown>): Promise<CommitStep> {
+function committed(
+  write: (native: NativeAddon) => Promise<unknown>,
+  { unheard = false }: WriteOptions = {},
+): Promise<CommitStep> {
   const native = addon();
   const generation = () => native.generationId().catch(() => undefined);
   return serialised(async () => {
     const before = await generation();
-    await write(native);
+    const muted = unheard ? muteMonitors(native) : [];
+    try {
+      await write(native);
+    } finally {
+      for (const fd of muted) unmute(native, fd);
+    }
     return { before, after: await generation() };
   });
+}
+
+/** The commit monitors this process has open (openCommitMonitor). */
+const monitors = new Set<number>();
+
+/** Every open monitor out of nftables' group; one that cannot leave it stays, hearing. */
+function muteMonitors(native: NativeAddon): number[] {
+  const muted: number[] = [];
+  for (const fd of monitors) {
+    try {
+      native.monitorMute(fd, true);
+      muted.push(fd);
+    } catch {
+      // Still hearing: the commit costs the kernel its notifications, nothing else.
+    }
+  }
+  return muted;
+}
+
+/** Back in the group; one that cannot join again is closed, and its next drain throws. */
+function unmute(native: NativeAddon, fd: number): void {
+  try {
+    native.monitorMute(fd, false);
+  } catch {
+    monitors.delete(fd);
+    native.monitorClose(fd);
+  }
 }
 
 /**
@@ -456,8 +496,10 @@ function rangeElementBytes(family: 4 | 6, elements: Elements, concat: boolean): 
  * as the change was worked out from: the marked rule missing, an element missing or there already,
  * or (with `generation`) another commit since.
  */
-export async function editElements(edit: ElementEdit): Promise<CommitStep> {
-  const T0 = performance.now();
+export async function editElements(
+  edit: ElementEdit,
+  options: WriteOptions = {},
+): Promise<CommitStep> {
   const tables = edit.tables.map((table) => {
     const family = familyOf(table.family).number;
     return {
@@ -492,16 +534,7 @@ export async function editElements(edit: ElementEdit): Promise<CommitStep> {
     tables,
     ...(edit.generation !== undefined ? { generation: edit.generation } : {}),
   };
-  const T1 = performance.now();
-  const step = await committed(async (native) => {
-    const T2 = performance.now();
-    await native.editElements(request).catch(asNftError);
-    process.stderr.write(
-      `EDIT encode ${(T1 - T0).toFixed(0)} queue ${(T2 - T1).toFixed(0)} native ${(performance.now() - T2).toFixed(0)}\n`,
-    );
-  });
-  process.stderr.write(`EDIT total ${(performance.now() - T0).toFixed(0)}\n`);
-  return step;
+  return committed((native) => native.editElements(request).catch(asNftError), options);
 }
 
 /**
@@ -549,12 +582,14 @@ export async function deleteFlows(plan: FlowPlan, which: 'now' | 'later'): Promi
 export function openCommitMonitor(): { drain(): CommitsHeard; close(): void } {
   const native = addon();
   const fd = native.monitorOpen();
-  let open = true;
+  monitors.add(fd);
   return {
-    drain: () => native.monitorDrain(fd),
+    drain: () => {
+      if (!monitors.has(fd)) throw new Error('the commit monitor could not join its group again');
+      return native.monitorDrain(fd);
+    },
     close: () => {
-      if (open) native.monitorClose(fd);
-      open = false;
+      if (monitors.delete(fd)) native.monitorClose(fd);
     },
   };
 }

@@ -33,6 +33,7 @@ import type {
   RuleShape,
   SetAudit,
   TableRef,
+  WriteOptions,
 } from './types.js';
 
 /** A table of any family, as the kernel names it (`inet`, `bridge`, … as well as ours). */
@@ -54,12 +55,12 @@ export interface TablesPort {
   /**
    * Runs one script as one transaction; the generation ids around it tell whether others committed.
    */
-  apply(script: string): Promise<CommitStep>;
+  apply(script: string, options?: WriteOptions): Promise<CommitStep>;
   /**
    * An element-only change as one transaction over netlink, without libnftables
    * (nftables/change.ts).
    */
-  edit(edit: ElementEdit): Promise<CommitStep>;
+  edit(edit: ElementEdit, options?: WriteOptions): Promise<CommitStep>;
   /**
    * A set of ours read back over netlink and compared with these elements (the element-write
    * audit).

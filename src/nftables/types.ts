@@ -226,6 +226,16 @@ export interface CommitStep {
   readonly after: number | undefined;
 }
 
+/** How one commit of ours is made. */
+export interface WriteOptions {
+  /**
+   * Made while this process's commit monitors are out of nftables' group (a large write: the
+   * kernel makes no notification of each element while nobody listens). Another tool's commit
+   * meanwhile goes unheard, and so counts as one that may have changed our tables.
+   */
+  readonly unheard?: boolean;
+}
+
 /**
  * How a libnftables call can fail (nftables/addon.ts), each counted by kind (reconcile/metrics.ts).
  */

@@ -41,6 +41,8 @@ export class CommitWatch {
   private again = false;
   /** Commits heard that named our tables (tests). */
   touched = 0;
+  /** Drains that said notifications were lost: dropped, or a write of ours made unheard (tests). */
+  missed = 0;
 
   constructor(deps: CommitWatchDeps) {
     this.deps = deps;
@@ -92,6 +94,7 @@ export class CommitWatch {
         this.deps.touched?.(commit.genId);
       } else this.deps.elsewhere?.(commit.genId);
     }
+    if (heard.overflow) this.missed++;
     if (!ours && !heard.overflow) return true;
     if (ours) this.touched++;
     this.startCheck();

@@ -53,6 +53,11 @@ export interface ConvergeDeps {
   readonly otherAgent: OtherAgentWatch;
   /** This process's writer id, recorded in every write's mark (nftables/ownership.ts). */
   readonly writer: string;
+  /**
+   * How long no other tool's commit must have been heard before a large write is made unheard
+   * (Converger.unheard; default UNHEARD_AFTER_QUIET_MS).
+   */
+  readonly unheardAfterQuietMs?: number;
 }
 
 /** What a sync did: wrote, found the kernel holding the config, or held back from another agent. */
@@ -148,6 +153,17 @@ const AUDIT_TRIES = 3;
  * "Beside a busy node"). A quiet read of 100 000 CIDRs takes ~1.5 s.
  */
 export const BUSY_READ_MS = 5_000;
+
+/**
+ * Writes of this many elements or more are made with our commit monitor out of nftables' group
+ * (Converger.unheard): at 100 000 the kernel's notifications of each element cost about as much as
+ * the elements (docs/performance.md).
+ */
+const UNHEARD_FROM = 2_000;
+/** ... once no other tool's commit has been heard for this long. */
+const UNHEARD_AFTER_QUIET_MS = 10_000;
+/** A script's elements, reckoned from its length: the shortest element, `1.0.0.0/8, `, is 11. */
+const SCRIPT_BYTES_PER_ELEMENT = 11;
 
 /** How many other tools' commits elsewhere are remembered (kube-proxy commits often). */
 const ELSEWHERE_STEPS_KEPT = 1_024;
@@ -352,8 +368,27 @@ export class Converger {
     return touched === 1;
   }
 
+  /** When another tool's commit was last heard, or found around a write of ours. */
+  private heardElsewhereAt = -Infinity;
+
+  /**
+   * Whether a write of about `elements` elements is made unheard (nftables/addon.ts, committed):
+   * a large one, while no other tool has committed for a while. Another tool's commit during it
+   * goes unheard, so its step is never explained: what it did to our tables is read back, as after
+   * any commit not heard (docs/writes.md, "When it writes").
+   */
+  private unheard(elements: number): boolean {
+    return (
+      elements >= UNHEARD_FROM &&
+      this.hear() &&
+      performance.now() - this.heardElsewhereAt >=
+        (this.deps.unheardAfterQuietMs ?? UNHEARD_AFTER_QUIET_MS)
+    );
+  }
+
   /** Another tool's commit, heard, that named none of our tables (commit-watch.ts). */
   noteCommitElsewhere(genId: number): void {
+    this.heardElsewhereAt = performance.now();
     this.elsewhereSteps.set((genId - 1) >>> 0, genId);
     for (const oldest of this.elsewhereSteps.keys()) {
       if (this.elsewhereSteps.size <= ELSEWHERE_STEPS_KEPT) break;
@@ -678,8 +713,13 @@ export class Converger {
     try {
       await timed('applyMs', async () => {
         const steps: Array<() => Promise<CommitStep>> = edit
-          ? [() => kernel.edit(edit)]
-          : scripts.map((script) => () => kernel.apply(script));
+          ? [() => kernel.edit(edit, { unheard: this.unheard(this.editSize(edit)) })]
+          : scripts.map(
+              (script) => () =>
+                kernel.apply(script, {
+                  unheard: this.unheard(script.length / SCRIPT_BYTES_PER_ELEMENT),
+                }),
+            );
         for (const step of steps) {
           const { before, after } = await step();
           // One step alone is ours; with others' commits around it (a busy node), ours is the
@@ -691,6 +731,7 @@ export class Converger {
             (await this.explained(chain, before)) &&
             (alone || (await this.heardOursAmong(before, after)));
           chain = follows ? after : undefined;
+          if (!alone) this.heardElsewhereAt = performance.now();
         }
       });
     } catch (err) {
@@ -885,6 +926,21 @@ export class Converger {
       ...(generation !== undefined ? { generation } : {}),
     };
     return edit;
+  }
+
+  /** The elements an element-only write adds and deletes, a refilled set's old ones among them. */
+  private editSize(edit: ElementEdit): number {
+    let count = 0;
+    for (const table of edit.tables) {
+      const last = this.lastTables.get(table.family);
+      for (const { set, added, removed, refill } of table.sets) {
+        const flushed = refill
+          ? (last?.sets.find((s) => s.name === set.name)?.elements.length ?? 0)
+          : 0;
+        count += added.length + removed.length + flushed;
+      }
+    }
+    return count;
   }
 
   /** The kernel holds these tables (written, or found in place). */

@@ -69,6 +69,11 @@ export interface ReconcilerDeps {
   readonly readLegacyNat?: LegacyNatReader;
   /** Asks the sync loop for a sync (the element-write audit's); without it none is asked. */
   readonly requestSync?: (reason: string) => void;
+  /**
+   * How long no other tool's commit must have been heard before a large write is made unheard
+   * (ConvergeDeps; default 10 s).
+   */
+  readonly unheardAfterQuietMs?: number;
 }
 
 export class Reconciler {
@@ -121,6 +126,9 @@ export class Reconciler {
       metrics,
       otherAgent: this.otherAgent,
       writer,
+      ...(deps.unheardAfterQuietMs !== undefined
+        ? { unheardAfterQuietMs: deps.unheardAfterQuietMs }
+        : {}),
     });
     this.legacy = new LegacyChain({
       kernel,
