@@ -89,6 +89,9 @@ function auditable(table: Table): NamedSet[] {
 }
 
 if (requireRoot(t)) {
+  // Random edits and wholesale replacements listed by two nft versions, and a 100 000-range
+  // refill: about 25 s here, more on a busy machine.
+  t.setTimeout(600_000);
   const tools = versionsHere(t);
   const viaNft = await startAddon(t);
   const viaNetlink = await startAddon(t);

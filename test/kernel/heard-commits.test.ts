@@ -21,6 +21,8 @@ const STEPS = process.env.CI === 'true' ? 400 : 200;
 const SEEDS = [20261206, 59];
 
 if (requireRoot(t)) {
+  // Two seeds of 400 steps under CI, large config changes among them: past tap's default 120 s.
+  t.setTimeout(900_000);
   for (const seed of SEEDS) {
     t.test(`seed ${seed}: ${STEPS} steps`, async (t) => {
       const ns = await makeNetns(t, 'heard');
