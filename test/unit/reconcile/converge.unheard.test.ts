@@ -12,16 +12,14 @@ import { Reconciler } from '../../../src/reconcile/reconciler.js';
 import { AgentMetrics } from '../../../src/reconcile/metrics.js';
 import { FakeKernel } from '../../helpers/fake-kernel.js';
 import { compileOptions } from '../../helpers/compile-options.js';
+import { configWith } from '../../helpers/config.js';
 
-function config(ipv4: string[]): Config {
-  return {
+/** A config of these IPv4 CIDRs, hashed by them. */
+const config = (ipv4: string[]): Config =>
+  configWith({
     nonMasquerade: { ipv4, ipv6: [] },
-    masquerade: { ipv4: [], ipv6: [] },
     hash: createHash('sha256').update(ipv4.join(',')).digest('hex'),
-    sources: [],
-    keys: {},
-  };
-}
+  });
 
 /** `count` /24s that never merge: every other one, the odd ones with `odd`. */
 const apart = (count: number, odd = 0) =>
