@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { httpGet, metricValue, startAgent, waitFor } from '../harness/agent.js';
+import { agentWithParts, httpGet, metricValue, startAgent, waitFor } from '../harness/agent.js';
 import {
   refusedAgentKubeconfig,
   startControlPlane,
@@ -83,7 +83,9 @@ async function agentSide(
       '--node-name',
       'scale-0',
     ],
-    ['env', `IPMASQ_KUBERNETES_TIMINGS=${TIMINGS}`],
+    [],
+    undefined,
+    agentWithParts({ kubernetesTimings: JSON.parse(TIMINGS) }),
   );
   const metric = async (series: string) =>
     metricValue((await httpGet(ns, 9410, '/metrics')).body, series);

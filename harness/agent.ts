@@ -10,6 +10,17 @@ import { python } from './topology.js';
 export const agentBin = join(packageRoot, 'bin', 'ipmasq-agent.js');
 
 /**
+ * The agent with some of its parts given (harness/agent-with-parts.js): startAgent's `entry`. A
+ * fault put in on purpose for an audit's test, shorter Kubernetes timings (KubernetesTimings).
+ */
+export function agentWithParts(parts: {
+  fault?: 'config' | 'element-write';
+  kubernetesTimings?: Record<string, number>;
+}): string[] {
+  return [join(packageRoot, 'harness', 'agent-with-parts.js'), JSON.stringify(parts)];
+}
+
+/**
  * The agent runs as in production: without tap's loaders and coverage hooks. tap's processinfo puts
  * NODE_OPTIONS back into every child's environment, so the command also goes through `env -u`.
  */
@@ -51,10 +62,11 @@ export function startAgent(
   args: string[],
   wrapper: string[] = [],
   node = process.execPath,
+  entry: readonly string[] = [agentBin],
 ): RunningAgent {
   const child = spawn(
     'ip',
-    ['netns', 'exec', ns, ...withoutTap, ...wrapper, node, agentBin, ...args],
+    ['netns', 'exec', ns, ...withoutTap, ...wrapper, node, ...entry, ...args],
     {
       cwd: packageRoot,
       env: agentEnv(),

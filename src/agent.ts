@@ -4,9 +4,9 @@
 import { managedFamilies } from './cidr/index.js';
 import type { Logger } from 'pino';
 import { AUTO_LAYOUT_CROSSOVER } from './compile.js';
-import { configLoader } from './config/loader.js';
+import { configLoader, loadAdaptive } from './config/loader.js';
 import { DirectoryListings } from './config/source.js';
-import { onFastPathMismatch } from './config/load-worker.js';
+import { loadSourceOffThread, onFastPathMismatch, type LoadFaults } from './config/load-worker.js';
 import { FAST_PATH_MISMATCH, reportMismatch } from './reconcile/fast-path.js';
 import { CommitWatch } from './reconcile/commit-watch.js';
 import { openCommitMonitor } from './nftables/addon.js';
@@ -42,15 +42,29 @@ const SHUTDOWN_BUDGET_MS = 4_000;
 /** Quiet time after the last event in the config's directory before it is read. */
 const CONFIG_QUIET_MS = 10;
 
+/**
+ * What a test puts in place of the agent's own parts: a kernel port with a fault, faults for the
+ * config worker, shorter Kubernetes timings (harness/agent-with-parts.js). The agent itself passes
+ * none.
+ */
+export interface AgentParts {
+  readonly kernel?: Kernel;
+  readonly loadFaults?: LoadFaults;
+  /** Shorter Kubernetes timings (src/kubernetes/index.ts, kubernetesTimings). */
+  readonly kubernetesTimings?: Readonly<Record<string, unknown>>;
+}
+
 /** The reconciler for run and --once: every stage's options from the one plan (options.ts). */
 export function makeReconciler(
   options: AgentOptions,
   logger: Logger,
   metrics: AgentMetrics,
-  kernel: Kernel = nftKernel,
-  api?: KubernetesSession,
-  requestSync?: (reason: string) => void,
+  parts: AgentParts & {
+    readonly api?: KubernetesSession | undefined;
+    readonly requestSync?: (reason: string) => void;
+  } = {},
 ): Reconciler {
+  const { api, requestSync, loadFaults } = parts;
   const stages = plan(options);
   return new Reconciler({
     ...(requestSync ? { requestSync } : {}),
@@ -61,14 +75,20 @@ export function makeReconciler(
     legacy: stages.legacy,
     conntrackFlush: stages.conntrackFlush,
     loadConfig: configLoader(
-      undefined,
+      (source, loadOptions, mode) =>
+        loadAdaptive(
+          source,
+          loadOptions,
+          (s, o, m) => loadSourceOffThread(s, o, undefined, m?.whole === true, loadFaults),
+          mode,
+        ),
       new DirectoryListings({
         listed: () => metrics.incConfigReads('listing'),
         mismatch: (details) => reportMismatch(logger, metrics, 'config-listing', details),
       }),
       () => metrics.incConfigReads('files'),
     ),
-    kernel,
+    kernel: parts.kernel ?? nftKernel,
     logger,
     metrics,
     largeSetThreshold: AUTO_LAYOUT_CROSSOVER,
@@ -84,6 +104,7 @@ export async function connectApi(
   logger: Logger,
   metrics: AgentMetrics,
   onChange: () => void,
+  timings?: AgentParts['kubernetesTimings'],
 ): Promise<KubernetesSession | undefined> {
   if (!usesApi(options)) return undefined;
   const { startKubernetes } = await import('./kubernetes/index.js');
@@ -95,11 +116,17 @@ export async function connectApi(
     metrics: metrics.kubernetes(),
     onChange,
     widest: options.widestNodePodCIDR,
+    ...(timings ? { timings } : {}),
   });
 }
 
 /** Runs until SIGTERM/SIGINT; then exits 0 within 5 s, leaving the tables in place. */
-export async function runAgent(options: AgentOptions, logger: Logger): Promise<void> {
+export async function runAgent(
+  options: AgentOptions,
+  logger: Logger,
+  parts: AgentParts = {},
+): Promise<void> {
+  const kernel = parts.kernel ?? nftKernel;
   // Signals before any I/O (src/signals.ts): a SIGTERM during the start ends it with exit 0 like
   // any other, a SIGHUP before the runner starts is absorbed (its first sync reads the config).
   /** Asks for a sync once the runner has started; before that its first sync reads everything. */
@@ -121,9 +148,13 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   const metrics = agentMetrics(logger);
   let api: KubernetesSession | undefined;
   try {
-    api = await connectApi(options, logger, metrics, () => {
-      trigger('cluster changed');
-    });
+    api = await connectApi(
+      options,
+      logger,
+      metrics,
+      () => trigger('cluster changed'),
+      parts.kubernetesTimings,
+    );
   } catch (err) {
     logger.fatal(`cannot reach the Kubernetes API: ${errorText(err)}`);
     process.exitCode = 1;
@@ -131,13 +162,15 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
   }
   stop = async () => api?.stop();
   if (stopping) return;
-  const reconciler = makeReconciler(options, logger, metrics, nftKernel, api, (why) =>
-    trigger(why),
-  );
+  const reconciler = makeReconciler(options, logger, metrics, {
+    ...parts,
+    api,
+    requestSync: (why) => trigger(why),
+  });
   const { table, enableIPv6, toPorts } = plan(options).compile;
   if (options.natStatsIntervalMs > 0) {
     const sampler = new NatSampler({
-      kernel: nftKernel,
+      kernel,
       logger,
       publish: metrics.snatHeadroom(),
       intervalMs: options.natStatsIntervalMs,
@@ -151,7 +184,7 @@ export async function runAgent(options: AgentOptions, logger: Logger): Promise<v
       Promise.all(
         managedFamilies(enableIPv6).map(async (family) => ({
           family: family.name,
-          counters: await nftKernel.counters({ family: family.table, name: table }),
+          counters: await kernel.counters({ family: family.table, name: table }),
         })),
       ),
     () => reconciler.podPolicyNames(),

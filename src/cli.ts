@@ -3,6 +3,7 @@
 import type { Logger } from 'pino';
 import type { LoadResult } from './config/types.js';
 import { errorText } from './errors.js';
+import type { AgentParts } from './agent.js';
 import type { KubernetesSession } from './kubernetes/index.js';
 import { parseArgs } from './cli/flags.js';
 import { workOnce } from './memory.js';
@@ -41,7 +42,7 @@ async function render(options: AgentOptions, flagWarnings: readonly string[]): P
 /** How long --once --kubernetes waits for the Node data its config needs. */
 const ONCE_API_WAIT_MS = 30_000;
 
-async function once(options: AgentOptions, logger: Logger): Promise<number> {
+async function once(options: AgentOptions, logger: Logger, parts: AgentParts): Promise<number> {
   // The agent's modules (HTTP server, metrics, reconciler) load only where the agent runs: the
   // operator's one-shot commands stay small (--flows, docs/observability.md "What the node's NAT
   // does").
@@ -50,14 +51,14 @@ async function once(options: AgentOptions, logger: Logger): Promise<number> {
   let changed = () => {};
   let api: KubernetesSession | undefined;
   try {
-    api = await connectApi(options, logger, metrics, () => changed());
+    api = await connectApi(options, logger, metrics, () => changed(), parts.kubernetesTimings);
   } catch (err) {
     logger.fatal(`cannot reach the Kubernetes API: ${errorText(err)}`);
     return 1;
   }
   let reconciler: ReturnType<typeof makeReconciler> | undefined;
   try {
-    reconciler = makeReconciler(options, logger, metrics, nftKernel, api);
+    reconciler = makeReconciler(options, logger, metrics, { ...parts, api });
     const deadline = Date.now() + ONCE_API_WAIT_MS;
     for (;;) {
       const outcome = await reconciler.sync();
@@ -80,7 +81,14 @@ async function once(options: AgentOptions, logger: Logger): Promise<number> {
   }
 }
 
-export async function main(argv: readonly string[]): Promise<number | undefined> {
+/**
+ * The command line's answer; `parts` are a test's stand-ins for the agent's own (AgentParts:
+ * harness/agent-with-parts.js), for the agent and --once.
+ */
+export async function main(
+  argv: readonly string[],
+  parts: AgentParts = {},
+): Promise<number | undefined> {
   const parsed = parseArgs(argv);
   if (!parsed.ok) {
     process.stderr.write(`${parsed.message}\n`);
@@ -120,7 +128,7 @@ export async function main(argv: readonly string[]): Promise<number | undefined>
   for (const warning of parsed.warnings) logger.warn(warning);
   switch (options.mode) {
     case 'once':
-      return once(options, logger);
+      return once(options, logger, parts);
     case 'cleanup': {
       const stages = plan(options);
       const { cleanup } = await import('./cli/cleanup.js');
@@ -133,7 +141,7 @@ export async function main(argv: readonly string[]): Promise<number | undefined>
     }
     case 'run': {
       const { runAgent } = await import('./agent.js');
-      await runAgent(options, logger);
+      await runAgent(options, logger, parts);
       return undefined;
     }
   }

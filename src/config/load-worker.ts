@@ -1,12 +1,18 @@
 // A large config's load is mostly parsing and garbage (docs/design.md, "Figures"): it runs on a
 // worker thread so /healthz and /metrics keep answering while it is read. Provenance (the
 // operator's commands, which load in their own thread) is not carried: its prefixes are classes.
-import { isMainThread, parentPort, Worker } from 'node:worker_threads';
+import { isMainThread, parentPort, Worker, workerData } from 'node:worker_threads';
 import { collectGarbage, holdYoungGrowth, keepYoungGeneration } from '../memory.js';
 import { BoundedDebounce } from '../debounce.js';
 import { startWorker } from '../worker.js';
 import { familyLines, familyLists, splicedList, type FamilyLines } from '../cidr/index.js';
-import { ConfigCache, linesText, type EditedRange, type SetsSplices } from './incremental.js';
+import {
+  ConfigCache,
+  linesText,
+  type ConfigCacheOptions,
+  type EditedRange,
+  type SetsSplices,
+} from './incremental.js';
 import { loadFiles, loadSource, readSourceFiles, type FileBytes } from './load.js';
 import type { ConfigSource } from './source.js';
 import {
@@ -166,8 +172,14 @@ export function onFastPathMismatch(listener: (mismatch: FastPathMismatch) => voi
 }
 let nextId = 0;
 
-function startThread(): LoaderThread {
-  const thread = startWorker(new URL(import.meta.url));
+/** Test faults a worker's cache is made with (never by the agent: harness/agent-with-parts.js). */
+export type LoadFaults = Pick<ConfigCacheOptions, 'dropFirstAddition'>;
+
+function startThread(faults: LoadFaults): LoaderThread {
+  const thread = startWorker(
+    new URL(import.meta.url),
+    faults.dropFirstAddition ? faults : undefined,
+  );
   const loader: LoaderThread = { thread, pending: new Map() };
   const fail = (err: unknown) => {
     if (current === loader) current = undefined;
@@ -224,17 +236,21 @@ export function endLoaderThread(): void {
 /** A config that takes longer than this to parse is refused (the yaml parser has slow paths). */
 export const LOAD_TIME_LIMIT_MS = 20_000;
 
-/** loadSource, run on the config worker thread, within timeLimitMs. */
+/**
+ * loadSource, run on the config worker thread, within timeLimitMs; `faults` are a test's, given
+ * to the worker when this call starts it.
+ */
 export function loadSourceOffThread(
   source: ConfigSource,
   options: LoadOptions,
   timeLimitMs = LOAD_TIME_LIMIT_MS,
   whole = false,
+  faults: LoadFaults = {},
 ): Promise<LoadResult> {
   // Provenance's prefixes would lose their class on the way back: the operator's commands load
   // here.
   if (options.provenance) return loadSource(source, options);
-  const loader = (current ??= startThread());
+  const loader = (current ??= startThread(faults));
   const id = nextId++;
   const request: Request = { source, options, have: loader.held?.id, ...(whole ? { whole } : {}) };
   const result = new Promise<LoadResult>((resolve, reject) => {
@@ -312,11 +328,12 @@ export function differenceOf(fast: LoadResult, whole: LoadResult): string | unde
 }
 
 /** The worker's side: loads from the last where it can (incremental.ts), answering with splices. */
-function serve(port: NonNullable<typeof parentPort>): void {
+function serve(port: NonNullable<typeof parentPort>, faults: LoadFaults): void {
   // This thread's start set V8's flags back to their defaults: the young generation grows here only
   // during a whole load answering the agent (src/memory.ts), not for an edit's splice or an audit.
   keepYoungGeneration();
   const cache = new ConfigCache({
+    ...faults,
     aroundWholeLoad: (load) => {
       const done = holdYoungGrowth();
       try {
@@ -405,4 +422,4 @@ function serve(port: NonNullable<typeof parentPort>): void {
   });
 }
 
-if (!isMainThread && parentPort) serve(parentPort);
+if (!isMainThread && parentPort) serve(parentPort, (workerData ?? {}) as LoadFaults);

@@ -25,6 +25,8 @@ export interface KubernetesOptions {
   readonly metrics: ClusterMetrics;
   readonly onChange: () => void;
   readonly widest: WidestPodCIDR;
+  /** A test's timings (kubernetesTimings); the defaults when not given. */
+  readonly timings?: Readonly<Record<string, unknown>>;
 }
 
 export interface KubernetesSession {
@@ -43,20 +45,14 @@ export const EVENT_INTERVAL_MS = 60_000;
 export type KubernetesTimings = ReflectorTimings & { readonly eventIntervalMs: number };
 
 /**
- * Timings from IPMASQ_KUBERNETES_TIMINGS (JSON, milliseconds and seconds as in ReflectorTimings,
- * and eventIntervalMs): the tests shorten the stall detection, the backoff and the wait between
- * Event writes; an operator has no reason to.
+ * The timings: the defaults, but where `given` holds a positive number for one of them (milliseconds
+ * and seconds as in ReflectorTimings, and eventIntervalMs). The tests shorten the stall detection,
+ * the backoff and the wait between Event writes (AgentParts, src/agent.ts); the agent gives none.
  */
-export function timingsFromEnv(env = process.env): KubernetesTimings {
+export function kubernetesTimings(
+  given: Readonly<Record<string, unknown>> = {},
+): KubernetesTimings {
   const defaults: KubernetesTimings = { ...DEFAULT_TIMINGS, eventIntervalMs: EVENT_INTERVAL_MS };
-  const text = env.IPMASQ_KUBERNETES_TIMINGS;
-  if (!text) return defaults;
-  let given: Record<string, unknown>;
-  try {
-    given = record(JSON.parse(text));
-  } catch {
-    return defaults;
-  }
   const timings: Record<string, number> = { ...defaults };
   for (const key of Object.keys(defaults)) {
     const value = given[key];
@@ -68,7 +64,7 @@ export function timingsFromEnv(env = process.env): KubernetesTimings {
 /** Connects, starts watching this Node, and is ready to post Events. Throws ConnectionError. */
 export async function startKubernetes(options: KubernetesOptions): Promise<KubernetesSession> {
   const client = new ApiClient(await connection(options.kubeconfig));
-  const timings = timingsFromEnv();
+  const timings = kubernetesTimings(options.timings);
   const cluster = new Cluster({ ...options, client, timings });
   const recorder = new EventRecorder({
     client,

@@ -19,7 +19,6 @@ import {
 } from '../nftables/change.js';
 import { prerenderElements, renderDelete, renderReplace, renderTable } from '../nftables/render.js';
 import {
-  frozenElements,
   type CommitStep,
   type CounterValue,
   type ElementEdit,
@@ -114,14 +113,6 @@ const breathe = () => new Promise<void>((resolve) => setImmediate(resolve));
  */
 export const CONVERGE_ROUNDS = 3;
 
-/**
- * A fault put in on purpose for the element-write audit's tests (docs/writes.md, "The everyday
- * edit"): with IPMASQ_TEST_CORRUPT_FAST_PATH=element-write in the environment, the first
- * element-only write that adds elements leaves one out, as a bug of the netlink path would. Never
- * set in production.
- */
-let elementFaultLeft = process.env.IPMASQ_TEST_CORRUPT_FAST_PATH === 'element-write';
-
 /** What the audit of an element-only write found (docs/writes.md, "The everyday edit"). */
 export type ElementAudit =
   /** No element-only write waits for its audit. */
@@ -176,18 +167,6 @@ export function refusalReason(err: NftError): WriteFallbackReason {
   if (/File exists/.test(message)) return 'EEXIST';
   if (/Invalid argument/.test(message)) return 'EINVAL';
   return 'other';
-}
-
-/** The test-only fault: the first added element of the edit left out (once per process). */
-function withFault(edits: ElementEdit['tables']): ElementEdit['tables'] {
-  return edits.map((table) => ({
-    ...table,
-    sets: table.sets.map((change) => {
-      if (!elementFaultLeft || change.added.length === 0) return change;
-      elementFaultLeft = false;
-      return { ...change, added: frozenElements(change.added.slice(1)) };
-    }),
-  }));
 }
 
 export class Converger {
@@ -922,7 +901,7 @@ export class Converger {
       edits.push(edit);
     }
     const edit: ElementEdit = {
-      tables: elementFaultLeft ? withFault(edits) : edits,
+      tables: edits,
       ...(generation !== undefined ? { generation } : {}),
     };
     return edit;

@@ -2,10 +2,10 @@
 // (read on the worker, edits answered from the last load) edited as editors do — an item commented
 // out with `#` at column 0, put back, two item lines joined — with a fresh flow probed after each
 // step; then an agent whose fast path is made wrong on purpose
-// (IPMASQ_TEST_CORRUPT_FAST_PATH=config, test-only) must find it by its audit, count it, and apply
-// the whole answer.
+// (harness/agent-with-parts.js: the fault comes in through the agent's parts) must find it by its
+// audit, count it, and apply the whole answer.
 import t, { type Test } from 'tap';
-import { waitFor } from '../../harness/agent.js';
+import { agentWithParts, waitFor } from '../../harness/agent.js';
 import { inNetns, requireRoot } from '../../harness/netns.js';
 import {
   makeTopology,
@@ -101,16 +101,13 @@ if (requireRoot(t)) {
   async function caught(t: Test, path: 'config' | 'element-write') {
     // The last agent's table goes first: its generation would pass for the new agent's first write.
     await inNetns(topo.node, 'nft', ['delete', 'table', 'ip', 'ipmasq']).catch(() => undefined);
-    process.env.IPMASQ_TEST_CORRUPT_FAST_PATH = path;
-    let running: Awaited<ReturnType<typeof agentInTopology>>;
-    try {
-      running = await agentInTopology(t, topo, configText([TEST_NET_2]), [
-        '--conntrack-flush=none',
-      ]);
-    } finally {
-      delete process.env.IPMASQ_TEST_CORRUPT_FAST_PATH;
-    }
-    const { agent, node } = running;
+    const { agent, node } = await agentInTopology(
+      t,
+      topo,
+      configText([TEST_NET_2]),
+      ['--conntrack-flush=none'],
+      agentWithParts({ fault: path }),
+    );
     t.equal(await seenAs(V4.testNet3), 'node', '203.0.113.0/24 masqueraded at start');
     // The fault leaves the added entry out of the fast answer; the audit within a second puts it
     // in.

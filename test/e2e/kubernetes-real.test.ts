@@ -12,6 +12,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import t from 'tap';
 import {
+  agentWithParts,
   generationOf,
   httpGet,
   listTable,
@@ -115,7 +116,9 @@ async function startOn(
       '--node-name',
       SELF,
     ],
-    ['env', `IPMASQ_KUBERNETES_TIMINGS=${timings}`],
+    [],
+    undefined,
+    agentWithParts({ kubernetesTimings: JSON.parse(timings) }),
   );
   return {
     agent,

@@ -7,7 +7,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
-import { httpGet, metricValue, startAgent, waitFor } from '../../harness/agent.js';
+import { agentWithParts, httpGet, metricValue, startAgent, waitFor } from '../../harness/agent.js';
 import { refusedAgentKubeconfig, startControlPlane } from '../../harness/control-plane.js';
 import { inNetns, packageRoot, requireRoot, tempDir } from '../../harness/netns.js';
 import { makeTopology } from '../../harness/topology.js';
@@ -68,7 +68,9 @@ if (requireRoot(t)) {
           '--node-name',
           'scale-0',
         ],
-        ['env', `IPMASQ_KUBERNETES_TIMINGS=${TIMINGS}`],
+        [],
+        undefined,
+        agentWithParts({ kubernetesTimings: JSON.parse(TIMINGS) }),
       );
       const metric = async (series: string) =>
         metricValue((await httpGet(topo.node, 9410, '/metrics')).body, series);

@@ -5,6 +5,7 @@ import { mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, writeFileSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
+  agentWithParts,
   generationOf,
   httpGet,
   listTable,
@@ -243,12 +244,13 @@ export async function agentInTopology(
   topo: { node: string },
   first: string,
   args: string[] = [],
+  entry?: readonly string[],
 ) {
   const dir = mkdtempSync(join(tmpdir(), 'ipmasq-topology-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
   const node: Node = { ns: topo.node, dir, configFile: join(dir, 'ip-masq-agent'), port: 9410 };
   writeFileSync(node.configFile, first);
-  const agent = startAgent(t, topo.node, [...agentArgs(node), ...args]);
+  const agent = startAgent(t, topo.node, [...agentArgs(node), ...args], [], undefined, entry);
   t.teardown(async () => {
     agent.child.kill('SIGKILL');
     await agent.exited;
@@ -273,7 +275,7 @@ export async function agentInTopology(
 
 /**
  * The agent in namespace `ns` on a config directory of these files, reading its cluster with
- * `kubeconfig` as node `nodeName` (`timings`: IPMASQ_KUBERNETES_TIMINGS); put() renames a file in,
+ * `kubeconfig` as node `nodeName` (`timings`: the agent's kubernetesTimings, JSON); put() renames a file in,
  * as a ConfigMap update does.
  */
 export function agentOnApi(
@@ -294,7 +296,9 @@ export function agentOnApi(
     t,
     ns,
     [...args, '--kubeconfig', api.kubeconfig, '--node-name', api.nodeName],
-    ['env', `IPMASQ_KUBERNETES_TIMINGS=${api.timings}`],
+    [],
+    undefined,
+    agentWithParts({ kubernetesTimings: JSON.parse(api.timings) }),
   );
   return { agent, dir, put };
 }

@@ -1,19 +1,21 @@
 // The config worker audits its fast answers (docs/writes.md, "The everyday edit"): each answer
 // worked out from the last load is compared with a whole load of the same bytes soon after. With
-// the test-only fault IPMASQ_TEST_CORRUPT_FAST_PATH=config, the first edit adding an entry leaves
-// it out: the audit must find that, name the file and line, and the worker must load whole from
+// the test-only fault dropFirstAddition (given to the worker by the load that starts it), the
+// first edit adding an entry leaves it out: the audit must find that, name the file and line, and the worker must load whole from
 // then on.
 import { renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
 import { tempDir } from '../../../harness/netns.js';
 
-// Before the worker starts: it reads the fault when its modules load.
-process.env.IPMASQ_TEST_CORRUPT_FAST_PATH = 'config';
-const { loadSourceOffThread, onFastPathMismatch, workerAnswers, differenceOf } =
-  await import('../../../src/config/load-worker.js');
-const { findConfigSource } = await import('../../../src/config/source.js');
-const { loadConfig } = await import('../../../src/config/index.js');
+import {
+  loadSourceOffThread,
+  onFastPathMismatch,
+  workerAnswers,
+  differenceOf,
+} from '../../../src/config/load-worker.js';
+import { findConfigSource } from '../../../src/config/source.js';
+import { loadConfig } from '../../../src/config/index.js';
 type Mismatch = Parameters<Parameters<typeof onFastPathMismatch>[0]>[0];
 
 const options = { enableIPv6: false, nomasqAllReservedRanges: false };
@@ -43,7 +45,9 @@ t.test('a wrong fast answer is found by the audit, and the whole answer loaded',
     });
   });
   const load = async (whole = false) =>
-    loadSourceOffThread(await findConfigSource(path), options, undefined, whole);
+    loadSourceOffThread(await findConfigSource(path), options, undefined, whole, {
+      dropFirstAddition: true,
+    });
 
   write(text([]));
   const first = await load();

@@ -15,7 +15,7 @@ import { podCIDRsOf } from '../../../src/kubernetes/pod-cidrs.js';
 import {
   EVENT_INTERVAL_MS,
   startKubernetes,
-  timingsFromEnv,
+  kubernetesTimings,
 } from '../../../src/kubernetes/index.js';
 import { DEFAULT_TIMINGS } from '../../../src/kubernetes/reflector.js';
 import { startFake, until } from '../../../harness/fake-apiserver.js';
@@ -39,30 +39,23 @@ users: [{name: u, user: {token: ${token}}}]
   return path;
 }
 
-t.test(
-  'timings from the environment: numbers taken, anything else left at the default',
-  async (t) => {
-    const defaults = { ...DEFAULT_TIMINGS, eventIntervalMs: EVENT_INTERVAL_MS };
-    t.same(timingsFromEnv({}), defaults);
-    const timings = timingsFromEnv({
-      IPMASQ_KUBERNETES_TIMINGS: JSON.stringify({
-        idleMs: 500,
-        backoffMaxMs: -1,
-        pageSize: 'x',
-        eventIntervalMs: 200,
-      }),
-    });
-    t.equal(timings.idleMs, 500);
-    t.equal(timings.eventIntervalMs, 200);
-    t.equal(timings.backoffMaxMs, DEFAULT_TIMINGS.backoffMaxMs, 'a negative number is ignored');
-    t.equal(timings.pageSize, DEFAULT_TIMINGS.pageSize, 'a string is ignored');
-    t.same(
-      timingsFromEnv({ IPMASQ_KUBERNETES_TIMINGS: '{idleMs: 5' }),
-      defaults,
-      'not JSON: the defaults, not a failure to start',
-    );
-  },
-);
+t.test('timings given: positive numbers taken, anything else left at the default', async (t) => {
+  const defaults = { ...DEFAULT_TIMINGS, eventIntervalMs: EVENT_INTERVAL_MS };
+  t.same(kubernetesTimings(), defaults);
+  t.same(kubernetesTimings({}), defaults);
+  const timings = kubernetesTimings({
+    idleMs: 500,
+    backoffMaxMs: -1,
+    backoffBaseMs: Number.NaN,
+    pageSize: 'x',
+    eventIntervalMs: 200,
+  });
+  t.equal(timings.idleMs, 500);
+  t.equal(timings.eventIntervalMs, 200);
+  t.equal(timings.backoffMaxMs, DEFAULT_TIMINGS.backoffMaxMs, 'a negative number is ignored');
+  t.equal(timings.backoffBaseMs, DEFAULT_TIMINGS.backoffBaseMs, 'NaN is ignored');
+  t.equal(timings.pageSize, DEFAULT_TIMINGS.pageSize, 'a string is ignored');
+});
 
 t.test(
   'a session: labels, changes, Events, the up series and one log line per cause',
@@ -77,16 +70,8 @@ t.test(
     const ups: boolean[] = [];
     const errors: string[] = [];
     let changes = 0;
-    const previous = process.env.IPMASQ_KUBERNETES_TIMINGS;
-    process.env.IPMASQ_KUBERNETES_TIMINGS = JSON.stringify({
-      backoffBaseMs: 50,
-      backoffMaxMs: 200,
-    });
-    t.teardown(() => {
-      if (previous === undefined) delete process.env.IPMASQ_KUBERNETES_TIMINGS;
-      else process.env.IPMASQ_KUBERNETES_TIMINGS = previous;
-    });
     const session = await startKubernetes({
+      timings: { backoffBaseMs: 50, backoffMaxMs: 200 },
       kubeconfig: kubeconfig(t, server.url, server.token),
       nodeName: 'self',
       enableIPv6: false,
