@@ -15,6 +15,7 @@ import {
   type Range,
   subtract,
 } from './cidr/index.js';
+import { egressOf } from './config/build.js';
 import type { AddressFamily, Config, SnatRange } from './config/types.js';
 import { EGRESS_INTERFACES_SET, MASQ_SET, NONMASQ_SET, SOURCES_SET } from './nftables/objects.js';
 
@@ -79,11 +80,14 @@ export interface Decision extends FamilySteps {
   readonly translation: Translation;
 }
 
-/** What a decision's steps read of a config (or a pod policy). */
-export type Decisive = Pick<Config, 'nonMasquerade' | 'masquerade' | 'egress'>;
+/**
+ * What a decision reads of a config (or a pod policy): the steps' lists, and every key (the egress
+ * policy's among them).
+ */
+export type Decisive = Pick<Config, 'nonMasquerade' | 'masquerade' | 'keys'>;
 
-/** What a whole decision reads of a config or a pod policy: the steps' lists, and every key. */
-export type Decider = Decisive & Pick<Config, 'keys'>;
+/** What a whole decision reads of a config or a pod policy: the same as its steps. */
+export type Decider = Decisive;
 
 /**
  * The steps of docs/egress-policy.md "Egress policy": leaving through an interface not in
@@ -91,7 +95,7 @@ export type Decider = Decisive & Pick<Config, 'keys'>;
  * masqueradeCIDRs: translated; to the non-masquerade set: exempt; otherwise translated.
  */
 export function stepsOf(config: Decisive, family: AddressFamily): FamilySteps {
-  const egress = config.egress;
+  const egress = egressOf(config.keys);
   const steps: Step[] = [];
   if (egress?.egressInterfaces) {
     const list = egress.egressInterfaces;
@@ -143,7 +147,7 @@ export function decisionOf(
   family: AddressFamily,
   flags: TranslationFlags,
 ): Decision {
-  const snat = config.egress?.snat?.[family];
+  const snat = egressOf(config.keys)?.snat?.[family];
   const translation: Translation = Object.freeze({
     ...(snat ? { snat } : {}),
     ports: flags.toPorts,

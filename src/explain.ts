@@ -15,6 +15,7 @@ import {
 } from './cidr/index.js';
 import type { CompileOptions } from './compile.js';
 import { snatText } from './config/egress.js';
+import { egressOf } from './config/build.js';
 import { selectingPolicies } from './config/pods.js';
 import { selectorText } from './config/selector.js';
 import type { AddressFamily, Config, Origin, PodPolicy } from './config/types.js';
@@ -153,13 +154,13 @@ function deciderOf(
 
 /** What the decision's policy steps say of this flow, with the entries that list it. */
 function policyAnswer(
-  config: Pick<Config, 'egress' | 'provenance'>,
+  config: Pick<Config, 'keys' | 'provenance'>,
   judge: Judge,
   translation: Translation,
   flow: Flow,
   from: ReturnType<typeof parseAddress> | undefined,
 ): PolicyAnswer | undefined {
-  if (!config.egress) return undefined;
+  if (!egressOf(config.keys)) return undefined;
   const decision = judge.decision;
   const answer: { -readonly [K in keyof PolicyAnswer]: PolicyAnswer[K] } = {};
   const entry = (key: string, o: { file: string; index: number }, value: string) =>

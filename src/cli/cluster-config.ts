@@ -41,7 +41,7 @@ export async function loadWithCluster(
     ...(labels ? { nodeLabels: labels } : {}),
   };
   const result = await loadConfig(path, withLabels);
-  if (!result.ok || !result.config.nodePodCIDRs) return result;
+  if (!result.ok || result.config.keys.nonMasqueradeNodePodCIDRs !== true) return result;
   const { nodes } = await clusterSnapshot({ ...common, nodeName: '', podCIDRs: true });
   return { ...result, config: withNodePodCIDRs(result.config, nodes ?? new Map()) };
 }

@@ -75,7 +75,7 @@ async function load(
     err(`invalid config: ${result.error.message}`);
     return undefined;
   }
-  if (result.config.nodePodCIDRs && !result.config.nodesJoined) {
+  if (result.config.keys.nonMasqueradeNodePodCIDRs === true && !result.config.nodesJoined) {
     err(
       "note: nonMasqueradeNodePodCIDRs: the Nodes' pod CIDRs are not included (give --kubeconfig or --kubernetes to read them)",
     );

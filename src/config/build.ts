@@ -93,7 +93,7 @@ function provenanceOf(
  * table (README, "Choices where the contract is silent": two agents in one namespace).
  */
 export function hashOf(
-  sets: Pick<Config, 'nonMasquerade' | 'masquerade' | 'egress' | 'keys' | 'podPolicies'>,
+  sets: Pick<Config, 'nonMasquerade' | 'masquerade' | 'keys' | 'podPolicies'>,
   /** The IPv4 lists' JSON where the caller has it already (config/incremental.ts). */
   v4Json?: { readonly nonMasquerade: Uint8Array; readonly masquerade: Uint8Array },
 ): string {
@@ -106,7 +106,8 @@ export function hashOf(
   hash.update(v4Json?.masquerade ?? JSON.stringify(sets.masquerade.ipv4));
   hash.update(`,${JSON.stringify(sets.masquerade.ipv6)}`);
   // Only a config with egress policy keys hashes more: the hash of one without stays as it was.
-  if (sets.egress) hash.update(`,${JSON.stringify(sets.egress)}`);
+  const egress = egressOf(sets.keys);
+  if (egress) hash.update(`,${JSON.stringify(egress)}`);
   if (hashed.length > 0) hash.update(`,${JSON.stringify(hashed)}`);
   // Likewise the pod policies: what each selects and decides, in order.
   if (sets.podPolicies) hash.update(`,${JSON.stringify(sets.podPolicies.map(policyMeaning))}`);
@@ -123,8 +124,7 @@ function hashedKeys(keys: MergedKeys): Array<[KeyName, unknown]> {
 
 /** What of a pod policy reaches the kernel or chooses its pods (its `own` keys are in these). */
 function policyMeaning(policy: PodPolicy): unknown[] {
-  const { file, podSelector, namespaceSelector, nonMasquerade, masquerade, egress, members } =
-    policy;
+  const { file, podSelector, namespaceSelector, nonMasquerade, masquerade, members } = policy;
   const hashed = hashedKeys(policy.keys);
   return [
     file,
@@ -132,7 +132,7 @@ function policyMeaning(policy: PodPolicy): unknown[] {
     namespaceSelector ?? null,
     nonMasquerade,
     masquerade,
-    egress ?? null,
+    egressOf(policy.keys) ?? null,
     members ?? null,
     // Only a policy with such keys means more: the hash of one without stays as it was.
     ...(hashed.length > 0 ? [hashed] : []),
@@ -186,15 +186,12 @@ function podPolicyOf(
     own.nonMasqueradeCIDRs ?? node.nonMasqueradeCIDRs ?? defaultNonMasqueradeCIDRs(options);
   const masq = own.masqueradeCIDRs ?? node.masqueradeCIDRs ?? [];
   const linkLocal = linkLocalPrefixes(keys as MergedKeys, options);
-  const egress = egressOf(keys as MergedKeys);
   return Object.freeze({
     file: fragment.file,
     ...(fragment.podSelector ? { podSelector: fragment.podSelector } : {}),
     ...(fragment.namespaceSelector ? { namespaceSelector: fragment.namespaceSelector } : {}),
     nonMasquerade: mergedSets(nonMasq.concat(linkLocal)),
     masquerade: mergedSets(masq),
-    ...(egress ? { egress } : {}),
-    own: carriedKeys(own),
     keys: carriedKeys(keys as MergedKeys),
     ...(nodeFiles
       ? { provenance: podPolicyProvenance(fragment, nodeFiles, options, linkLocal) }
@@ -322,12 +319,16 @@ function scope(fragments: readonly ConfigFragment[], options: LoadOptions): Scop
 }
 
 /**
- * Each key's merge (keys.ts) over the files that apply that give it. Throws the ConfigError of a
- * merge that cannot be made (two files that must agree and do not).
+ * Each key's merge (keys.ts) over the files that apply that give it (of `names` only, when given).
+ * Throws the ConfigError of a merge that cannot be made (two files that must agree and do not).
  */
-function mergeKeys(fragments: readonly ConfigFragment[], origin: string): MergedKeys {
+function mergeKeys(
+  fragments: readonly ConfigFragment[],
+  origin: string,
+  names: readonly KeyName[] = Object.keys(CONFIG_KEYS) as KeyName[],
+): MergedKeys {
   const merged: Record<string, unknown> = {};
-  for (const name of Object.keys(CONFIG_KEYS) as KeyName[]) {
+  for (const name of names) {
     const spec: KeySpec<unknown, unknown> = CONFIG_KEYS[name] as KeySpec<unknown, unknown>;
     if (spec.merge === undefined) continue;
     const given = fragments.flatMap((f) => {
@@ -340,11 +341,11 @@ function mergeKeys(fragments: readonly ConfigFragment[], origin: string): Merged
 }
 
 /**
- * The egress policy the decision reads (decision.ts): the policy keys' merged values, each left out
- * where no file gives an entry. Undefined when none is given, so that such a config is the
- * original's, hash and all.
+ * The egress policy the decision reads (decision.ts), as a view of a config's (or a pod policy's)
+ * keys: the policy keys' merged values, each left out where no file gives an entry. Undefined when
+ * none is given, so that such a config is the original's, hash and all.
  */
-function egressOf(keys: MergedKeys): EgressPolicy | undefined {
+export function egressOf(keys: MergedKeys): EgressPolicy | undefined {
   const { sourceCIDRs, egressInterfaces, snatAddress, snatAddressIPv6 } = keys;
   const policy: EgressPolicy = {
     ...(sourceCIDRs && sourceCIDRs.ipv4.length + sourceCIDRs.ipv6.length > 0
@@ -417,12 +418,12 @@ export function buildConfig(
     if (err instanceof ConfigError) return invalid(err);
     throw err;
   }
-  const egress = egressOf(keys as MergedKeys);
   const nonMasq = keys.nonMasqueradeCIDRs ?? defaultNonMasqueradeCIDRs(options);
   const masq = keys.masqueradeCIDRs ?? [];
-  // cidrLimit bounds every entry of the files that apply, pod policies' included.
-  const limits = policyFragments.flatMap((f) => (f.cidrLimit === undefined ? [] : [f.cidrLimit]));
-  const cidrLimit = Math.max(keyValue(keys as MergedKeys, 'cidrLimit'), ...limits);
+  // cidrLimit bounds every entry of the files that apply, pod policies' included: its merge (the
+  // largest) over all of them.
+  const bound = mergeKeys([...fragments, ...policyFragments], origin, ['cidrLimit']);
+  const cidrLimit = keyValue(bound, 'cidrLimit');
 
   const policyEntries = policyFragments.reduce(
     (sum, f) => sum + (f.nonMasqueradeCIDRs?.length ?? 0) + (f.masqueradeCIDRs?.length ?? 0),
@@ -442,7 +443,6 @@ export function buildConfig(
     masquerade: mergedSets(masq),
     // Every merged key but those the sets carry, for whoever reads one (compile, say).
     keys: carriedKeys(keys as MergedKeys),
-    ...(egress ? { egress } : {}),
     ...(podPolicies.length > 0 ? { podPolicies: Object.freeze(podPolicies) } : {}),
   };
   const config: Config = Object.freeze({
@@ -450,7 +450,6 @@ export function buildConfig(
     hash: hashOf(meaning),
     sources: Object.freeze(applying.map((f) => f.file)),
     ...(scoped.skipped.length > 0 ? { skipped: Object.freeze(scoped.skipped) } : {}),
-    ...(podCidrs ? { nodePodCIDRs: true as const } : {}),
     ...(options.provenance
       ? {
           provenance: provenanceOf(

@@ -35,23 +35,18 @@ export interface Config {
    */
   readonly provenance?: Provenance;
   /**
-   * The egress policy keys of the files that apply (docs/egress-policy.md, "Egress policy");
-   * absent: none given.
-   */
-  readonly egress?: EgressPolicy;
-  /**
    * Every key's merged value over the files that apply (config/keys.ts), but the two CIDR lists,
-   * which the sets above carry; a key no file gives is absent (keyValue reads a key's default).
+   * which the sets above carry; a key no file gives is absent (keyValue reads a key's default). The
+   * egress policy (docs/egress-policy.md, "Egress policy") is a view of these: egressOf
+   * (config/build.ts).
    */
   readonly keys: MergedKeys;
   /** Files that node scoping (nodeNames, nodeSelector) left out, with why. */
   readonly skipped?: readonly SkippedFile[];
   /**
-   * nonMasqueradeNodePodCIDRs: the Nodes' pod CIDRs join nonMasquerade (withNodePodCIDRs, once the
-   * API server listed them). True on the config as the files give it and on the joined one.
+   * The Nodes' pod CIDRs are joined in (withNodePodCIDRs), as keys.nonMasqueradeNodePodCIDRs asks
+   * once the API server listed them.
    */
-  readonly nodePodCIDRs?: true;
-  /** The Nodes' pod CIDRs are joined in (withNodePodCIDRs). */
   readonly nodesJoined?: true;
   /**
    * The pod policies that apply on this node, in file-name order (docs/egress-policy.md, "Pod
@@ -74,11 +69,6 @@ export interface PodPolicy {
   readonly namespaceSelector?: LabelSelector;
   readonly nonMasquerade: CidrSets;
   readonly masquerade: CidrSets;
-  readonly egress?: EgressPolicy;
-  /**
-   * The keys this file gives itself (merged as one file), beside the node-wide ones it inherits.
-   */
-  readonly own: MergedKeys;
   /**
    * Every key's value for the flows this policy decides, as Config.keys is the node's: its own,
    * else the node-wide one (a key that is the node's alone always the node's); not the CIDR lists.

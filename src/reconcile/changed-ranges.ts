@@ -35,9 +35,11 @@ const pack = (sets: Decisive): Packed => ({
   nonMasquerade: familyLines(sets.nonMasquerade),
   masquerade: familyLines(sets.masquerade),
 });
+// Only the destination steps are read here (flippedRanges, exemptRanges): no keys cross.
 const unpack = (sets: Packed): Decisive => ({
   nonMasquerade: familyLists(sets.nonMasquerade),
   masquerade: familyLists(sets.masquerade),
+  keys: {},
 });
 
 /**
@@ -120,7 +122,7 @@ export function narrowed(
   const made = (side: 'before' | 'after', config: Decisive): Decisive => ({
     nonMasquerade: sets[side].nonMasquerade,
     masquerade: sets[side].masquerade,
-    ...(config.egress ? { egress: config.egress } : {}),
+    keys: config.keys,
   });
   return [made('before', before), made('after', after)];
 }

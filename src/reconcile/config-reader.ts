@@ -101,13 +101,13 @@ export class ConfigReader {
   private withCluster(files: Config): Config | string {
     const { cluster } = this.deps;
     const policies = files.podPolicies ?? [];
-    cluster?.wantPodCIDRs(files.nodePodCIDRs === true);
+    cluster?.wantPodCIDRs(files.keys.nonMasqueradeNodePodCIDRs === true);
     cluster?.wantPods({
       pods: policies.length > 0,
       namespaces: policies.some((policy) => policy.namespaceSelector !== undefined),
     });
     let config = files;
-    if (config.nodePodCIDRs && cluster) {
+    if (config.keys.nonMasqueradeNodePodCIDRs === true && cluster) {
       const nodes = cluster.podCIDRs();
       if (!nodes)
         return 'nonMasqueradeNodePodCIDRs: waiting for the first list of Nodes from the API server';

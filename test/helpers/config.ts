@@ -2,7 +2,8 @@
 // (no CIDR listed, no key given), with `over` on top; and the defaulted keys as a config decides by
 // them.
 import { keyValue } from '../../src/config/keys.js';
-import type { Config } from '../../src/config/types.js';
+import type { MergedKeys } from '../../src/config/keys.js';
+import type { Config, EgressPolicy } from '../../src/config/types.js';
 
 export function configWith(over: Partial<Config> = {}): Config {
   return {
@@ -12,6 +13,17 @@ export function configWith(over: Partial<Config> = {}): Config {
     sources: [],
     keys: {},
     ...over,
+  };
+}
+
+/** The keys that give `policy` (the egress policy is a view of them: config/build.ts, egressOf). */
+export function egressKeys(policy: EgressPolicy | undefined): MergedKeys {
+  if (!policy) return {};
+  return {
+    ...(policy.sourceCIDRs ? { sourceCIDRs: policy.sourceCIDRs } : {}),
+    ...(policy.egressInterfaces ? { egressInterfaces: [...policy.egressInterfaces] } : {}),
+    ...(policy.snat?.ipv4 ? { snatAddress: policy.snat.ipv4 } : {}),
+    ...(policy.snat?.ipv6 ? { snatAddressIPv6: policy.snat.ipv6 } : {}),
   };
 }
 

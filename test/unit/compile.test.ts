@@ -23,7 +23,7 @@ import {
 } from '../../src/nftables/ownership.js';
 import { normaliseListing, renderReplace, renderTable } from '../../src/nftables/render.js';
 
-import { configWith } from '../helpers/config.js';
+import { configWith, egressKeys } from '../helpers/config.js';
 import { compileOptions } from '../helpers/compile-options.js';
 
 const fixtures = new URL('../fixtures/compile/', import.meta.url);
@@ -100,22 +100,22 @@ const cases: Array<[string, Config, Partial<CompileOptions>]> = [
   [
     'egress-sources-interfaces',
     config({
-      egress: {
+      keys: egressKeys({
         sourceCIDRs: { ipv4: ['10.244.0.0/16'], ipv6: [] },
         egressInterfaces: ['ens*', 'eth1'],
-      },
+      }),
     }),
     { enableIPv6: true },
   ],
   [
     'egress-snat-to-ports',
     config({
-      egress: {
+      keys: egressKeys({
         snat: {
           ipv4: { first: '192.0.2.10', last: '192.0.2.20' },
           ipv6: { first: '2001:db8::10', last: '2001:db8::10' },
         },
-      },
+      }),
     }),
     {
       enableIPv6: true,
@@ -129,10 +129,10 @@ const cases: Array<[string, Config, Partial<CompileOptions>]> = [
   [
     'egress-concat',
     config({
-      egress: {
+      keys: egressKeys({
         sourceCIDRs: { ipv4: ['10.244.0.0/16'], ipv6: ['fd00:10:244::/48'] },
         snat: { ipv6: { first: '2001:db8::10', last: '2001:db8::1f' } },
-      },
+      }),
     }),
     { setLayout: 'concat', enableIPv6: true },
   ],

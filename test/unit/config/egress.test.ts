@@ -4,6 +4,7 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { egressOf } from '../../../src/config/build.js';
 import fc from 'fast-check';
 import t, { type Test } from 'tap';
 import { type LoadOptions, loadConfig, parseConfigText } from '../../../src/config/index.js';
@@ -30,7 +31,7 @@ t.test('each key, case-insensitive, in the agent spelling', async (t) => {
         'snatAddressIPv6: "2001:DB8::10-2001:db8:0::1f"\n',
     ),
   );
-  t.same(config.egress, {
+  t.same(egressOf(config.keys), {
     sourceCIDRs: { ipv4: ['10.244.0.0/15'], ipv6: ['fd00:10:244::/48'] },
     egressInterfaces: ['ens*', 'eth1'],
     snat: {
@@ -54,7 +55,7 @@ t.test('SNAT targets at the edges of what is refused are taken', async (t) => {
     ['snatAddressIPv6: "feff:ffff::1"', 'feff:ffff::1', 'feff:ffff::1'],
   ];
   for (const [text, first, last] of edges) {
-    const snat = ok(t, parse(text)).egress?.snat;
+    const snat = egressOf(ok(t, parse(text)).keys)?.snat;
     t.same(snat?.ipv4 ?? snat?.ipv6, { first, last }, text);
   }
 });
@@ -65,8 +66,8 @@ t.test('a config without the keys is the original: no policy, the same hash', as
     t,
     parse('nonMasqueradeCIDRs: [10.0.0.0/8]\nsourceCIDRs: []\negressInterfaces:\nsnatAddress:\n'),
   );
-  t.equal(plain.egress, undefined);
-  t.equal(empty.egress, undefined, 'empty lists and null are as absent');
+  t.equal(egressOf(plain.keys), undefined);
+  t.equal(egressOf(empty.keys), undefined, 'empty lists and null are as absent');
   t.equal(empty.hash, plain.hash);
   const withPolicy = ok(t, parse('nonMasqueradeCIDRs: [10.0.0.0/8]\nsnatAddress: 192.0.2.1\n'));
   t.not(withPolicy.hash, plain.hash, 'a policy changes the hash');
@@ -182,18 +183,22 @@ t.test(
   async (t) => {
     const scoped = 'nodeNames: [gpu-1, gpu-2]\nsnatAddress: 192.0.2.10\n';
     t.same(
-      ok(t, parse(scoped, { ...V6, nodeName: 'gpu-2' })).egress?.snat?.ipv4?.first,
+      egressOf(ok(t, parse(scoped, { ...V6, nodeName: 'gpu-2' })).keys)?.snat?.ipv4?.first,
       '192.0.2.10',
     );
     const elsewhere = ok(t, parse(scoped, { ...V6, nodeName: 'cpu-1' }));
-    t.equal(elsewhere.egress, undefined, 'skipped on another node');
+    t.equal(egressOf(elsewhere.keys), undefined, 'skipped on another node');
     t.same(elsewhere.skipped, [{ file: 'cfg', reason: 'nodeNames: cpu-1 is not among them' }]);
     t.match(
       error(t, parse(scoped, V6)),
       /^cfg: nodeNames: .*node's name is not known: set --node-name or the NODE_NAME environment variable/,
     );
     const described = ok(t, parse(scoped, { ...V6, scoping: 'describe' }));
-    t.equal(described.egress, undefined, '--explain without a node: only unscoped files apply');
+    t.equal(
+      egressOf(described.keys),
+      undefined,
+      '--explain without a node: only unscoped files apply',
+    );
     t.match(described.skipped?.[0]?.reason, /node's name is not known/);
 
     const selected = 'nodeSelector: {pool: gpu}\nsnatAddress: 192.0.2.10\n';
@@ -203,7 +208,7 @@ t.test(
     );
     const labelled = (pool: string) =>
       ok(t, parse(selected, { ...V6, scoping: 'describe', nodeLabels: new Map([['pool', pool]]) }));
-    t.ok(labelled('gpu').egress?.snat, 'applies where the labels match');
+    t.ok(egressOf(labelled('gpu').keys)?.snat, 'applies where the labels match');
     t.match(labelled('cpu').skipped?.[0]?.reason, /label pool is not "gpu"/);
     t.match(
       error(t, parse('nonMasqueradeNodePodCIDRs: true')),
@@ -221,7 +226,7 @@ t.test('a directory: every file validated, the applying ones merged', async (t) 
     'ip-masq-cpu': 'nodeNames: [cpu-1]\nsnatAddress: 192.0.2.99\n',
   });
   const gpu = ok(t, await loadConfig(dir, { ...V4, nodeName: 'gpu-1' }));
-  t.same(gpu.egress, {
+  t.same(egressOf(gpu.keys), {
     sourceCIDRs: { ipv4: ['10.244.0.0/15'], ipv6: [] },
     egressInterfaces: ['ens*', 'eth1'],
     snat: { ipv4: { first: '192.0.2.10', last: '192.0.2.10' } },
@@ -231,8 +236,8 @@ t.test('a directory: every file validated, the applying ones merged', async (t) 
     [join(dir, 'ip-masq-cpu')],
   );
   const other = ok(t, await loadConfig(dir, { ...V4, nodeName: 'other' }));
-  t.equal(other.egress?.snat, undefined, 'neither scoped file applies');
-  t.same(other.egress?.egressInterfaces, ['eth1']);
+  t.equal(egressOf(other.keys)?.snat, undefined, 'neither scoped file applies');
+  t.same(egressOf(other.keys)?.egressInterfaces, ['eth1']);
 
   // A bad file is caught on every node, whichever node it is for.
   await writeFile(join(dir, 'ip-masq-bad'), 'nodeNames: [gpu-9]\negressInterfaces: [eth0/1]\n');
@@ -280,7 +285,9 @@ t.test('merging is independent of the order of files (property)', async (t) => {
         );
         const a = ok(t, await loadConfig(forward, { ...V4, nodeName: node }));
         const b = ok(t, await loadConfig(backward, { ...V4, nodeName: node }));
-        return a.hash === b.hash && JSON.stringify(a.egress) === JSON.stringify(b.egress);
+        return (
+          a.hash === b.hash && JSON.stringify(egressOf(a.keys)) === JSON.stringify(egressOf(b.keys))
+        );
       },
     ),
     { numRuns: 40 },
@@ -301,7 +308,7 @@ t.test(
     ];
     for (const [list, collapsed] of cases) {
       const config = ok(t, parse(`egressInterfaces: ${list}\n`));
-      t.same(config.egress?.egressInterfaces, collapsed, list);
+      t.same(egressOf(config.keys)?.egressInterfaces, collapsed, list);
       const direct = ok(
         t,
         parse(`egressInterfaces: [${collapsed.map((n) => JSON.stringify(n)).join(', ')}]\n`),
@@ -312,7 +319,7 @@ t.test(
       'ip-masq-a': 'egressInterfaces: [eth0]\n',
       'ip-masq-b': 'egressInterfaces: ["eth*", bond0]\n',
     });
-    t.same(ok(t, await loadConfig(dir, V4)).egress?.egressInterfaces, ['bond0', 'eth*']);
+    t.same(egressOf(ok(t, await loadConfig(dir, V4)).keys)?.egressInterfaces, ['bond0', 'eth*']);
   },
 );
 
@@ -327,10 +334,10 @@ t.test('collapsing never changes which interfaces are listed (property)', async 
     );
   await fc.assert(
     fc.property(fc.array(name, { minLength: 1, maxLength: 8 }), (names) => {
-      const collapsed = ok(
-        t,
-        parse(`egressInterfaces: [${names.map((n) => JSON.stringify(n)).join(', ')}]\n`),
-      ).egress?.egressInterfaces;
+      const collapsed = egressOf(
+        ok(t, parse(`egressInterfaces: [${names.map((n) => JSON.stringify(n)).join(', ')}]\n`))
+          .keys,
+      )?.egressInterfaces;
       if (!collapsed) return false;
       // What nft refuses: one entry's name or prefix starting with another's wildcard prefix.
       const overlaps = collapsed.some((a) =>

@@ -6,6 +6,7 @@
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { egressOf } from '../../../src/config/build.js';
 import fc from 'fast-check';
 import t, { type Test } from 'tap';
 import { type LoadOptions, loadConfig, parseConfigText } from '../../../src/config/index.js';
@@ -169,11 +170,11 @@ t.test(
       ['10.0.0.0/8', '169.254.0.0/16'],
       'node-wide: the file without selectors',
     );
-    t.equal(config.egress?.snat, undefined, "a policy's snatAddress is not the node's");
+    t.equal(egressOf(config.keys)?.snat, undefined, "a policy's snatAddress is not the node's");
     const [db, open] = config.podPolicies ?? [];
     t.equal(db?.file, join(dir, 'ip-masq-db'));
     t.same(db?.nonMasquerade.ipv4, ['10.0.0.0/8', '169.254.0.0/16'], 'inherited');
-    t.same(db?.egress, {
+    t.same(egressOf(db?.keys ?? {}), {
       sourceCIDRs: { ipv4: ['10.244.0.0/16'], ipv6: [] },
       egressInterfaces: ['eth0'],
       snat: { ipv4: { first: '192.0.2.10', last: '192.0.2.10' } },
@@ -181,7 +182,7 @@ t.test(
     t.equal(db && selectorText(db.podSelector!), 'app=db');
     t.equal(db?.namespaceSelector, undefined);
     t.same(open?.nonMasquerade.ipv4, ['0.0.0.0/0'], 'its own list replaces the node-wide one');
-    t.equal(open?.egress?.snat, undefined);
+    t.equal(egressOf(open?.keys ?? {})?.snat, undefined);
 
     const without = ok(t, await loadConfig(dir, AGENT));
     t.equal(without.hash, config.hash, 'the same files hash alike');
@@ -258,6 +259,13 @@ t.test("cidrLimit counts the pod policies' entries too", async (t) => {
     error(t, await loadConfig(dir, AGENT)),
     /cidrLimit: 3 is less than the 4 entries .* across 2 files/,
   );
+  // The largest cidrLimit of the files that apply bounds them all, a pod policy's among them.
+  const raised = await directory(t, {
+    'ip-masq-agent': 'cidrLimit: 3\nnonMasqueradeCIDRs: [10.0.0.0/8, 172.16.0.0/12]\n',
+    'ip-masq-db':
+      'podSelector: {}\ncidrLimit: 4\nnonMasqueradeCIDRs: [192.168.0.0/16, 198.18.0.0/15]\n',
+  });
+  t.ok((await loadConfig(raised, AGENT)).ok, "the policy's cidrLimit: 4 takes the 4 entries");
 });
 
 t.test('--explain names the pod policy that decides, and the one file order shadows', async (t) => {

@@ -38,6 +38,7 @@ t.test('narrowed sets flip what the whole sets flip', async (t) => {
           const sets = (n: string[], m: string[], n6: string[]): Decisive => ({
             nonMasquerade: { ipv4: merged(n), ipv6: merged(n6) },
             masquerade: { ipv4: merged(m), ipv6: [] },
+            keys: {},
           });
           const before = sets(lines(nm), lines(mq), lines(nm6));
           const edit = (list: readonly string[]) => {
@@ -66,6 +67,7 @@ t.test('narrowed sets flip what the whole sets flip', async (t) => {
                   : before.masquerade.ipv4,
               ipv6: [],
             },
+            keys: {},
           };
           const withExempt = exempt ? (['ipv4'] as const) : ([] as const);
           const [b, a] = narrowed(before, after, withExempt);
@@ -102,6 +104,7 @@ t.test('a one-CIDR edit of a large set is cut to a few entries', async (t) => {
   const before: Decisive = {
     nonMasquerade: { ipv4: big, ipv6: [] },
     masquerade: { ipv4: ['192.168.0.0/16'], ipv6: [] },
+    keys: {},
   };
   const after: Decisive = {
     nonMasquerade: {
@@ -109,6 +112,7 @@ t.test('a one-CIDR edit of a large set is cut to a few entries', async (t) => {
       ipv6: [],
     },
     masquerade: before.masquerade,
+    keys: {},
   };
   const [b, a] = narrowed(before, after, []);
   t.same(b.nonMasquerade.ipv4, [big[25_000]], 'the removed entry before');

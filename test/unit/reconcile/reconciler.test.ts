@@ -17,6 +17,8 @@ import { listingIs } from '../../../src/nftables/listing.js';
 import { compile } from '../../../src/compile.js';
 import { AgentMetrics } from '../../../src/reconcile/metrics.js';
 import { FakeKernel } from '../../helpers/fake-kernel.js';
+import { egressKeys } from '../../helpers/config.js';
+import type { EgressPolicy } from '../../../src/config/types.js';
 import type { Kernel } from '../../../src/nftables/kernel.js';
 import { compileOptions } from '../../helpers/compile-options.js';
 
@@ -978,13 +980,13 @@ t.test(
 t.test(
   'the egress policy appears and goes in place: its sets made before the rules using them, deleted after',
   async (t) => {
-    const policy = (egress: Config['egress']): LoadResult & { ok: true } => {
+    const policy = (egress: EgressPolicy | undefined): LoadResult & { ok: true } => {
       const base = config(['10.0.0.0/8']);
       return {
         ok: true,
         config: {
           ...base,
-          egress,
+          keys: egressKeys(egress),
           hash: createHash('sha256')
             .update(JSON.stringify(egress ?? null))
             .digest('hex'),
@@ -1214,11 +1216,11 @@ t.test(
 t.test(
   'conntrack: a policy change is judged with both policies and every exempt destination; an unchanged one only where destinations flipped',
   async (t) => {
-    const policy = (egress: Config['egress']): LoadResult => ({
+    const policy = (egress: EgressPolicy | undefined): LoadResult => ({
       ok: true,
       config: {
         ...config(['10.0.0.0/8']),
-        egress,
+        keys: egressKeys(egress),
         hash: createHash('sha256')
           .update(JSON.stringify(egress ?? null))
           .digest('hex'),
@@ -1254,11 +1256,11 @@ t.test(
       ok: true,
       config: {
         ...config(['10.0.0.0/8'], 'ff'.repeat(32)),
-        egress: {
+        keys: egressKeys({
           sourceCIDRs: { ipv4: ['10.244.0.0/16'], ipv6: [] },
           egressInterfaces: ['eth*'],
           snat: { ipv4: { first: '192.0.2.10', last: '192.0.2.10' } },
-        },
+        }),
       },
       warnings: [],
     });
