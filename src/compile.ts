@@ -8,7 +8,7 @@ import {
   type Translation,
   type TranslationFlags,
 } from './decision.js';
-import { basename } from 'node:path';
+import { podPolicyName } from './config/pods.js';
 import type { Config, PodPolicy } from './config/types.js';
 import { markText, TABLE_COMMENT, type WriteMark } from './nftables/ownership.js';
 import {
@@ -174,14 +174,6 @@ const podPolicyKey = (family: TableFamily): SetKey => ({
   expression: `${family} saddr`,
   elementSuffix: '',
 });
-
-/**
- * A pod policy's name in the kernel and in metrics (docs/egress-policy.md, "Pod policies"): its
- * file's name.
- */
-export function podPolicyName(policy: Pick<PodPolicy, 'file'>): string {
-  return basename(policy.file);
-}
 
 /**
  * The verdict map's elements: each selected address, as a full-length prefix, to the chain of the

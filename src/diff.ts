@@ -10,7 +10,8 @@ import {
   familyOf,
   managedFamilies,
 } from './cidr/index.js';
-import { podPolicyName, type CompileOptions } from './compile.js';
+import type { CompileOptions } from './compile.js';
+import { podPolicyName } from './config/pods.js';
 import { CONFIG_KEYS, type KeyName, type KeySpec } from './config/keys.js';
 import { selectorText } from './config/selector.js';
 import type { AddressFamily, Config, PodPolicy } from './config/types.js';

@@ -2,10 +2,19 @@
 // the first, in file-name order, that selects the pod; every other selecting policy is an overlap,
 // reported. The membership joins the config (withPodMembers) as the Nodes' pod CIDRs do, so the
 // kernel's verdict map and the hash follow it. Pure.
+import { basename } from 'node:path';
 import { type Family, formatAddress, parseAddress, familyOf } from '../cidr/index.js';
 import { hashOf } from './build.js';
 import { EVERYTHING, selects } from './selector.js';
 import type { CidrSets, Config, PodPolicy } from './types.js';
+
+/**
+ * A pod policy's name in the kernel and in metrics (docs/egress-policy.md, "Pod policies"): its
+ * file's name.
+ */
+export function podPolicyName(policy: Pick<PodPolicy, 'file'>): string {
+  return basename(policy.file);
+}
 
 /** What the agent keeps of one pod of this node (kubernetes/cluster.ts, podOf). */
 export interface PodFacts {

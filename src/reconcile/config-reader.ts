@@ -7,12 +7,12 @@ import type { Loader, ReadMode } from '../config/loader.js';
 import { keyValue } from '../config/keys.js';
 import {
   podMembership,
+  podPolicyName,
   withPodMembers,
   type PodFacts,
   type PodMembership,
 } from '../config/pods.js';
 import type { Config, LoadOptions } from '../config/types.js';
-import { podPolicyName } from '../compile.js';
 import type { NodeEvents } from '../kubernetes/events.js';
 import type { AgentMetrics } from './metrics.js';
 

@@ -2,7 +2,8 @@
 // from (status.ts), and log what an operator needs once. README, "What it does" and "When it
 // writes".
 import type { Logger } from 'pino';
-import { podPolicyName, type CompileOptions } from '../compile.js';
+import type { CompileOptions } from '../compile.js';
+import { podPolicyName } from '../config/pods.js';
 import { keyValue } from '../config/keys.js';
 import type { Loader } from '../config/loader.js';
 import {
