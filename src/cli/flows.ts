@@ -24,7 +24,7 @@ import {
   type FlowSource,
 } from '../flows.js';
 import { collectGarbage } from '../memory.js';
-import type { Kernel } from '../nftables/kernel.js';
+import type { OthersPort, ConntrackPort } from '../nftables/kernel.js';
 import { oursOrStandIn } from '../nftables/ownership.js';
 import type { RuleShape } from '../nftables/types.js';
 import { plan, usesApi, type AgentOptions } from '../options.js';
@@ -50,7 +50,10 @@ function rangeOf(text: string): { family: 4 | 6; range: Range } | undefined {
  * kernel (read from their expressions, whatever family or address they translate to), else
  * 1024–65535.
  */
-async function portsInKernel(kernel: Kernel, options: AgentOptions): Promise<number> {
+async function portsInKernel(
+  kernel: OthersPort & ConntrackPort,
+  options: AgentOptions,
+): Promise<number> {
   const { table } = plan(options).compile;
   const shapes: RuleShape[] = [];
   const isOurs = oursOrStandIn(table);
@@ -103,7 +106,10 @@ async function written(chunks: Iterable<Buffer>): Promise<void> {
 /** A full collection after this many writes of ~64 KiB (a few ms each: every ~512 KiB written). */
 const WRITES_PER_COLLECTION = 8;
 
-export async function flowsCommand(options: AgentOptions, kernel: Kernel): Promise<number> {
+export async function flowsCommand(
+  options: AgentOptions,
+  kernel: OthersPort & ConntrackPort,
+): Promise<number> {
   // Each piece written is garbage at once: the young generation, kept at its first size for this
   // command as for the agent (src/cli.ts, src/memory.ts), collects it, and a full collection every
   // WRITES_PER_COLLECTION writes the little it promotes. Memory does not grow with the output.

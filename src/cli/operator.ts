@@ -30,7 +30,7 @@ import type { Config, LoadOptions, LoadResult } from '../config/types.js';
 import { diffConfigs, diffText } from '../diff.js';
 import { explainer, explanationText, LOCAL_NOTE, type Explanation } from '../explain.js';
 import { plan, usesApi, type AgentOptions } from '../options.js';
-import { legacyChainsIn, type Kernel } from '../nftables/kernel.js';
+import { legacyChainsIn, type OthersPort, type TablesPort } from '../nftables/kernel.js';
 import { errorText } from '../errors.js';
 
 const out = (text: string) => process.stdout.write(text.endsWith('\n') ? text : `${text}\n`);
@@ -98,7 +98,7 @@ function badAddress(addresses: readonly string[]): string | undefined {
 
 export async function explainCommand(
   options: AgentOptions,
-  kernel?: () => Promise<Kernel>,
+  kernel?: () => Promise<TablesPort & OthersPort>,
 ): Promise<number> {
   const problem = badAddress(options.explain);
   if (problem) {
@@ -274,7 +274,7 @@ async function podFromApi(options: AgentOptions): Promise<{
  * when the map does not hold it, undefined when there is no map (no table, or no pod policy in it).
  */
 async function livePodPolicy(
-  kernel: Kernel,
+  kernel: TablesPort,
   table: string,
   from: string,
 ): Promise<number | null | undefined> {
@@ -354,7 +354,7 @@ interface LiveQuestion {
 }
 
 async function liveAnswers(
-  kernel: Kernel,
+  kernel: TablesPort & OthersPort,
   question: LiveQuestion,
 ): Promise<{ answers: LiveAnswer[]; legacyChains: string[] }> {
   const { options, explanations, legacyNames, from, via } = question;
@@ -394,7 +394,7 @@ async function liveAnswers(
 
 /** One address's answer from the kernel: our table's listing (null: none) and its sets. */
 async function liveAnswer(
-  kernel: Kernel,
+  kernel: TablesPort,
   question: LiveQuestion,
   e: Explanation,
   listing: string | null,

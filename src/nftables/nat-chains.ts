@@ -3,7 +3,7 @@
 // rules printed by libnftables only when the chains' rules changed since the last look, and only
 // when the kernel's expressions show one of them translating. A chain libnftables cannot print is
 // reported as unreadable, from what the expressions show.
-import type { Kernel } from './kernel.js';
+import type { OthersPort, TablesPort } from './kernel.js';
 import { parseRuleListing } from './listing.js';
 import { nameProblem } from './names.js';
 import type { ChainInfo, ChainRules, ListedRule, RuleShape } from './types.js';
@@ -95,7 +95,7 @@ export interface ScanOptions {
  * printed them.
  */
 export async function scanNatChains(
-  kernel: Kernel,
+  kernel: OthersPort & Pick<TablesPort, 'generationId'>,
   ours: (family: string, table: string) => boolean,
   cache: ListingCache = new Map(),
   options: ScanOptions = {},
@@ -214,7 +214,7 @@ const handles = (shapes: readonly RuleShape[]) => shapes.map((shape) => shape.ha
 
 /** The reached chains' rules as nft prints them, paired with the kernel's shapes by handle. */
 async function printRules(
-  kernel: Kernel,
+  kernel: OthersPort & Pick<TablesPort, 'generationId'>,
   base: ChainInfo,
   reached: ReadonlyMap<string, readonly RuleShape[]>,
 ): Promise<{ rules?: ChainRules; unreadable?: string }> {

@@ -24,7 +24,7 @@ import {
 } from '../decision.js';
 import { LATE_REPLIES_SET, LATE_REPLIES_SIZE } from '../nftables/objects.js';
 import type { CommitStep, FlowPlan, FlowPolicy } from '../nftables/types.js';
-import type { Kernel } from '../nftables/kernel.js';
+import type { ConntrackPort } from '../nftables/kernel.js';
 import { decisionChangesOffThread, type DecisionChange } from './changed-ranges.js';
 import type { AgentMetrics } from './metrics.js';
 
@@ -40,7 +40,7 @@ export type { ConntrackFlushMode } from './flush-modes.js';
 export const IN_FLIGHT_GRACE_MS = 2_000;
 
 export interface ConntrackDeps {
-  readonly kernel: Kernel;
+  readonly kernel: ConntrackPort;
   readonly mode: ConntrackFlushMode;
   readonly enableIPv6: boolean;
   /** --random-fully and --to-ports: the translations the decisions judged carry. */
@@ -278,7 +278,7 @@ export class ConntrackFlush {
   private count(
     into: Record<string, Record<string, number>>,
     family: AddressFamily,
-    result: Awaited<ReturnType<Kernel['deleteFlows']>>,
+    result: Awaited<ReturnType<ConntrackPort['deleteFlows']>>,
   ): void {
     into[family] ??= {};
     for (const [protocol, count] of result.deleted) {

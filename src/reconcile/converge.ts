@@ -28,7 +28,7 @@ import {
 } from '../nftables/types.js';
 import { NftError } from '../nftables/kernel.js';
 import { errorText } from '../errors.js';
-import type { Kernel } from '../nftables/kernel.js';
+import type { TablesPort, OthersPort } from '../nftables/kernel.js';
 import type { AgentMetrics, WriteFallbackReason } from './metrics.js';
 import { reportMismatch } from './fast-path.js';
 import { OtherAgentWatch } from './other-agent.js';
@@ -45,7 +45,7 @@ import { auditTables, ruleFingerprints, type RuleFingerprints } from './netlink-
 import { nextGeneration, standInName } from '../nftables/ownership.js';
 
 export interface ConvergeDeps {
-  readonly kernel: Kernel;
+  readonly kernel: TablesPort & OthersPort;
   readonly compileOptions: CompileOptions;
   readonly logger: Logger;
   readonly metrics: AgentMetrics;

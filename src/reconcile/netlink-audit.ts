@@ -5,7 +5,7 @@
 // address set's elements compared with the whole list the agent wrote (audit::AuditSet, on a pool
 // thread), each chain's hook and the comments of its rules (the mark among them), each rule's
 // expressions as they were right after the agent's own write, and the named counters.
-import type { Kernel } from '../nftables/kernel.js';
+import type { TablesPort, OthersPort } from '../nftables/kernel.js';
 import type { Chain, NamedSet, RuleShape, Table, TableFamily } from '../nftables/types.js';
 
 /** Each chain's rules as their expressions show them, by table family and chain name. */
@@ -36,7 +36,7 @@ function audited(set: NamedSet): boolean {
 
 /** The rules of every chain of these tables, as the kernel holds them now (taken after a write). */
 export async function ruleFingerprints(
-  kernel: Kernel,
+  kernel: TablesPort & OthersPort,
   tables: readonly Table[],
 ): Promise<RuleFingerprints> {
   const byFamily = new Map<TableFamily, Map<string, string[]>>();
@@ -59,7 +59,7 @@ const same = (a: readonly string[], b: readonly string[]) =>
  * none when they agree. `rules`: each chain's rules as they were right after that write.
  */
 export async function auditTables(
-  kernel: Kernel,
+  kernel: TablesPort & OthersPort,
   tables: readonly Table[],
   rules: RuleFingerprints | undefined,
 ): Promise<string[]> {
@@ -93,7 +93,7 @@ export async function auditTables(
   return differences;
 
   async function auditChain(
-    kernel: Kernel,
+    kernel: TablesPort & OthersPort,
     ref: { family: TableFamily; name: string },
     chain: Chain,
     held: ReadonlyArray<{ name: string; hook?: { name: string } }>,

@@ -2,7 +2,12 @@
 // the usual cause is an object it cannot parse that another tool wrote (docs/operations.md,
 // "nftables versions"): the tables are named over plain netlink and each foreign one is listed on
 // its own, each in its own libnftables process, to say which one it is.
-import { libnftablesVersion, NftError, type AnyTableRef, type Kernel } from '../nftables/kernel.js';
+import {
+  libnftablesVersion,
+  NftError,
+  type AnyTableRef,
+  type OthersPort,
+} from '../nftables/kernel.js';
 import { oursOrStandIn } from '../nftables/ownership.js';
 import { errorText } from '../errors.js';
 
@@ -17,7 +22,7 @@ export interface KernelFailure {
 
 export async function describeKernelFailure(
   err: unknown,
-  kernel: Kernel,
+  kernel: OthersPort,
   ownTable: string,
 ): Promise<KernelFailure> {
   if (!(err instanceof NftError))

@@ -12,7 +12,7 @@ import { escapeUnprintable } from '../cidr/index.js';
 import { errorText } from '../errors.js';
 import type { NodeEvents } from '../kubernetes/events.js';
 import { unmarkedTranslations } from '../nat-rules.js';
-import type { Kernel } from '../nftables/kernel.js';
+import type { OthersPort, TablesPort } from '../nftables/kernel.js';
 import { libnftablesVersion } from '../nftables/kernel.js';
 import {
   LOOK_CHAINS_MAX,
@@ -169,7 +169,7 @@ const keyOf = (f: OtherNatFinding) =>
   JSON.stringify([f.table, f.chain, f.position, f.count, f.rules]);
 
 export interface OtherNatDeps {
-  readonly kernel: Kernel;
+  readonly kernel: OthersPort & Pick<TablesPort, 'generationId'>;
   readonly logger: Logger;
   readonly metrics?: AgentMetrics;
   readonly events?: NodeEvents;

@@ -5,7 +5,7 @@ import type { CompileOptions } from '../compile.js';
 import { listingIs } from '../nftables/listing.js';
 import { isStandIn, standInName, tableOwner, type TableOwner } from '../nftables/ownership.js';
 import type { Table, TableFamily, TableRef } from '../nftables/types.js';
-import type { Kernel } from '../nftables/kernel.js';
+import type { TablesPort } from '../nftables/kernel.js';
 
 export interface KernelTables {
   readonly listings: ReadonlyMap<TableFamily, string | null>;
@@ -33,7 +33,7 @@ export function olderRelease(found: KernelTables): boolean {
  * (`written`: ours even if its comment was changed).
  */
 export async function readTables(
-  kernel: Kernel,
+  kernel: TablesPort,
   options: CompileOptions,
   written: ReadonlySet<TableFamily>,
   onRead: () => void,

@@ -1,0 +1,44 @@
+// Each module takes the rooms of the Kernel port it uses (docs/design.md, "Data flow"): our tables
+// (TablesPort), everyone else's (OthersPort), conntrack (ConntrackPort), or the two it needs; only
+// the modules that hand each part its port take the whole Kernel. The type checker keeps a port
+// wide enough; this keeps it from being wider.
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import t from 'tap';
+import { packageRoot } from '../../../harness/netns.js';
+
+const src = join(packageRoot, 'src');
+
+/** The modules that build the parts and give each its port. */
+const COMPOSERS = ['agent.ts', 'reconcile/reconciler.ts'];
+
+function modules(folder: string): string[] {
+  const found: string[] = [];
+  for (const entry of readdirSync(folder)) {
+    const path = join(folder, entry);
+    if (statSync(path).isDirectory()) found.push(...modules(path));
+    else if (entry.endsWith('.ts')) found.push(relative(src, path));
+  }
+  return found;
+}
+
+/** The text without comments (line and block), so that a sentence naming the port is not a use. */
+function code(text: string): string {
+  return text.replace(/\/\*[\s\S]*?\*\//g, '').replace(/(^|[^:])\/\/.*$/gm, '$1');
+}
+
+t.test('only the composers take the whole Kernel', async (t) => {
+  const takers = modules(src)
+    .filter((name) => name !== 'nftables/kernel.ts')
+    .filter((name) => /(?<![\w.])Kernel\b/.test(code(readFileSync(join(src, name), 'utf8'))));
+  t.same(takers.sort(), [...COMPOSERS].sort());
+});
+
+t.test('the modules that use a room name its port', async (t) => {
+  const uses = (name: string, port: string) =>
+    new RegExp(`\\b${port}\\b`).test(code(readFileSync(join(src, name), 'utf8')));
+  // Spot checks that the scan above reads what it means to: each room has its takers.
+  t.ok(uses('reconcile/conntrack.ts', 'ConntrackPort'), 'the flush: conntrack');
+  t.ok(uses('reconcile/legacy.ts', 'OthersPort'), "the original's chain: everyone else's");
+  t.ok(uses('reconcile/read-back.ts', 'TablesPort'), 'the read-back: our tables');
+});
