@@ -167,72 +167,10 @@ export async function runAgent(
     api,
     requestSync: (why) => trigger(why),
   });
-  const { table, enableIPv6, toPorts } = plan(options).compile;
-  if (options.natStatsIntervalMs > 0) {
-    const sampler = new NatSampler({
-      kernel,
-      logger,
-      publish: metrics.snatHeadroom(),
-      intervalMs: options.natStatsIntervalMs,
-      families: managedFamilies(enableIPv6).map((f) => f.name),
-      ports: snatPorts(toPorts),
-    });
-    sampler.start();
-  }
-  metrics.decisions(
-    async () =>
-      Promise.all(
-        managedFamilies(enableIPv6).map(async (family) => ({
-          family: family.name,
-          counters: await kernel.counters({ family: family.table, name: table }),
-        })),
-      ),
-    () => reconciler.podPolicyNames(),
-  );
-  const memory = new MemoryPolicy();
-  memory.start();
-  const syncs = new SyncRunner({
-    sync: async (reason) => {
-      memory.beforeSync();
-      const outcome = await reconciler.sync(reason);
-      const { ipv4, ipv6 } = reconciler.status(syncs.alive).nonMasqueradeCIDRs;
-      memory.afterSync(ipv4 + ipv6);
-      return outcome;
-    },
-    intervalMs: () => reconciler.resyncIntervalMs,
-    // The reconciler logs each distinct failure once; every retry is still here at debug.
-    onError: (err) => logger.debug({ err }, 'sync failed; retrying with backoff'),
-  });
-
-  // Another tool's commit to our tables: read back and repaired within the second it came in.
-  const ours = oursOrStandIn(
-    table,
-    managedFamilies(enableIPv6).map((f) => f.table),
-  );
-  const commits = new CommitWatch({
-    open: openCommitMonitor,
-    ours: (name) => ours(name.slice(0, name.indexOf(' ')), name.slice(name.indexOf(' ') + 1)),
-    unchanged: () => reconciler.kernelUnchanged(),
-    requestSync: (why) => trigger(why),
-    elsewhere: (genId) => reconciler.noteCommitElsewhere(genId),
-    touched: (genId) => reconciler.noteCommitOurs(genId),
-    unavailable: (err) =>
-      logger.warn(
-        { err: errorText(err) },
-        'cannot hear nftables notifications: commits by others to our tables are found at the next resync or readiness probe',
-      ),
-  });
-  reconciler.hearCommitsBy(() => commits.hearNow());
-  const readiness = new ReadinessCheck({
-    // What the notifications heard so far say first: another tool's commit elsewhere needs no look.
-    unchanged: async () => {
-      await commits.poll();
-      return reconciler.kernelUnchangedForProbe();
-    },
-    requestSync: (reason) => syncs.trigger(reason),
-    afterNextSync: () => syncs.afterNextSync(),
-    verified: () => reconciler.kernelVerified,
-  });
+  publishKernelFigures(options, logger, metrics, kernel, reconciler);
+  const syncs = syncRunner(reconciler, logger);
+  const commits = commitWatch(options, logger, reconciler, (why) => trigger(why));
+  const readiness = readinessOf(reconciler, syncs, commits);
   const server = await buildServer({
     status: () => reconciler.status(syncs.alive),
     fresh: () => readiness.fresh(),
@@ -258,13 +196,127 @@ export async function runAgent(
     return Promise.allSettled([syncs.stop(), server.close(), api?.stop()]);
   };
   trigger = (why) => syncs.trigger(why);
-  // A config answer of the worker's fast path that its audit found wrong: the whole answer applied.
+  applyWholeOnMismatch(options, logger, metrics, reconciler, trigger);
+  commits.start();
+  syncs.start();
+}
+
+/**
+ * The figures read from the kernel beside the syncs: the SNAT headroom's sample (when asked for)
+ * and the decision counters' series.
+ */
+function publishKernelFigures(
+  options: AgentOptions,
+  logger: Logger,
+  metrics: AgentMetrics,
+  kernel: Kernel,
+  reconciler: Reconciler,
+): void {
+  const { table, enableIPv6, toPorts } = plan(options).compile;
+  if (options.natStatsIntervalMs > 0) {
+    const sampler = new NatSampler({
+      kernel,
+      logger,
+      publish: metrics.snatHeadroom(),
+      intervalMs: options.natStatsIntervalMs,
+      families: managedFamilies(enableIPv6).map((f) => f.name),
+      ports: snatPorts(toPorts),
+    });
+    sampler.start();
+  }
+  metrics.decisions(
+    async () =>
+      Promise.all(
+        managedFamilies(enableIPv6).map(async (family) => ({
+          family: family.name,
+          counters: await kernel.counters({ family: family.table, name: table }),
+        })),
+      ),
+    () => reconciler.podPolicyNames(),
+  );
+}
+
+/** The runner of the syncs, with the memory policy around each (src/memory-policy.ts). */
+function syncRunner(reconciler: Reconciler, logger: Logger): SyncRunner {
+  const memory = new MemoryPolicy();
+  memory.start();
+  const syncs: SyncRunner = new SyncRunner({
+    sync: async (reason) => {
+      memory.beforeSync();
+      const outcome = await reconciler.sync(reason);
+      const { ipv4, ipv6 } = reconciler.status(syncs.alive).nonMasqueradeCIDRs;
+      memory.afterSync(ipv4 + ipv6);
+      return outcome;
+    },
+    intervalMs: () => reconciler.resyncIntervalMs,
+    // The reconciler logs each distinct failure once; every retry is still here at debug.
+    onError: (err) => logger.debug({ err }, 'sync failed; retrying with backoff'),
+  });
+  return syncs;
+}
+
+/**
+ * The commit monitor's reader: another tool's commit to our tables read back and repaired within
+ * the second it came in; one that named none of them noted as such.
+ */
+function commitWatch(
+  options: AgentOptions,
+  logger: Logger,
+  reconciler: Reconciler,
+  trigger: (why: string) => void,
+): CommitWatch {
+  const { table, enableIPv6 } = plan(options).compile;
+  const ours = oursOrStandIn(
+    table,
+    managedFamilies(enableIPv6).map((f) => f.table),
+  );
+  const commits = new CommitWatch({
+    open: openCommitMonitor,
+    ours: (name) => ours(name.slice(0, name.indexOf(' ')), name.slice(name.indexOf(' ') + 1)),
+    unchanged: () => reconciler.kernelUnchanged(),
+    requestSync: trigger,
+    elsewhere: (genId) => reconciler.noteCommitElsewhere(genId),
+    touched: (genId) => reconciler.noteCommitOurs(genId),
+    unavailable: (err) =>
+      logger.warn(
+        { err: errorText(err) },
+        'cannot hear nftables notifications: commits by others to our tables are found at the next resync or readiness probe',
+      ),
+  });
+  reconciler.hearCommitsBy(() => commits.hearNow());
+  return commits;
+}
+
+/** /readyz's check: what the notifications heard so far say first, a look at the kernel after. */
+function readinessOf(
+  reconciler: Reconciler,
+  syncs: SyncRunner,
+  commits: CommitWatch,
+): ReadinessCheck {
+  return new ReadinessCheck({
+    // Another tool's commit elsewhere needs no look.
+    unchanged: async () => {
+      await commits.poll();
+      return reconciler.kernelUnchangedForProbe();
+    },
+    requestSync: (reason) => syncs.trigger(reason),
+    afterNextSync: () => syncs.afterNextSync(),
+    verified: () => reconciler.kernelVerified,
+  });
+}
+
+/** A config answer of the worker's fast path that its audit found wrong: the whole one applied. */
+function applyWholeOnMismatch(
+  options: AgentOptions,
+  logger: Logger,
+  metrics: AgentMetrics,
+  reconciler: Reconciler,
+  trigger: (why: string) => void,
+): void {
   onFastPathMismatch((mismatch) => {
     reportMismatch(logger, metrics, 'config', { config: options.config, ...mismatch });
     // Sticky: a trigger for another reason before the sync starts must not hide it.
     reconciler.readWholeNext();
     trigger(FAST_PATH_MISMATCH);
   });
-  commits.start();
-  syncs.start();
 }
