@@ -1,5 +1,6 @@
 // Renders typed tables into nft script text. The nested block form is also what `nft list table`
 // prints, so the same text serves as the write and as the expectation a read-back is compared with.
+import { channel } from 'node:diagnostics_channel';
 import { formatAddress, parseCidr, prefixRange, type Prefix } from '../cidr/index.js';
 import { nameProblem } from './names.js';
 import type {
@@ -72,10 +73,12 @@ function nameList(set: NamedSet, names: readonly string[]): string {
 }
 
 /**
- * The most elements rendered in one piece so far, in this thread: what holds the event loop longest
- * in a write. Read by the test of the stall bound (test/unit/reconcile/converge.stall-bound.test.ts).
+ * The diagnostics channel told of every element list rendered in one piece, with its length
+ * (`{ elements }`): the largest is what holds the event loop longest in a write. Nothing listens in
+ * the agent; the test of the stall bound does (test/unit/reconcile/converge.stall-bound.test.ts).
  */
-export const renderedInOnePiece = { most: 0 };
+export const RENDERED_IN_ONE_PIECE = 'ipmasq:render:one-piece';
+const renders = channel(RENDERED_IN_ONE_PIECE);
 
 /** Address elements as nft text, each with the suffix; throws on anything but address characters. */
 function addressList(
@@ -84,7 +87,7 @@ function addressList(
   family: TableFamily,
   suffix: string,
 ): string {
-  renderedInOnePiece.most = Math.max(renderedInOnePiece.most, elements.length);
+  if (renders.hasSubscribers) renders.publish({ elements: elements.length });
   const text = elements.map((e) => elementText(e, family)).join(`${suffix}, `) + suffix;
   // One pass over the joined text (not one regex test per element): nothing but address characters,
   // so no element can carry nft syntax, whatever produced it.

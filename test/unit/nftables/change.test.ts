@@ -2,14 +2,10 @@
 // on the wire"): deltas where few elements go, a refill of an interval set where many do, new sets
 // for a concatenated one, and the everyday edit of a large set compared only where it differs.
 import t from 'tap';
+import { watchRenders } from '../../helpers/render-watch.js';
 import { elementDiff, renderInPlace, setChange } from '../../../src/nftables/change.js';
 import { compile } from '../../../src/compile.js';
-import {
-  elementList,
-  prerenderElements,
-  renderTable,
-  renderedInOnePiece,
-} from '../../../src/nftables/render.js';
+import { elementList, prerenderElements, renderTable } from '../../../src/nftables/render.js';
 import { frozenElements, type Elements, type NamedSet } from '../../../src/nftables/types.js';
 import { configWith } from '../../helpers/config.js';
 import {
@@ -130,6 +126,7 @@ t.test('compareStructure: the objects in any order, the key apart', async (t) =>
 });
 
 t.test('a large set is rendered ahead a slice at a time, to the same text', async (t) => {
+  const renders = watchRenders(t);
   const big = set([...prefixes(25_000), '192.0.2.1/32'], true);
   // A copy of the list: rendered when asked, not taken from what is rendered ahead below.
   const expected = elementList(big, frozenElements([...big.elements]), 'ip');
@@ -140,16 +137,16 @@ t.test('a large set is rendered ahead a slice at a time, to the same text', asyn
   });
   t.equal(pauses, 3, 'the event loop runs between slices of 10 000');
   t.equal(big.rendered, undefined, 'the set given is left as it was');
-  renderedInOnePiece.most = 0;
+  renders.most = 0;
   t.equal(elementList(ahead, ahead.elements, 'ip'), expected, 'the same text');
   t.equal(
     elementList(ahead, frozenElements([...big.elements]), 'ip'),
     expected,
     'found for a copy of the same elements too',
   );
-  t.equal(renderedInOnePiece.most, 0, 'taken as rendered ahead, not rendered again');
+  t.equal(renders.most, 0, 'taken as rendered ahead, not rendered again');
   t.not(elementList(ahead, ahead.elements, 'ip6'), expected, 'another family is not taken from it');
-  t.equal(renderedInOnePiece.most, big.elements.length, 'that one is rendered when asked');
+  t.equal(renders.most, big.elements.length, 'that one is rendered when asked');
   const swapped = [...big.elements];
   [swapped[0], swapped[1]] = [swapped[1]!, swapped[0]!];
   const other = frozenElements(swapped);
@@ -163,19 +160,15 @@ t.test('a large set is rendered ahead a slice at a time, to the same text', asyn
   const added = frozenElements(big.elements.slice(12_000));
   const adding = await prerenderElements(big, 'ip', async () => undefined, added);
   const fresh = elementList(big, added, 'ip');
-  renderedInOnePiece.most = 0;
+  renders.most = 0;
   t.equal(
     elementList(adding, frozenElements([...added]), 'ip'),
     fresh,
     "a write's additions, rendered ahead, are found the same way",
   );
-  t.equal(renderedInOnePiece.most, 0, 'taken, not rendered again');
+  t.equal(renders.most, 0, 'taken, not rendered again');
   elementList(adding, adding.elements, 'ip');
-  t.equal(
-    renderedInOnePiece.most,
-    big.elements.length,
-    'and only those: the whole set is rendered',
-  );
+  t.equal(renders.most, big.elements.length, 'and only those: the whole set is rendered');
   const few = set(prefixes(100), true);
   t.equal(await prerenderElements(few, 'ip', async () => undefined), few, 'a small set as it is');
   const bad = set([...prefixes(20_000), '10.0.0.0/8 } ; flush ruleset'], false);

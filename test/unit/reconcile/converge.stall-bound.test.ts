@@ -7,7 +7,8 @@ import { pino } from 'pino';
 import t from 'tap';
 import { parseConfigText } from '../../../src/config/index.js';
 import type { LoadResult } from '../../../src/config/types.js';
-import { PRERENDER_SLICE, renderedInOnePiece } from '../../../src/nftables/render.js';
+import { PRERENDER_SLICE } from '../../../src/nftables/render.js';
+import { watchRenders } from '../../helpers/render-watch.js';
 import { AgentMetrics } from '../../../src/reconcile/metrics.js';
 import { Reconciler } from '../../../src/reconcile/reconciler.js';
 import { FakeKernel } from '../../helpers/fake-kernel.js';
@@ -33,6 +34,7 @@ function loaded(text: string): LoadResult {
 }
 
 t.test('no write renders more than a slice of elements in one piece', async (t) => {
+  const renders = watchRenders(t);
   const kernel = new FakeKernel();
   let current = loaded(cidrs(64));
   const reconciler = new Reconciler({
@@ -53,15 +55,18 @@ t.test('no write renders more than a slice of elements in one piece', async (t) 
     ['one added to 100 000', cidrs(100_001, 12 * 2 ** 24)],
     ['100 000 → 64: the switch back', cidrs(64)],
   ];
+  let seen = 0;
   for (const [what, text] of steps) {
     current = loaded(text);
-    renderedInOnePiece.most = 0;
+    renders.most = 0;
     const applied = kernel.applies.length;
     t.same(await reconciler.sync(), { ok: true }, `${what}: written`);
     t.ok(kernel.applies.length > applied, `${what}: something was written`);
     t.ok(
-      renderedInOnePiece.most <= PRERENDER_SLICE,
-      `${what}: at most ${renderedInOnePiece.most} elements rendered in one piece`,
+      renders.most <= PRERENDER_SLICE,
+      `${what}: at most ${renders.most} elements rendered in one piece`,
     );
+    seen = Math.max(seen, renders.most);
   }
+  t.equal(seen, PRERENDER_SLICE, 'the watch saw the layout switch rendered a slice at a time');
 });
