@@ -387,26 +387,8 @@ export function buildConfig(
   // The node-wide config is the files without selectors; each pod policy is decided apart.
   const fragments = applying.filter((f) => !isPodPolicy(f));
   const policyFragments = applying.filter(isPodPolicy);
-  const describing = options.scoping === 'describe';
-  if (policyFragments.length > 0 && !describing && !options.kubernetes) {
-    const file = policyFragments[0]!;
-    const key = file.podSelector !== undefined ? 'podSelector' : 'namespaceSelector';
-    return invalid(
-      new ConfigError(
-        file.file,
-        `${key}: a pod policy selects pods by their labels, which the agent reads from the API server: start it with --kubernetes (or --kubeconfig)`,
-      ),
-    );
-  }
-  const podCidrs = fragments.find((f) => f.nonMasqueradeNodePodCIDRs === true);
-  if (podCidrs && !describing && !options.kubernetes) {
-    return invalid(
-      new ConfigError(
-        podCidrs.file,
-        "nonMasqueradeNodePodCIDRs: the Nodes' pod CIDRs come from the API server: start the agent with --kubernetes, or list the pod CIDRs in nonMasqueradeCIDRs",
-      ),
-    );
-  }
+  const withoutApi = apiProblem(fragments, policyFragments, options);
+  if (withoutApi) return invalid(withoutApi);
   let keys: MergedKeys;
   let podPolicies: PodPolicy[];
   try {
@@ -420,21 +402,8 @@ export function buildConfig(
   }
   const nonMasq = keys.nonMasqueradeCIDRs ?? defaultNonMasqueradeCIDRs(options);
   const masq = keys.masqueradeCIDRs ?? [];
-  // cidrLimit bounds every entry of the files that apply, pod policies' included: its merge (the
-  // largest) over all of them.
-  const bound = mergeKeys([...fragments, ...policyFragments], origin, ['cidrLimit']);
-  const cidrLimit = keyValue(bound, 'cidrLimit');
-
-  const policyEntries = policyFragments.reduce(
-    (sum, f) => sum + (f.nonMasqueradeCIDRs?.length ?? 0) + (f.masqueradeCIDRs?.length ?? 0),
-    0,
-  );
-  const entries = nonMasq.length + masq.length + policyEntries;
-  if (entries > cidrLimit) {
-    const where = applying.length > 1 ? ` across ${applying.length} files` : '';
-    const message = `cidrLimit: ${cidrLimit} is less than the ${entries} entries of nonMasqueradeCIDRs + masqueradeCIDRs${where} (raise cidrLimit to at least ${entries}, or list fewer CIDRs)`;
-    return invalid(new ConfigError(origin, message));
-  }
+  const overLimit = limitProblem(fragments, policyFragments, nonMasq.length + masq.length, origin);
+  if (overLimit) return invalid(overLimit);
 
   const linkLocal = linkLocalPrefixes(keys as MergedKeys, options);
   const effectiveNonMasq = nonMasq.concat(linkLocal);
@@ -462,6 +431,59 @@ export function buildConfig(
       : {}),
   });
   return Object.freeze({ ok: true, config, warnings: Object.freeze([...warnings]) });
+}
+
+/**
+ * What the files ask of the API server when the agent was not started to read it (--explain and
+ * --check describe them anyway): a pod policy selects pods by their labels, and
+ * nonMasqueradeNodePodCIDRs takes the Nodes' pod CIDRs.
+ */
+function apiProblem(
+  fragments: readonly ConfigFragment[],
+  policyFragments: readonly ConfigFragment[],
+  options: LoadOptions,
+): ConfigError | undefined {
+  if (options.scoping === 'describe' || options.kubernetes) return undefined;
+  const policy = policyFragments[0];
+  if (policy) {
+    const key = policy.podSelector !== undefined ? 'podSelector' : 'namespaceSelector';
+    return new ConfigError(
+      policy.file,
+      `${key}: a pod policy selects pods by their labels, which the agent reads from the API server: start it with --kubernetes (or --kubeconfig)`,
+    );
+  }
+  const podCidrs = fragments.find((f) => f.nonMasqueradeNodePodCIDRs === true);
+  if (podCidrs) {
+    return new ConfigError(
+      podCidrs.file,
+      "nonMasqueradeNodePodCIDRs: the Nodes' pod CIDRs come from the API server: start the agent with --kubernetes, or list the pod CIDRs in nonMasqueradeCIDRs",
+    );
+  }
+  return undefined;
+}
+
+/**
+ * cidrLimit bounds every entry of the files that apply, pod policies' included: its merge (the
+ * largest) over all of them, against the node-wide lists' `nodeEntries` and the policies' own.
+ */
+function limitProblem(
+  fragments: readonly ConfigFragment[],
+  policyFragments: readonly ConfigFragment[],
+  nodeEntries: number,
+  origin: string,
+): ConfigError | undefined {
+  const bound = mergeKeys([...fragments, ...policyFragments], origin, ['cidrLimit']);
+  const cidrLimit = keyValue(bound, 'cidrLimit');
+  const policyEntries = policyFragments.reduce(
+    (sum, f) => sum + (f.nonMasqueradeCIDRs?.length ?? 0) + (f.masqueradeCIDRs?.length ?? 0),
+    0,
+  );
+  const entries = nodeEntries + policyEntries;
+  if (entries <= cidrLimit) return undefined;
+  const files = fragments.length + policyFragments.length;
+  const where = files > 1 ? ` across ${files} files` : '';
+  const message = `cidrLimit: ${cidrLimit} is less than the ${entries} entries of nonMasqueradeCIDRs + masqueradeCIDRs${where} (raise cidrLimit to at least ${entries}, or list fewer CIDRs)`;
+  return new ConfigError(origin, message);
 }
 
 /** What withNodePodCIDRs needs of one Node: its pod CIDRs, parsed by the agent. */
