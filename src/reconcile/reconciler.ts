@@ -77,6 +77,19 @@ export interface ReconcilerDeps {
   readonly unheardAfterQuietMs?: number;
 }
 
+/** The config reader a reconciler's dependencies make. */
+function configReaderOf(deps: ReconcilerDeps): ConfigReader {
+  return new ConfigReader({
+    configPath: deps.configPath,
+    loadOptions: deps.loadOptions,
+    load: deps.loadConfig,
+    logger: deps.logger,
+    metrics: deps.metrics,
+    ...(deps.cluster ? { cluster: deps.cluster } : {}),
+    ...(deps.events ? { events: deps.events } : {}),
+  });
+}
+
 export class Reconciler {
   private readonly deps: ReconcilerDeps;
   private readonly config: ConfigReader;
@@ -103,15 +116,7 @@ export class Reconciler {
       : undefined;
     const { logger, metrics, kernel } = deps;
     const writer = deps.writer ?? newWriterId();
-    this.config = new ConfigReader({
-      configPath: deps.configPath,
-      loadOptions: deps.loadOptions,
-      load: deps.loadConfig,
-      logger,
-      metrics,
-      ...(deps.cluster ? { cluster: deps.cluster } : {}),
-      ...(deps.events ? { events: deps.events } : {}),
-    });
+    this.config = configReaderOf(deps);
     this.otherAgent = new OtherAgentWatch({
       logger,
       metrics,
@@ -384,17 +389,7 @@ export class Reconciler {
     try {
       await timed('loadMs', () => this.config.read({ whole }));
     } catch (err) {
-      // Read whole when retried too.
-      this.wholeNext ||= whole;
-      // The loader itself failed (its worker died): not a verdict on the config; retried with
-      // backoff.
-      const lastError = `loading the config failed: ${errorText(err)}`;
-      this.logFailure(lastError, () =>
-        this.deps.logger.error(`${lastError}; retrying with backoff`),
-      );
-      this.record({ lastError });
-      this.deps.metrics.recordSync('error', seconds());
-      return { ok: false, error: err };
+      return this.loadFailed(err, whole, seconds);
     }
     const config = this.config.good;
     this.facts = {
@@ -419,6 +414,32 @@ export class Reconciler {
     } catch (err) {
       return this.kernelFailed(err, seconds);
     }
+    return this.converged(config, converged, phases, seconds);
+  }
+
+  /**
+   * The loader itself failed (its worker died): not a verdict on the config; retried with backoff,
+   * read whole when retried too.
+   */
+  private loadFailed(err: unknown, whole: boolean, seconds: () => number): SyncOutcome {
+    this.wholeNext ||= whole;
+    const lastError = `loading the config failed: ${errorText(err)}`;
+    this.logFailure(lastError, () => this.deps.logger.error(`${lastError}; retrying with backoff`));
+    this.record({ lastError });
+    this.deps.metrics.recordSync('error', seconds());
+    return { ok: false, error: err };
+  }
+
+  /**
+   * What follows a converge: the status and the metrics, existing flows made to follow a change of
+   * the decisions, the element write's audit scheduled, the write's log line, the original's chain.
+   */
+  private async converged(
+    config: Config,
+    converged: Converged,
+    phases: Readonly<Record<string, number>>,
+    seconds: () => number,
+  ): Promise<SyncOutcome> {
     if (this.lastLoggedFailure !== undefined) this.deps.logger.info('kernel writes work again');
     this.lastLoggedFailure = undefined;
     const counts = converged === 'held-back' ? this.facts.counts : this.sizes.confirm(config);
