@@ -26,7 +26,7 @@ import {
 import { checkPath } from '../config/check.js';
 import { loadConfig } from '../config/index.js';
 import { findConfigSource } from '../config/source.js';
-import type { Config, LoadOptions, LoadResult } from '../config/types.js';
+import type { Config, LoadOptions, LoadResult, SkippedFile } from '../config/types.js';
 import { diffConfigs, diffText } from '../diff.js';
 import { explainer, explanationText, LOCAL_NOTE, type Explanation } from '../explain.js';
 import { plan, usesApi, type AgentOptions } from '../options.js';
@@ -171,6 +171,16 @@ export async function explainCommand(
     json({ note: LOCAL_NOTE, skipped, explanations, ...(live ? { live } : {}) });
     return 0;
   }
+  printExplanations(skipped, explanations, live);
+  return 0;
+}
+
+/** --explain's text: the note, the files skipped on this node, each address with its live answer. */
+function printExplanations(
+  skipped: readonly SkippedFile[],
+  explanations: readonly Explanation[],
+  live: Awaited<ReturnType<typeof liveAnswers>> | undefined,
+): void {
   out(LOCAL_NOTE);
   for (const file of skipped) {
     out(`skipped on this node: ${escapeUnprintable(file.file)} (${file.reason})`);
@@ -200,7 +210,6 @@ export async function explainCommand(
         'traffic before our table decides (run with --remove-legacy-chain)',
     );
   }
-  return 0;
 }
 
 /**
@@ -399,9 +408,8 @@ async function liveAnswer(
   e: Explanation,
   listing: string | null,
 ): Promise<LiveAnswer> {
-  const { config, tables, options, podPolicyIndex } = question;
+  const { tables, options } = question;
   const family = familyOf(e.family).table;
-  const ref = { family, name: options.table } as const;
   const none = (text: string, drift: boolean): LiveAnswer => ({
     masqueraded: null,
     generation: null,
@@ -445,25 +453,7 @@ async function liveAnswer(
       text: `generation ${generation} in the kernel leaves it alone: its ${e.reason} rule is as the agent writes it`,
     };
   }
-  // The decision's destination steps in order, each asked of the kernel's set (the element as
-  // the agent formats it, as the set's layout looks it up); the first that holds it decides.
-  const parsed = parseAddress(e.address);
-  // A pod policy's decision where the kernel's verdict map sends the source to one (its sets
-  // carry its prefix).
-  const index = podPolicyIndex ?? null;
-  const policy = index === null ? undefined : config.podPolicies?.[index];
-  const prefix = policy ? podPolicyPrefix(index!) : '';
-  let decided: ListStep | undefined;
-  for (const step of stepsOf(policy ?? config, e.family).steps) {
-    if (step.field !== 'daddr') continue;
-    const name = `${prefix}${step.set}`;
-    const probe = table?.sets.find((set) => set.name === name)?.key.probeSuffix ?? '';
-    const element = formatAddress(parsed.family, parsed.addr) + probe;
-    if (await kernel.setHas(ref, name, element)) {
-      decided = { ...step, set: name };
-      break;
-    }
-  }
+  const decided = await decidedInKernel(kernel, question, e, table);
   const masqueraded = decided ? decided.outcome === 'translated' : true;
   const drift = e.reason === 'not managed' ? false : masqueraded !== e.masqueraded;
   const set = decided ? `in the ${decided.set} set` : 'in neither set';
@@ -475,6 +465,34 @@ async function liveAnswer(
       `generation ${generation} in the kernel ${masqueraded ? 'masquerades' : 'does not masquerade'} it (${set})` +
       (drift ? '; DRIFT: the config says otherwise (the kernel is repaired at the next sync)' : ''),
   };
+}
+
+/**
+ * The decision's destination step the kernel's sets say decides `e`: each asked in order of its set
+ * (the element as the agent formats it, as the set's layout looks it up), the first that holds it;
+ * undefined when none does. A pod policy's steps where the kernel's verdict map sends the source to
+ * one (its sets carry its prefix).
+ */
+async function decidedInKernel(
+  kernel: TablesPort,
+  question: LiveQuestion,
+  e: Explanation,
+  table: Table | undefined,
+): Promise<ListStep | undefined> {
+  const { config, options, podPolicyIndex } = question;
+  const ref = { family: familyOf(e.family).table, name: options.table } as const;
+  const parsed = parseAddress(e.address);
+  const index = podPolicyIndex ?? null;
+  const policy = index === null ? undefined : config.podPolicies?.[index];
+  const prefix = policy ? podPolicyPrefix(index!) : '';
+  for (const step of stepsOf(policy ?? config, e.family).steps) {
+    if (step.field !== 'daddr') continue;
+    const name = `${prefix}${step.set}`;
+    const probe = table?.sets.find((set) => set.name === name)?.key.probeSuffix ?? '';
+    const element = formatAddress(parsed.family, parsed.addr) + probe;
+    if (await kernel.setHas(ref, name, element)) return { ...step, set: name };
+  }
+  return undefined;
 }
 
 export async function diffCommand(options: AgentOptions): Promise<number> {
