@@ -1,24 +1,15 @@
 // Sentences of docs/design.md that state a rule of the code, kept true: the files of src/ over 600
 // lines are the ones it names with why ("Data flow"), and no map in src/ is keyed by an object.
-import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { join, relative } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import t from 'tap';
 import { packageRoot } from '../../../harness/netns.js';
+import { srcModules } from '../../helpers/src-modules.js';
 
 const src = join(packageRoot, 'src');
 const design = readFileSync(join(packageRoot, 'docs', 'design.md'), 'utf8');
 
-function modules(folder: string): string[] {
-  const found: string[] = [];
-  for (const entry of readdirSync(folder)) {
-    const path = join(folder, entry);
-    if (statSync(path).isDirectory()) found.push(...modules(path));
-    else if (entry.endsWith('.ts')) found.push(relative(src, path));
-  }
-  return found;
-}
-
-const texts = new Map(modules(src).map((name) => [name, readFileSync(join(src, name), 'utf8')]));
+const texts = new Map(srcModules().map((name) => [name, readFileSync(join(src, name), 'utf8')]));
 
 t.test('the files over 600 lines are the ones the design names, each with why', async (t) => {
   const start = design.indexOf('The files of `src/` over 600 lines');

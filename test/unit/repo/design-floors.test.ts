@@ -1,10 +1,11 @@
 // The floors of src/ hold (docs/design.md, "Data flow"): every module stands on a floor of that
 // section's block, imports only from its own floor or below, two folders on one floor import nothing
 // of each other, and no imports go round in a circle. Static, dynamic and type-only imports alike.
-import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { dirname, join, normalize, relative } from 'node:path';
+import { readFileSync, statSync } from 'node:fs';
+import { dirname, join, normalize } from 'node:path';
 import t from 'tap';
 import { packageRoot } from '../../../harness/netns.js';
+import { srcModules } from '../../helpers/src-modules.js';
 
 const src = join(packageRoot, 'src');
 
@@ -16,16 +17,6 @@ function floors(design: string): Map<string, number> {
     const m = /^floor (\d+) {2}(.*)$/.exec(line);
     if (!m) continue;
     for (const name of m[2]!.split(/\s{2,}/)[0]!.split(' ')) found.set(name, Number(m[1]));
-  }
-  return found;
-}
-
-function modules(folder: string): string[] {
-  const found: string[] = [];
-  for (const entry of readdirSync(folder)) {
-    const path = join(folder, entry);
-    if (statSync(path).isDirectory()) found.push(...modules(path));
-    else if (entry.endsWith('.ts')) found.push(relative(src, path));
   }
   return found;
 }
@@ -82,7 +73,7 @@ function circles(graph: Map<string, string[]>): string[][] {
 
 const names = floors(readFileSync(join(packageRoot, 'docs', 'design.md'), 'utf8'));
 const graph = new Map(
-  modules(src).map((m) => [m, importsOf(m, readFileSync(join(src, m), 'utf8'))] as const),
+  srcModules().map((m) => [m, importsOf(m, readFileSync(join(src, m), 'utf8'))] as const),
 );
 
 t.test('the block names floors, and every name is a module or folder of src/', async (t) => {
@@ -132,7 +123,7 @@ t.test('no circle of imports in src/', async (t) => {
 });
 
 t.test('no cache in src/ is keyed by an object (docs/design.md, "Data flow")', async (t) => {
-  const keyed = modules(src).filter((m) =>
+  const keyed = srcModules().filter((m) =>
     /\bnew Weak(Map|Set)\b/.test(readFileSync(join(src, m), 'utf8')),
   );
   t.same(keyed, [], 'what is worked out from a value travels with it');

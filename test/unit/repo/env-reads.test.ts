@@ -2,10 +2,11 @@
 // comes in through the agent's parts (src/agent.ts, AgentParts; harness/agent-with-parts.js). The
 // environment is read where an operator or the image sets it, in the files listed here, and each
 // IPMASQ_ variable the agent reads is one the docs (or the image's launcher) name.
-import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { join, relative } from 'node:path';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import t from 'tap';
 import { packageRoot } from '../../../harness/netns.js';
+import { srcModules } from '../../helpers/src-modules.js';
 
 const src = join(packageRoot, 'src');
 
@@ -17,17 +18,7 @@ const READERS: Record<string, string> = {
   'cli/flags.ts': "the flags' environment fallbacks (the original's NODE_NAME and the like)",
 };
 
-function modules(folder: string): string[] {
-  const found: string[] = [];
-  for (const entry of readdirSync(folder)) {
-    const path = join(folder, entry);
-    if (statSync(path).isDirectory()) found.push(...modules(path));
-    else if (entry.endsWith('.ts')) found.push(relative(src, path));
-  }
-  return found;
-}
-
-const texts = new Map(modules(src).map((name) => [name, readFileSync(join(src, name), 'utf8')]));
+const texts = new Map(srcModules().map((name) => [name, readFileSync(join(src, name), 'utf8')]));
 
 t.test('the environment is read only where an operator or the image sets it', async (t) => {
   const readers = [...texts].filter(([, text]) => text.includes('process.env')).map(([n]) => n);

@@ -1,11 +1,12 @@
 // No function in src/ over 80 lines but those listed here, each no longer than it is listed at: a
 // ratchet, until the list is empty. A function that shrinks under the bound leaves the list (a name
 // listed and not found long fails too, so the list cannot go stale).
-import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { join, relative } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import t from 'tap';
 import ts from 'typescript';
 import { packageRoot } from '../../../harness/netns.js';
+import { srcModules } from '../../helpers/src-modules.js';
 
 const src = join(packageRoot, 'src');
 const BOUND = 80;
@@ -24,23 +25,13 @@ const LONG: Record<string, number> = {
   'reconcile/watcher.ts:watchConfig': 88,
 };
 
-function modules(folder: string): string[] {
-  const found: string[] = [];
-  for (const entry of readdirSync(folder)) {
-    const path = join(folder, entry);
-    if (statSync(path).isDirectory()) found.push(...modules(path));
-    else if (entry.endsWith('.ts')) found.push(relative(src, path));
-  }
-  return found;
-}
-
 /**
  * Every function over the bound, by file and name; a function without a name of its own (an arrow
  * given as an argument, say) counts as the named one it is written in, so one long body is one entry.
  */
 function longFunctions(): Map<string, number> {
   const found = new Map<string, number>();
-  for (const name of modules(src)) {
+  for (const name of srcModules()) {
     const text = readFileSync(join(src, name), 'utf8');
     const file = ts.createSourceFile(name, text, ts.ScriptTarget.Latest, true);
     const visit = (node: ts.Node, outer: string | undefined) => {

@@ -2,25 +2,16 @@
 // (TablesPort), everyone else's (OthersPort), conntrack (ConntrackPort), or the two it needs; only
 // the modules that hand each part its port take the whole Kernel. The type checker keeps a port
 // wide enough; this keeps it from being wider.
-import { readdirSync, readFileSync, statSync } from 'node:fs';
-import { join, relative } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import t from 'tap';
 import { packageRoot } from '../../../harness/netns.js';
+import { srcModules } from '../../helpers/src-modules.js';
 
 const src = join(packageRoot, 'src');
 
 /** The modules that build the parts and give each its port. */
 const COMPOSERS = ['agent.ts', 'reconcile/reconciler.ts'];
-
-function modules(folder: string): string[] {
-  const found: string[] = [];
-  for (const entry of readdirSync(folder)) {
-    const path = join(folder, entry);
-    if (statSync(path).isDirectory()) found.push(...modules(path));
-    else if (entry.endsWith('.ts')) found.push(relative(src, path));
-  }
-  return found;
-}
 
 /** The text without comments (line and block), so that a sentence naming the port is not a use. */
 function code(text: string): string {
@@ -28,7 +19,7 @@ function code(text: string): string {
 }
 
 t.test('only the composers take the whole Kernel', async (t) => {
-  const takers = modules(src)
+  const takers = srcModules()
     .filter((name) => name !== 'nftables/kernel.ts')
     .filter((name) => /(?<![\w.])Kernel\b/.test(code(readFileSync(join(src, name), 'utf8'))));
   t.same(takers.sort(), [...COMPOSERS].sort());
