@@ -86,9 +86,6 @@ export interface Decision extends FamilySteps {
  */
 export type Decisive = Pick<Config, 'nonMasquerade' | 'masquerade' | 'keys'>;
 
-/** What a whole decision reads of a config or a pod policy: the same as its steps. */
-export type Decider = Decisive;
-
 /**
  * The steps of docs/egress-policy.md "Egress policy": leaving through an interface not in
  * egressInterfaces, or from a source not in sourceCIDRs (each while given): skipped; to
@@ -143,7 +140,7 @@ export function stepsOf(config: Decisive, family: AddressFamily): FamilySteps {
 
 /** The family's decision: its steps, and its translation as the config and the flags give it. */
 export function decisionOf(
-  config: Decider,
+  config: Decisive,
   family: AddressFamily,
   flags: TranslationFlags,
 ): Decision {

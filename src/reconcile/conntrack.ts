@@ -18,13 +18,13 @@ import type { AddressFamily, Config } from '../config/types.js';
 import {
   decisionOf,
   setRanges,
-  type Decider,
+  type Decisive,
   type ListStep,
   type TranslationFlags,
 } from '../decision.js';
 import { LATE_REPLIES_SET, LATE_REPLIES_SIZE } from '../nftables/objects.js';
 import type { CommitStep, FlowPlan, FlowPolicy } from '../nftables/types.js';
-import type { ConntrackPort } from '../nftables/kernel.js';
+import type { ConntrackPort } from '../nftables/ports.js';
 import { decisionChangesOffThread, type DecisionChange } from './changed-ranges.js';
 import type { AgentMetrics } from './metrics.js';
 
@@ -65,7 +65,7 @@ const JUDGED_ORDER = /^(oifname,)?(saddr,)?daddr,daddr,,$/;
  * which is checked here.
  */
 export function flowPolicy(
-  config: Decider,
+  config: Decisive,
   family: AddressFamily,
   flags: TranslationFlags,
 ): FlowPolicy {
@@ -103,8 +103,8 @@ export function samePolicy(a: FlowPolicy, b: FlowPolicy): boolean {
  * every address but these; absent: every source (a config without pod policies, before and after).
  */
 export interface SourceGroup {
-  readonly before: Decider;
-  readonly after: Decider;
+  readonly before: Decisive;
+  readonly after: Decisive;
   readonly only?: readonly bigint[];
   readonly except?: readonly bigint[];
 }
@@ -137,7 +137,7 @@ export function sourceGroups(before: Config, after: Config, family: AddressFamil
     pair.addresses.push(address);
     pairs.set(key, pair);
   }
-  const decider = (config: Config, index: number): Decider =>
+  const decider = (config: Config, index: number): Decisive =>
     index < 0 ? config : config.podPolicies![index]!;
   return [
     { before, after, except: all },
