@@ -30,7 +30,8 @@ import type { Config, LoadOptions, LoadResult, SkippedFile } from '../config/typ
 import { diffConfigs, diffText } from '../diff.js';
 import { explainer, explanationText, LOCAL_NOTE, type Explanation } from '../explain.js';
 import { plan, usesApi, type AgentOptions } from '../options.js';
-import { legacyChainsIn, type OthersPort, type TablesPort } from '../nftables/kernel.js';
+import { legacyChainsIn } from '../nftables/legacy-chain.js';
+import type { OthersPort, TablesPort } from '../nftables/ports.js';
 import { errorText } from '../errors.js';
 
 const out = (text: string) => process.stdout.write(text.endsWith('\n') ? text : `${text}\n`);

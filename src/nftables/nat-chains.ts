@@ -3,7 +3,7 @@
 // rules printed by libnftables only when the chains' rules changed since the last look, and only
 // when the kernel's expressions show one of them translating. A chain libnftables cannot print is
 // reported as unreadable, from what the expressions show.
-import type { OthersPort, TablesPort } from './kernel.js';
+import type { OthersPort, TablesPort } from './ports.js';
 import { parseRuleListing } from './listing.js';
 import { nameProblem } from './names.js';
 import type { ChainInfo, ChainRules, ListedRule, RuleShape } from './types.js';

@@ -26,9 +26,9 @@ import {
   type Table,
   type TableFamily,
 } from '../nftables/types.js';
-import { NftError } from '../nftables/kernel.js';
+import { NftError } from '../nftables/addon.js';
 import { errorText } from '../errors.js';
-import type { TablesPort, OthersPort } from '../nftables/kernel.js';
+import type { TablesPort, OthersPort } from '../nftables/ports.js';
 import type { AgentMetrics, WriteFallbackReason } from './metrics.js';
 import { reportMismatch } from './fast-path.js';
 import { OtherAgentWatch } from './other-agent.js';

@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import type { AddressFamily } from '../config/types.js';
 import { errorText } from '../errors.js';
 import { headroomOf, type Headroom } from '../flows.js';
-import type { ConntrackPort } from '../nftables/kernel.js';
+import type { ConntrackPort } from '../nftables/ports.js';
 
 /**
  * The most CPU one family's sample may take (docs/observability.md, "What the node's NAT does").

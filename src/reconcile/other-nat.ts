@@ -12,8 +12,8 @@ import { escapeUnprintable } from '../cidr/index.js';
 import { errorText } from '../errors.js';
 import type { NodeEvents } from '../kubernetes/events.js';
 import { unmarkedTranslations } from '../nat-rules.js';
-import type { OthersPort, TablesPort } from '../nftables/kernel.js';
-import { libnftablesVersion } from '../nftables/kernel.js';
+import type { OthersPort, TablesPort } from '../nftables/ports.js';
+import { libnftablesVersion } from '../nftables/addon.js';
 import {
   LOOK_CHAINS_MAX,
   LOOK_RULES_MAX,

@@ -1,7 +1,7 @@
 // A transactional stand-in for the kernel, for fast reconciler tests: it understands the scripts
 // the renderer writes (add/delete table, nested table blocks), keeps listings as nft would print
 // them, and moves a generation id on every commit. Real behaviour is proven by the kernel tests.
-import type { AnyTableRef, Kernel } from '../../src/nftables/kernel.js';
+import type { AnyTableRef, Kernel } from '../../src/nftables/ports.js';
 import { renderElementEdit } from '../../src/nftables/change.js';
 import type {
   ChainInfo,
@@ -19,7 +19,7 @@ import type {
   TableRef,
 } from '../../src/nftables/types.js';
 import { parseAddress } from '../../src/cidr/index.js';
-import { NftError } from '../../src/nftables/kernel.js';
+import { NftError } from '../../src/nftables/addon.js';
 
 export class FakeKernel implements Kernel {
   tables = new Map<string, string>();

@@ -5,7 +5,7 @@
 // agent's sync under way), and a look reads at most LOOK_CHAINS_MAX chains, LOOK_RULES_MAX rules,
 // for LOOK_TIME_MS; while nobody committed (the generation id unchanged) it reads nothing again.
 import t from 'tap';
-import type { Kernel } from '../../../src/nftables/kernel.js';
+import type { Kernel } from '../../../src/nftables/ports.js';
 import {
   LOOK_CHAINS_MAX,
   LOOK_RULES_MAX,

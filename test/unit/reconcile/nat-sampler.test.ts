@@ -4,7 +4,7 @@
 import { pino } from 'pino';
 import t from 'tap';
 import type { Headroom } from '../../../src/flows.js';
-import type { Kernel } from '../../../src/nftables/kernel.js';
+import type { Kernel } from '../../../src/nftables/ports.js';
 import type { NatSample, NatSampleRequest } from '../../../src/nftables/types.js';
 import { NatSampler } from '../../../src/reconcile/nat-sampler.js';
 

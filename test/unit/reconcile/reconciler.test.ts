@@ -19,7 +19,7 @@ import { AgentMetrics } from '../../../src/reconcile/metrics.js';
 import { FakeKernel } from '../../helpers/fake-kernel.js';
 import { egressKeys } from '../../helpers/config.js';
 import type { EgressPolicy } from '../../../src/config/types.js';
-import type { Kernel } from '../../../src/nftables/kernel.js';
+import type { Kernel } from '../../../src/nftables/ports.js';
 import { compileOptions } from '../../helpers/compile-options.js';
 
 const ip = { family: 'ip', name: 'ipmasq' } as const;
