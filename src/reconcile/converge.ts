@@ -70,10 +70,10 @@ export type Converged = 'wrote' | 'in-place' | 'held-back';
  */
 interface Seen {
   readonly found?: KernelTables;
-  readonly held?: readonly Table[];
+  readonly asFound?: readonly Table[];
   readonly base: number | undefined;
   readonly drift: boolean;
-  readonly heldLast: boolean;
+  readonly keptLast: boolean;
 }
 
 /** Runs one phase of a sync and records how long it took, for the log line of a write. */
@@ -458,14 +458,14 @@ export class Converger {
         if (verdict === 'differs') {
           // Written whole from what the audit ended at: no listing needed, none trusted.
           this.replaceNext = true;
-          const seen: Seen = { base: at, drift: true, heldLast: false };
+          const seen: Seen = { base: at, drift: true, keptLast: false };
           const written = await this.write(config, key, seen, false, last, timed);
           wrote ||= written !== 'refused';
           if (written === 'wrote') return 'wrote';
           continue;
         }
       }
-      let seen: Seen = { base: known ? genId : undefined, drift: false, heldLast: false };
+      let seen: Seen = { base: known ? genId : undefined, drift: false, keptLast: false };
       if (!known) {
         const read = await this.readBack(config, key, genId, last, timed);
         if (read === 'held-back') return read;
@@ -573,7 +573,7 @@ export class Converger {
       this.replaceNext = true;
       // Written whole whatever they hold: the write is judged from the generation id now.
       const now = await kernel.generationId().catch(() => undefined);
-      return { base: now, drift: false, heldLast: false };
+      return { base: now, drift: false, keptLast: false };
     }
     // What was listed is the kernel at genId only if nothing but our own held replies was
     // committed while it was read.
@@ -594,12 +594,12 @@ export class Converger {
     // What we would write with the mark found: a table of this config from another process of
     // ours (the last run's, before a restart) is in place too.
     await breathe();
-    const held = compile(config, compileOptions, this.generation, mark?.writer);
+    const asFound = compile(config, compileOptions, this.generation, mark?.writer);
     await breathe();
     // An older release's table holding what we would write is made anew all the same, once:
     // its comment shows a mark that is no longer current (README, "Reading `nft list table ip
     // ipmasq`").
-    const same = holds(found, held);
+    const same = holds(found, asFound);
     const inPlace = same && !olderRelease(found);
     // Not what we would write: drift, or another live agent's write, which we hold back from
     // for a while rather than fight (other-agent.ts). Read again at every resync meanwhile.
@@ -610,13 +610,13 @@ export class Converger {
     }
     if (inPlace) {
       if (mark) otherAgent.inPlace(mark);
-      this.remember(held);
+      this.remember(asFound);
       this.lookForStandIns = false;
       this.kernelKey = key;
       // While a conflict is open, always read: that our write stayed is how it ends.
       this.verifiedGenId = stable && !otherAgent.active ? readAt : undefined;
       if (this.verifiedGenId !== undefined && this.rules === undefined)
-        await this.takeRules(held, readAt);
+        await this.takeRules(asFound, readAt);
       metrics.setGeneration(this.generation);
       return stable || last ? 'in-place' : 'again'; // a commit came during the read: look again
     }
@@ -643,8 +643,8 @@ export class Converger {
     // wrote, as read at `base`. The change is worked out from that, as when nothing was
     // committed: an element-only change stays one (libnftables' element commands would download
     // every plain interval set in the namespace first, docs/writes.md "The everyday edit").
-    const heldLast = base !== undefined && !drift && (await this.holdsLast(found));
-    return { found, held, base, drift, heldLast };
+    const keptLast = base !== undefined && !drift && (await this.holdsLast(found));
+    return { found, asFound, base, drift, keptLast };
   }
 
   /**
@@ -661,7 +661,7 @@ export class Converger {
     timed: Timed,
   ): Promise<'wrote' | 'around' | 'refused'> {
     const { kernel, compileOptions, logger, metrics, otherAgent, writer } = this.deps;
-    const { found, held, base, drift, heldLast } = seen;
+    const { found, asFound, base, drift, keptLast } = seen;
     const generation = nextGeneration(this.generation);
     if (generation < this.generation) {
       logger.warn(
@@ -671,8 +671,8 @@ export class Converger {
     }
     await breathe();
     // Compiled once per round: the tables compared with the kernel, marked for this write.
-    const tables = held
-      ? remark(held, compileOptions, generation, config.hash, writer)
+    const tables = asFound
+      ? remark(asFound, compileOptions, generation, config.hash, writer)
       : compile(config, compileOptions, generation, writer);
     if (drift)
       logger.warn({ generation }, 'our tables in the kernel drifted from the config; repairing');
@@ -683,8 +683,8 @@ export class Converger {
     // be heard: with the notifications, another commit in between is judged by what it named.
     const pin = this.hear() ? undefined : base;
     const edit =
-      !replacing && (found === undefined || heldLast) ? this.elementEdit(tables, pin) : undefined;
-    const scripts = edit ? [] : await this.scripts(tables, found, held);
+      !replacing && (found === undefined || keptLast) ? this.elementEdit(tables, pin) : undefined;
+    const scripts = edit ? [] : await this.scripts(tables, found, asFound);
     this.lastWrite = edit ? 'netlink' : 'libnftables';
     // Our commits must follow on from `base` one step each (our held replies aside): any other
     // step is another tool's commit, which may have changed what we wrote.
@@ -735,7 +735,7 @@ export class Converger {
       // A change worked out from what the kernel was known to hold, refused ("element does not
       // exist"): someone changed our table under it. Read it back and repair it now; should the
       // repair be refused too, the write after it replaces our tables whole.
-      if ((known || heldLast) && !last && !replacing) {
+      if ((known || keptLast) && !last && !replacing) {
         logger.warn(
           { err: errorText(err) },
           'our change was refused: our table changed under it; reading it back to repair it',
@@ -931,7 +931,7 @@ export class Converger {
   /**
    * How each family's table is written, from what the kernel was found to hold (or is known to).
    */
-  private plan(table: Table, found: KernelTables | undefined, held?: Table): Plan {
+  private plan(table: Table, found: KernelTables | undefined, asFound?: Table): Plan {
     if (this.replaceNext) return { kind: 'replace' };
     const last = this.lastTables.get(table.family);
     // New sets where the key changes, or where the change is cheaper made that way
@@ -957,8 +957,8 @@ export class Converger {
     if (found.owners.get(table.family)?.kind !== 'ours') return { kind: 'replace' };
     // Where only the transient objects differ (an older release's), only they are made anew.
     const remake = transientDrift(listing, table);
-    if (held && listingIsApartFromTransient(listing, held))
-      return { kind: 'exact', old: held, ...(remake ? { remake } : {}) };
+    if (asFound && listingIsApartFromTransient(listing, asFound))
+      return { kind: 'exact', old: asFound, ...(remake ? { remake } : {}) };
     const structure = compareStructure(listing, table);
     const present = listedSetNames(listing);
     const withRemake = remake ? { remake } : {};
@@ -988,7 +988,7 @@ export class Converger {
   private async scripts(
     tables: readonly Table[],
     found: KernelTables | undefined,
-    held?: readonly Table[],
+    asFound?: readonly Table[],
   ): Promise<string[]> {
     const before: string[][] = [];
     let last = '';
@@ -998,7 +998,7 @@ export class Converger {
       const plan = this.plan(
         compiled,
         found,
-        held?.find((h) => h.family === compiled.family),
+        asFound?.find((t) => t.family === compiled.family),
       );
       await breathe();
       // What a write renders of large sets — whole sets, or a delta's additions — is rendered
