@@ -327,6 +327,81 @@ export function differenceOf(fast: LoadResult, whole: LoadResult): string | unde
   return undefined;
 }
 
+/** A fast answer not yet audited: what it was loaded from, and what it said. */
+interface Unaudited {
+  readonly source: ConfigSource & { kind: 'file' | 'directory' };
+  readonly files: readonly FileBytes[];
+  readonly options: LoadOptions;
+  readonly result: LoadResult;
+}
+
+/**
+ * The worker's audit of its fast answers by a whole load of the same bytes, the last answer for
+ * every edit since the one before (docs/writes.md, "The everyday edit").
+ */
+class FastAnswerAudit {
+  private unaudited: Unaudited | undefined;
+  private edits: EditedRange[] = [];
+  private readonly debounce = new BoundedDebounce(
+    () => this.run(),
+    AUDIT_DELAY_MS,
+    AUDIT_WITHIN_MS,
+  );
+
+  constructor(
+    private readonly port: NonNullable<typeof parentPort>,
+    /** Called when the whole load disagreed: the state is made again from a whole load. */
+    private readonly forget: () => void,
+  ) {}
+
+  /** A fast answer given, and the edits it made: audited soon. */
+  answered(target: Unaudited, edits: readonly EditedRange[]): void {
+    this.unaudited = target;
+    this.edits.push(...edits);
+    if (this.edits.length > AUDIT_EDITS_KEPT) this.edits = this.edits.slice(-AUDIT_EDITS_KEPT);
+    this.debounce.ask();
+  }
+
+  /** A whole load was its own audit: what came before it is no longer what the agent holds. */
+  clear(): void {
+    this.unaudited = undefined;
+    this.edits = [];
+  }
+
+  private run(): void {
+    const target = this.unaudited;
+    this.unaudited = undefined;
+    if (!target) return;
+    const whole = loadFiles(target.source, target.files, target.options);
+    const difference = differenceOf(target.result, whole);
+    const report: AuditReport = {};
+    if (difference !== undefined) {
+      // Loaded whole from now on, until a whole load makes the state again.
+      this.forget();
+      const named = this.edits.slice(-AUDIT_EDITS_KEPT).map((e) => `${e.file} ${linesText(e)}`);
+      report.mismatch = { edits: named, difference };
+    }
+    this.port.postMessage({ audit: report });
+    this.edits = [];
+    setImmediate(collectGarbage);
+  }
+}
+
+/** The worker's reply: splices of answer `base` where the agent holds it, else the whole config. */
+function replyOf(
+  result: LoadResult,
+  splices: SetsSplices | undefined,
+  base: number | undefined,
+  have: number | undefined,
+): Reply {
+  const warnings = [...result.warnings];
+  if (result.ok && splices && base !== undefined && have === base)
+    return { ok: true, config: withoutSets(result.config), base, splices, warnings };
+  if (result.ok) return { ok: true, ...packed(result.config), warnings };
+  const { file, message, kind } = result.error;
+  return { ok: false, error: { file, message, kind }, warnings };
+}
+
 /** The worker's side: loads from the last where it can (incremental.ts), answering with splices. */
 function serve(port: NonNullable<typeof parentPort>, faults: LoadFaults): void {
   // This thread's start set V8's flags back to their defaults: the young generation grows here only
@@ -345,35 +420,10 @@ function serve(port: NonNullable<typeof parentPort>, faults: LoadFaults): void {
   });
   /** The answer whose config the cache holds (a splice is of that one). */
   let cached: number | undefined;
-  /** The last fast answer, to be audited; the edits since the last audit. */
-  let unaudited:
-    | {
-        source: ConfigSource & { kind: 'file' | 'directory' };
-        files: readonly FileBytes[];
-        options: LoadOptions;
-        result: LoadResult;
-      }
-    | undefined;
-  let edits: EditedRange[] = [];
-  const audit = () => {
-    const target = unaudited;
-    unaudited = undefined;
-    if (!target) return;
-    const whole = loadFiles(target.source, target.files, target.options);
-    const difference = differenceOf(target.result, whole);
-    const report: AuditReport = {};
-    if (difference !== undefined) {
-      // Loaded whole from now on, until a whole load makes the state again.
-      cache.forget();
-      cached = undefined;
-      const named = edits.slice(-AUDIT_EDITS_KEPT).map((e) => `${e.file} ${linesText(e)}`);
-      report.mismatch = { edits: named, difference };
-    }
-    port.postMessage({ audit: report });
-    edits = [];
-    setImmediate(collectGarbage);
-  };
-  const auditing = new BoundedDebounce(audit, AUDIT_DELAY_MS, AUDIT_WITHIN_MS);
+  const audit = new FastAnswerAudit(port, () => {
+    cache.forget();
+    cached = undefined;
+  });
   port.on('message', async ({ id, request }: { id: number; request: Request }) => {
     const { source, options } = request;
     let result: LoadResult;
@@ -384,35 +434,16 @@ function serve(port: NonNullable<typeof parentPort>, faults: LoadFaults): void {
       const loaded = cache.load(source, files, options);
       result = loaded.result;
       splices = loaded.splices;
-      if (splices) {
-        unaudited = { source, files, options, result };
-        edits.push(...cache.lastEdits);
-        if (edits.length > AUDIT_EDITS_KEPT) edits = edits.slice(-AUDIT_EDITS_KEPT);
-        auditing.ask();
-      } else {
-        // A whole load is its own audit: what came before it is no longer what the agent holds.
-        unaudited = undefined;
-        edits = [];
-      }
+      if (splices) audit.answered({ source, files, options, result }, cache.lastEdits);
+      else audit.clear();
     } else {
       cache.forget();
-      unaudited = undefined;
-      edits = [];
+      audit.clear();
       result = await loadSource(source, options);
     }
     const base = cached;
     cached = result.ok ? id : undefined;
-    const warnings = [...result.warnings];
-    let reply: Reply;
-    if (result.ok && splices && base !== undefined && request.have === base) {
-      reply = { ok: true, config: withoutSets(result.config), base, splices, warnings };
-    } else if (result.ok) {
-      reply = { ok: true, ...packed(result.config), warnings };
-    } else {
-      const { file, message, kind } = result.error;
-      reply = { ok: false, error: { file, message, kind }, warnings };
-    }
-    port.postMessage({ id, reply });
+    port.postMessage({ id, reply: replyOf(result, splices, base, request.have) });
     // After the answer: the sets' entries for the next edit, then what a whole load left behind
     // goes before the worker waits for the next (an edit leaves little: no collection).
     setImmediate(() => {
