@@ -38,86 +38,101 @@ export function watchConfig(
   onChange: () => void,
   opts: WatchConfigOptions = {},
 ): ConfigWatcher {
-  const debounceMs = opts.debounceMs ?? 100;
-  // A steady stream of events must not postpone onChange forever.
-  const maxWaitMs = debounceMs * 5;
-  const pollMs = opts.pollMs ?? 500;
-  const onError = opts.onError ?? (() => {});
+  return new DirectoryWatch(path, onChange, opts);
+}
 
-  let closed = false;
-  let watcher: FSWatcher | undefined;
-  let debounceTimer: NodeJS.Timeout | undefined;
-  let burstStartedAt = 0;
-  let pollTimer: NodeJS.Timeout | undefined;
-  let errorReported = false;
+/** The watch of the config's directory, made again after each burst of events. */
+class DirectoryWatch implements ConfigWatcher {
+  private readonly debounceMs: number;
+  /** A steady stream of events must not postpone onChange forever. */
+  private readonly maxWaitMs: number;
+  private readonly pollMs: number;
+  private readonly onError: (err: unknown) => void;
+  private closed = false;
+  private watcher: FSWatcher | undefined;
+  private debounceTimer: NodeJS.Timeout | undefined;
+  private burstStartedAt = 0;
+  private pollTimer: NodeJS.Timeout | undefined;
+  private errorReported = false;
 
-  const eventSeen = (): void => {
-    if (closed) return;
+  constructor(
+    private readonly path: string,
+    private readonly onChange: () => void,
+    opts: WatchConfigOptions,
+  ) {
+    this.debounceMs = opts.debounceMs ?? 100;
+    this.maxWaitMs = this.debounceMs * 5;
+    this.pollMs = opts.pollMs ?? 500;
+    this.onError = opts.onError ?? (() => {});
+    this.rewatch();
+  }
+
+  close(): void {
+    this.closed = true;
+    this.stopWatching();
+    clearTimeout(this.debounceTimer);
+    clearInterval(this.pollTimer);
+    this.debounceTimer = this.pollTimer = undefined;
+  }
+
+  private readonly eventSeen = (): void => {
+    if (this.closed) return;
     const now = performance.now();
-    if (debounceTimer === undefined) burstStartedAt = now;
-    else clearTimeout(debounceTimer);
-    const delay = Math.max(0, Math.min(debounceMs, burstStartedAt + maxWaitMs - now));
-    debounceTimer = setTimeout(settled, delay).unref();
+    if (this.debounceTimer === undefined) this.burstStartedAt = now;
+    else clearTimeout(this.debounceTimer);
+    const delay = Math.max(
+      0,
+      Math.min(this.debounceMs, this.burstStartedAt + this.maxWaitMs - now),
+    );
+    this.debounceTimer = setTimeout(() => this.settled(), delay).unref();
   };
 
-  const settled = (): void => {
-    debounceTimer = undefined;
-    if (closed) return;
+  private settled(): void {
+    this.debounceTimer = undefined;
+    if (this.closed) return;
     // The burst may have removed or replaced the watched directory, and a replacement can even
     // reuse its inode number (ext4 does), so watch afresh. Nothing is lost in between:
     // onChange runs after the new watch exists.
-    if (pollTimer === undefined) rewatch();
-    onChange();
-  };
+    if (this.pollTimer === undefined) this.rewatch();
+    this.onChange();
+  }
 
-  const stopWatching = (): void => {
-    watcher?.close();
-    watcher = undefined;
-  };
+  private stopWatching(): void {
+    this.watcher?.close();
+    this.watcher = undefined;
+  }
 
   /** Starts watching; false when the directory is not there (or cannot be watched) yet. */
-  const establish = (): boolean => {
-    const dir = watchedDirectory(path);
+  private establish(): boolean {
+    const dir = watchedDirectory(this.path);
     if (!isDirectory(dir)) return false;
     try {
-      watcher = watch(dir, { persistent: false }, eventSeen);
+      this.watcher = watch(dir, { persistent: false }, this.eventSeen);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      if (!missingCodes.has(code ?? '') && !errorReported) {
-        errorReported = true;
-        onError(err);
+      if (!missingCodes.has(code ?? '') && !this.errorReported) {
+        this.errorReported = true;
+        this.onError(err);
       }
       return false;
     }
-    errorReported = false;
-    watcher.on('error', () => {
-      stopWatching();
-      eventSeen();
+    this.errorReported = false;
+    this.watcher.on('error', () => {
+      this.stopWatching();
+      this.eventSeen();
     });
     return true;
-  };
+  }
 
-  const rewatch = (): void => {
-    stopWatching();
-    if (establish()) return;
-    pollTimer = setInterval(() => {
-      if (closed || !establish()) return;
-      clearInterval(pollTimer);
-      pollTimer = undefined;
+  private rewatch(): void {
+    this.stopWatching();
+    if (this.establish()) return;
+    this.pollTimer = setInterval(() => {
+      if (this.closed || !this.establish()) return;
+      clearInterval(this.pollTimer);
+      this.pollTimer = undefined;
       // Whatever was written before the watch existed has not been reported yet.
-      eventSeen();
-    }, pollMs).unref();
-  };
-
-  rewatch();
-
-  return {
-    close(): void {
-      closed = true;
-      stopWatching();
-      clearTimeout(debounceTimer);
-      clearInterval(pollTimer);
-      debounceTimer = pollTimer = undefined;
-    },
-  };
+      this.eventSeen();
+    }, this.pollMs).unref();
+  }
 }

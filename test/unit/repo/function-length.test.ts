@@ -20,9 +20,7 @@ const LONG: Record<string, number> = {
   'kubernetes/connection.ts:fromKubeconfig': 99,
   'kubernetes/client.ts:follow': 98,
   'nftables/nat-chains.ts:scanNatChains': 98,
-  'config/load-worker.ts:serve': 93,
   'reconcile/other-nat.ts:look': 88,
-  'reconcile/watcher.ts:watchConfig': 88,
 };
 
 /**
