@@ -162,6 +162,14 @@ function findingOf(chain: NatChain): OtherNatFinding | undefined {
   };
 }
 
+/** Where another table's chain runs beside ours, in a warning's words. */
+const ORDER_WORDS: Record<OtherNatFinding['position'], string> = {
+  before: 'it runs before ours: flows it translates never reach our chain',
+  after: 'it runs after ours: it can translate flows we leave alone',
+  same: 'it has our priority: the kernel does not define which runs first',
+  unknown: 'nftables cannot show its rules',
+};
+
 const whereOf = (f: OtherNatFinding) =>
   f.chain ? `chain ${f.chain} of table ${f.table}` : `table ${f.table}`;
 
@@ -220,8 +228,23 @@ export class OtherNatWatch {
 
   /** One look: reports what appeared, clears what went away. */
   async look(): Promise<void> {
-    const { kernel, logger, metrics, events } = this.deps;
-    let findings: OtherNatFinding[];
+    const findings = await this.scan();
+    if (findings === undefined) return;
+    const next = new Map(findings.map((finding) => [keyOf(finding), finding]));
+    this.reportAppeared([...next].filter(([key]) => !this.reported.has(key)).map(([, f]) => f));
+    this.reportGone(
+      [...this.reported]
+        .filter(([key]) => !next.has(key))
+        .map(([, finding]) => finding)
+        .filter((f) => ![...next.values()].some((n) => n.table === f.table && n.chain === f.chain)),
+    );
+    this.reported = next;
+    this.deps.metrics?.setOtherNatRules(findings);
+  }
+
+  /** The findings of a scan of the namespace's nat chains; undefined when it failed. */
+  private async scan(): Promise<OtherNatFinding[] | undefined> {
+    const { kernel, logger } = this.deps;
     try {
       const scan = await scanNatChains(kernel, this.deps.ours, this.cache, {
         ...(this.deps.beforePrint ? { beforePrint: this.deps.beforePrint } : {}),
@@ -235,35 +258,31 @@ export class OtherNatWatch {
           `other tables' nat chains reach more than a look reads (${LOOK_CHAINS_MAX} chains, ${LOOK_RULES_MAX} rules or ${LOOK_TIME_MS / 1000} s): it reports what it found within that`,
         );
       this.truncated = scan.truncated;
-      findings = findingsOf(scan, await (this.deps.readLegacyNat ?? readLegacyNat)());
+      const findings = findingsOf(scan, await (this.deps.readLegacyNat ?? readLegacyNat)());
       if (this.lastError !== undefined) logger.info('other tables’ nat chains can be read again');
       this.lastError = undefined;
+      return findings;
     } catch (err) {
       // Never fatal: the last findings stand.
       const message = errorText(err);
       if (message !== this.lastError)
         logger.warn({ err: message }, 'could not look at other tables’ nat chains');
       this.lastError = message;
-      return;
+      return undefined;
     }
-    const next = new Map(findings.map((finding) => [keyOf(finding), finding]));
-    const appeared = [...next].filter(([key]) => !this.reported.has(key)).map(([, f]) => f);
+  }
+
+  /** A warning for each finding that appeared (the first few, then one for the rest), one Event. */
+  private reportAppeared(appeared: readonly OtherNatFinding[]): void {
+    const { logger, events } = this.deps;
     for (const finding of appeared.slice(0, WARNINGS_PER_LOOK)) {
       const { table, chain, position, count, rules } = finding;
       const shown = rulesShown(rules);
       const more = rules.length > shown.length ? ` and ${rules.length - shown.length} more` : '';
-      const order =
-        position === 'before'
-          ? 'it runs before ours: flows it translates never reach our chain'
-          : position === 'after'
-            ? 'it runs after ours: it can translate flows we leave alone'
-            : position === 'same'
-              ? 'it has our priority: the kernel does not define which runs first'
-              : 'nftables cannot show its rules';
       logger.warn(
         { table, chain, position, rules: shown, translatingRules: count },
         bounded(
-          `${whereOf(finding)} may translate traffic this agent leaves alone (${order}): ${shown.join('; ')}${more}`,
+          `${whereOf(finding)} may translate traffic this agent leaves alone (${ORDER_WORDS[position]}): ${shown.join('; ')}${more}`,
         ),
       );
     }
@@ -290,10 +309,11 @@ export class OtherNatWatch {
         ),
       );
     }
-    const gone = [...this.reported]
-      .filter(([key]) => !next.has(key))
-      .map(([, finding]) => finding)
-      .filter((f) => ![...next.values()].some((n) => n.table === f.table && n.chain === f.chain));
+  }
+
+  /** A line for each chain that no longer translates (the first few, then one for the rest). */
+  private reportGone(gone: readonly OtherNatFinding[]): void {
+    const { logger } = this.deps;
     for (const finding of gone.slice(0, WARNINGS_PER_LOOK))
       logger.info(
         { table: finding.table, chain: finding.chain },
@@ -304,7 +324,5 @@ export class OtherNatWatch {
         { table: '(more)', chains: gone.length - WARNINGS_PER_LOOK },
         `${gone.length - WARNINGS_PER_LOOK} more chains of other tables no longer translate`,
       );
-    this.reported = next;
-    metrics?.setOtherNatRules(findings);
   }
 }

@@ -20,7 +20,6 @@ const LONG: Record<string, number> = {
   'kubernetes/connection.ts:fromKubeconfig': 99,
   'kubernetes/client.ts:follow': 98,
   'nftables/nat-chains.ts:scanNatChains': 98,
-  'reconcile/other-nat.ts:look': 88,
 };
 
 /**
