@@ -87,6 +87,15 @@ export interface ScanOptions {
   readonly now?: () => number;
 }
 
+/** A base chain of another table at nat postrouting, the chains its rules reach, and how many translate. */
+interface Walked {
+  readonly base: ChainInfo;
+  readonly reached: Map<string, RuleShape[]>;
+  readonly translating: number;
+}
+
+type NatKernel = OthersPort & Pick<TablesPort, 'generationId'>;
+
 /**
  * Finds the base chains of tables other than ours hooked at nat postrouting, follows their jumps
  * and gotos (at most LOOK_CHAINS_MAX chains), and prints the rules of the chains that reach a
@@ -95,7 +104,7 @@ export interface ScanOptions {
  * printed them.
  */
 export async function scanNatChains(
-  kernel: OthersPort & Pick<TablesPort, 'generationId'>,
+  kernel: NatKernel,
   ours: (family: string, table: string) => boolean,
   cache: ListingCache = new Map(),
   options: ScanOptions = {},
@@ -103,11 +112,26 @@ export async function scanNatChains(
   // Nobody committed since the last look: nothing to read again (an idle look is this one read).
   const generation = await (async () => kernel.generationId())().catch(() => undefined);
   if (generation !== undefined && options.last?.generation === generation) return options.last;
-  const now = options.now ?? Date.now;
-  const started = now();
   const all = await kernel.chains();
-  const bases: Array<{ base: ChainInfo; reached: Map<string, RuleShape[]>; translating: number }> =
-    [];
+  const { walked, truncated } = await walkBaseChains(kernel, all, ours, options.now ?? Date.now);
+  await printChanged(kernel, walked, cache, options.beforePrint);
+  return {
+    chains: walked.map((w) => chainOf(w, cache)),
+    all,
+    truncated,
+    ...(generation !== undefined ? { generation } : {}),
+  };
+}
+
+/** Each base chain of another table at nat postrouting walked, within the look's budget. */
+async function walkBaseChains(
+  kernel: NatKernel,
+  all: readonly ChainInfo[],
+  ours: (family: string, table: string) => boolean,
+  now: () => number,
+): Promise<{ walked: Walked[]; truncated: boolean }> {
+  const started = now();
+  const walked: Walked[] = [];
   let followed = 0;
   let rulesRead = 0;
   let truncated = false;
@@ -135,27 +159,40 @@ export async function scanNatChains(
       for (const shape of shapes) pending.push(...shape.jumps, ...(shape.mapJumps ?? []));
     }
     const translating = [...reached.values()].flat().filter((shape) => shape.translates).length;
-    bases.push({ base, reached, translating });
+    walked.push({ base, reached, translating });
   }
-  // Per table, every chain reached from a base chain that translates, printed where it changed.
+  return { walked, truncated };
+}
+
+const cacheKey = (base: ChainInfo, chain: string) => `${base.family} ${base.table} ${chain}`;
+
+/**
+ * Per table, every chain reached from a base chain that translates, printed where it changed; the
+ * cache left holding those chains alone.
+ */
+async function printChanged(
+  kernel: NatKernel,
+  walked: readonly Walked[],
+  cache: ListingCache,
+  beforePrint: (() => Promise<void>) | undefined,
+): Promise<void> {
   const byTable = new Map<string, { base: ChainInfo; reached: Map<string, RuleShape[]> }>();
-  for (const { base, reached, translating } of bases) {
+  for (const { base, reached, translating } of walked) {
     if (translating === 0) continue;
     const key = `${base.family} ${base.table}`;
     const union = byTable.get(key) ?? { base, reached: new Map<string, RuleShape[]>() };
     for (const [name, shapes] of reached) union.reached.set(name, shapes);
     byTable.set(key, union);
   }
-  const keyOf = (base: ChainInfo, chain: string) => `${base.family} ${base.table} ${chain}`;
   const wanted = new Set<string>();
   for (const { base, reached } of byTable.values()) {
     const stale = [...reached]
-      .filter(([name, shapes]) => cache.get(keyOf(base, name))?.handles !== handles(shapes))
+      .filter(([name, shapes]) => cache.get(cacheKey(base, name))?.handles !== handles(shapes))
       .map(([name]) => name)
       .sort();
-    for (const name of reached.keys()) wanted.add(keyOf(base, name));
+    for (const name of reached.keys()) wanted.add(cacheKey(base, name));
     if (stale.length === 0) continue;
-    await options.beforePrint?.();
+    await beforePrint?.();
     const printed = await printRules(
       kernel,
       base,
@@ -163,34 +200,30 @@ export async function scanNatChains(
     );
     for (const name of stale) {
       const rules = printed.rules?.get(name);
-      cache.set(keyOf(base, name), {
+      cache.set(cacheKey(base, name), {
         handles: handles(reached.get(name)!),
         printed: rules ? { rules } : { unreadable: printed.unreadable ?? '' },
       });
     }
   }
   for (const key of cache.keys()) if (!wanted.has(key)) cache.delete(key);
-  const found: NatChain[] = bases.map(({ base, reached, translating }) => {
-    if (translating === 0) return { ...where(base), rules: new Map(), translating };
-    const printed = [...reached.keys()].map(
-      (name) => [name, cache.get(keyOf(base, name))!.printed] as const,
-    );
-    const unreadable = printed.find(([, p]) => p.unreadable !== undefined)?.[1].unreadable;
-    if (unreadable !== undefined)
-      return { ...where(base), rules: undefined, unreadable, translating };
-    // This base chain's own reach, out of the table's prints; where verdict maps lead as the kernel
-    // says now (a named map's elements change without a new handle, and need no new print).
-    const rules = new Map(
-      printed.map(([name, p]) => [name, withBranches(p.rules ?? [], reached.get(name)!)]),
-    );
-    return { ...where(base), rules, translating };
-  });
-  return {
-    chains: found,
-    all,
-    truncated,
-    ...(generation !== undefined ? { generation } : {}),
-  };
+}
+
+/** One walked base chain as the look reports it, its rules from the cache's prints. */
+function chainOf({ base, reached, translating }: Walked, cache: ListingCache): NatChain {
+  if (translating === 0) return { ...where(base), rules: new Map(), translating };
+  const printed = [...reached.keys()].map(
+    (name) => [name, cache.get(cacheKey(base, name))!.printed] as const,
+  );
+  const unreadable = printed.find(([, p]) => p.unreadable !== undefined)?.[1].unreadable;
+  if (unreadable !== undefined)
+    return { ...where(base), rules: undefined, unreadable, translating };
+  // This base chain's own reach, out of the table's prints; where verdict maps lead as the kernel
+  // says now (a named map's elements change without a new handle, and need no new print).
+  const rules = new Map(
+    printed.map(([name, p]) => [name, withBranches(p.rules ?? [], reached.get(name)!)]),
+  );
+  return { ...where(base), rules, translating };
 }
 
 function where(base: ChainInfo): Pick<NatChain, 'family' | 'table' | 'chain' | 'priority'> {
@@ -214,7 +247,7 @@ const handles = (shapes: readonly RuleShape[]) => shapes.map((shape) => shape.ha
 
 /** The reached chains' rules as nft prints them, paired with the kernel's shapes by handle. */
 async function printRules(
-  kernel: OthersPort & Pick<TablesPort, 'generationId'>,
+  kernel: NatKernel,
   base: ChainInfo,
   reached: ReadonlyMap<string, readonly RuleShape[]>,
 ): Promise<{ rules?: ChainRules; unreadable?: string }> {

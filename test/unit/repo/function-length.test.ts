@@ -19,7 +19,6 @@ const LONG: Record<string, number> = {
   'kubernetes/list-stream.ts:write': 100,
   'kubernetes/connection.ts:fromKubeconfig': 99,
   'kubernetes/client.ts:follow': 98,
-  'nftables/nat-chains.ts:scanNatChains': 98,
 };
 
 /**
