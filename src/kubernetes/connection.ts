@@ -165,7 +165,33 @@ export async function fromKubeconfig(paths: string, flag = '--kubeconfig'): Prom
       `${flag} ${paths}: several kubeconfig files are not supported (kubectl merges them); give one`,
     );
   }
-  const path = files[0]!;
+  const where = `${flag} ${paths}`;
+  const { cluster, user } = await currentContext(files[0]!, flag, where);
+  for (const [field, what] of Object.entries(REFUSED)) {
+    if (user.value[field] !== undefined || cluster.value[field] !== undefined) {
+      throw new UnsupportedKubeconfig(
+        `${where}: ${field}: ${what} is not supported; give a token, a token file, a username and password or a client certificate, and reach the server directly`,
+      );
+    }
+  }
+  const server = serverOf(cluster, where);
+  const ca = await credential('certificate-authority-data', 'certificate-authority', cluster);
+  const cert = await credential('client-certificate-data', 'client-certificate', user);
+  const key = await credential('client-key-data', 'client-key', user);
+  return {
+    server,
+    tls: tlsOf({ ...(ca ? { ca } : {}), ...(cert ? { cert } : {}), ...(key ? { key } : {}) }),
+    ...(cluster.value['insecure-skip-tls-verify'] === true ? { insecureSkipTLSVerify: true } : {}),
+    authorization: authorizationOf(user),
+  };
+}
+
+/** The kubeconfig's current context's cluster and user (an empty user when it names none). */
+async function currentContext(
+  path: string,
+  flag: string,
+  where: string,
+): Promise<{ cluster: Entry; user: Entry }> {
   const named = {
     clusters: new Map<string, Entry>(),
     contexts: new Map<string, Entry>(),
@@ -194,7 +220,6 @@ export async function fromKubeconfig(paths: string, flag = '--kubeconfig'): Prom
         named[kind].set(name, { value: record(record(item)[key]), base: dirname(path) });
     }
   }
-  const where = `${flag} ${paths}`;
   if (contextName === undefined) throw new ConnectionError(`${where}: no current-context`);
   const find = (kind: keyof typeof named, name: unknown): Entry => {
     const entry = typeof name === 'string' ? named[kind].get(name) : undefined;
@@ -206,14 +231,11 @@ export async function fromKubeconfig(paths: string, flag = '--kubeconfig'): Prom
   const cluster = find('clusters', context.cluster);
   const user: Entry =
     context.user === undefined ? { value: {}, base: '.' } : find('users', context.user);
+  return { cluster, user };
+}
 
-  for (const [field, what] of Object.entries(REFUSED)) {
-    if (user.value[field] !== undefined || cluster.value[field] !== undefined) {
-      throw new UnsupportedKubeconfig(
-        `${where}: ${field}: ${what} is not supported; give a token, a token file, a username and password or a client certificate, and reach the server directly`,
-      );
-    }
-  }
+/** The cluster's server, an http(s) URL. */
+function serverOf(cluster: Entry, where: string): URL {
   const serverText = cluster.value.server;
   if (typeof serverText !== 'string')
     throw new ConnectionError(`${where}: the cluster has no server`);
@@ -225,35 +247,32 @@ export async function fromKubeconfig(paths: string, flag = '--kubeconfig'): Prom
   }
   if (server.protocol !== 'https:' && server.protocol !== 'http:')
     throw new ConnectionError(`${where}: server ${serverText} is not http(s)`);
+  return server;
+}
 
-  const source = async (dataKey: string, fileKey: string, from: Entry) => {
-    const data = from.value[dataKey];
-    if (typeof data === 'string') {
-      const fixed = Buffer.from(data, 'base64');
-      return async () => fixed;
-    }
-    const file = from.value[fileKey];
-    if (typeof file !== 'string') return undefined;
-    return followed(isAbsolute(file) ? file : join(from.base, file), `--kubeconfig: ${fileKey}`);
-  };
-  const ca = await source('certificate-authority-data', 'certificate-authority', cluster);
-  const cert = await source('client-certificate-data', 'client-certificate', user);
-  const key = await source('client-key-data', 'client-key', user);
-  const { token, tokenFile: tokenPath, username, password } = user.value;
-  let authorization: (fresh?: boolean) => Promise<string | undefined> = async () => undefined;
-  if (typeof token === 'string') {
-    authorization = async () => bearer(token);
-  } else if (typeof tokenPath === 'string') {
-    const read = tokenFile(isAbsolute(tokenPath) ? tokenPath : join(user.base, tokenPath));
-    authorization = async (fresh) => bearer(await read(fresh));
-  } else if (typeof username === 'string' && typeof password === 'string') {
-    const basic = `Basic ${Buffer.from(`${username}:${password}`).toString('base64')}`;
-    authorization = async () => basic;
+/** A certificate or key given inline (`…-data`, base64) or as a file, relative to its kubeconfig. */
+async function credential(dataKey: string, fileKey: string, from: Entry) {
+  const data = from.value[dataKey];
+  if (typeof data === 'string') {
+    const fixed = Buffer.from(data, 'base64');
+    return async () => fixed;
   }
-  return {
-    server,
-    tls: tlsOf({ ...(ca ? { ca } : {}), ...(cert ? { cert } : {}), ...(key ? { key } : {}) }),
-    ...(cluster.value['insecure-skip-tls-verify'] === true ? { insecureSkipTLSVerify: true } : {}),
-    authorization,
-  };
+  const file = from.value[fileKey];
+  if (typeof file !== 'string') return undefined;
+  return followed(isAbsolute(file) ? file : join(from.base, file), `--kubeconfig: ${fileKey}`);
+}
+
+/** The user's Authorization header: a token, a token file read again when asked fresh, or basic. */
+function authorizationOf(user: Entry): (fresh?: boolean) => Promise<string | undefined> {
+  const { token, tokenFile: tokenPath, username, password } = user.value;
+  if (typeof token === 'string') return async () => bearer(token);
+  if (typeof tokenPath === 'string') {
+    const read = tokenFile(isAbsolute(tokenPath) ? tokenPath : join(user.base, tokenPath));
+    return async (fresh) => bearer(await read(fresh));
+  }
+  if (typeof username === 'string' && typeof password === 'string') {
+    const basic = `Basic ${Buffer.from(`${username}:${password}`).toString('base64')}`;
+    return async () => basic;
+  }
+  return async () => undefined;
 }
