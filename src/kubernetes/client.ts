@@ -372,8 +372,6 @@ export class ApiClient {
     if (status < 200 || status > 299) throw await refusal(req, res);
     options.onOpen?.();
     await new Promise<void>((resolve, reject) => {
-      let pending: Buffer[] = [];
-      let pendingBytes = 0;
       let idle: NodeJS.Timeout;
       let settled = false;
       const deadline =
@@ -412,44 +410,20 @@ export class ApiClient {
         idle.unref();
       };
       arm();
+      const lines = new EventLines();
       res.on('data', (chunk: Buffer) => {
         if (settled) return;
-        let start = 0;
-        for (;;) {
-          const newline = chunk.indexOf(10, start);
-          if (newline === -1) break;
-          const piece = chunk.subarray(start, newline);
-          const line =
-            pending.length === 0
-              ? piece.toString('utf8')
-              : Buffer.concat([...pending, piece]).toString('utf8');
-          pending = [];
-          pendingBytes = 0;
-          start = newline + 1;
-          if (line.trim() === '') continue;
-          let event: unknown;
-          try {
-            event = JSON.parse(line);
-          } catch {
-            finish(new Error('watch: a line that is not JSON'));
-            return;
-          }
+        const err = lines.take(chunk, (event) => {
           arm();
           try {
             onEvent(event);
+            return true;
           } catch (err) {
             finish(err instanceof Error ? err : new Error(String(err)));
-            return;
+            return false;
           }
-        }
-        if (start < chunk.length) {
-          pendingBytes += chunk.length - start;
-          if (pendingBytes > MAX_LINE_BYTES) {
-            finish(new Error(`watch: an event larger than ${MAX_LINE_BYTES} bytes`));
-            return;
-          }
-          pending.push(chunk.subarray(start));
-        }
+        });
+        if (err) finish(err);
       });
       res.on('end', () => finish());
       res.on('error', (err) => finish(err));
@@ -459,5 +433,46 @@ export class ApiClient {
       });
       req.on('error', (err) => finish(err));
     });
+  }
+}
+
+/** A watch's body cut into lines, one JSON event each; a line may span chunks. */
+class EventLines {
+  private pending: Buffer[] = [];
+  private pendingBytes = 0;
+
+  /**
+   * Each complete line's event given to `each`, in order, until it says false; an error when a
+   * line is not JSON or grows past MAX_LINE_BYTES.
+   */
+  take(chunk: Buffer, each: (event: unknown) => boolean): Error | undefined {
+    let start = 0;
+    for (;;) {
+      const newline = chunk.indexOf(10, start);
+      if (newline === -1) break;
+      const piece = chunk.subarray(start, newline);
+      const line =
+        this.pending.length === 0
+          ? piece.toString('utf8')
+          : Buffer.concat([...this.pending, piece]).toString('utf8');
+      this.pending = [];
+      this.pendingBytes = 0;
+      start = newline + 1;
+      if (line.trim() === '') continue;
+      let event: unknown;
+      try {
+        event = JSON.parse(line);
+      } catch {
+        return new Error('watch: a line that is not JSON');
+      }
+      if (!each(event)) return undefined;
+    }
+    if (start < chunk.length) {
+      this.pendingBytes += chunk.length - start;
+      if (this.pendingBytes > MAX_LINE_BYTES)
+        return new Error(`watch: an event larger than ${MAX_LINE_BYTES} bytes`);
+      this.pending.push(chunk.subarray(start));
+    }
+    return undefined;
   }
 }

@@ -17,7 +17,6 @@ const LONG: Record<string, number> = {
   'reconcile/converge.ts:write': 112,
   'reconcile/converge.ts:readBack': 108,
   'kubernetes/list-stream.ts:write': 100,
-  'kubernetes/client.ts:follow': 98,
 };
 
 /**
