@@ -93,44 +93,15 @@ export class ListScanner {
       }
       switch (byte) {
         case QUOTE:
-          this.inString = true;
-          if (this.depth === 1 && this.expectKey) {
-            this.keyBytes = [];
-            this.expectKey = false;
-          } else if (this.depth === 0) {
-            throw new ListStreamError('list: the answer is not a JSON object');
-          } else {
-            this.notAnItem();
-          }
+          this.stringOpened();
           break;
         case OPEN_OBJECT:
         case OPEN_ARRAY:
-          if (this.depth === 0 && byte !== OPEN_OBJECT)
-            throw new ListStreamError('list: the answer is not a JSON object');
-          if (this.capture === undefined) {
-            if (this.depth === 1 && this.key === 'items' && byte === OPEN_ARRAY) {
-              this.inItems = true;
-            } else if (this.depth === 1 && this.key === 'metadata' && byte === OPEN_OBJECT) {
-              from = this.begin('metadata', i);
-            } else if (this.depth === 2 && this.inItems) {
-              if (byte !== OPEN_OBJECT) this.notAnItem();
-              from = this.begin('item', i);
-            }
-          }
-          this.depth++;
-          if (this.depth === 1) this.expectKey = true;
+          from = this.opened(byte, i, from);
           break;
         case CLOSE_OBJECT:
         case CLOSE_ARRAY:
-          if (this.depth === 0) throw new ListStreamError('list: unbalanced answer');
-          this.depth--;
-          if (this.capture && this.depth === this.captureBase) {
-            this.finish(chunk, from, i + 1);
-            from = -1;
-          } else if (this.depth === 1 && this.inItems && byte === CLOSE_ARRAY) {
-            this.inItems = false;
-          }
-          if (this.depth === 0) this.ended = true;
+          from = this.closed(byte, chunk, i, from);
           break;
         case COMMA:
           if (this.depth === 1) this.expectKey = true;
@@ -151,6 +122,55 @@ export class ListScanner {
       }
     }
     if (this.capture && from >= 0) this.keep(chunk.subarray(from));
+  }
+
+  /** A string begins: a key of the answer's object, or a value (never the answer itself). */
+  private stringOpened(): void {
+    this.inString = true;
+    if (this.depth === 1 && this.expectKey) {
+      this.keyBytes = [];
+      this.expectKey = false;
+    } else if (this.depth === 0) {
+      throw new ListStreamError('list: the answer is not a JSON object');
+    } else {
+      this.notAnItem();
+    }
+  }
+
+  /**
+   * An object or array opens at `i`: `items` entered, or the top-level metadata or an item begins
+   * its capture. Where the captured bytes start in this chunk afterwards (-1: nothing captured).
+   */
+  private opened(byte: number, i: number, from: number): number {
+    if (this.depth === 0 && byte !== OPEN_OBJECT)
+      throw new ListStreamError('list: the answer is not a JSON object');
+    if (this.capture === undefined) {
+      if (this.depth === 1 && this.key === 'items' && byte === OPEN_ARRAY) {
+        this.inItems = true;
+      } else if (this.depth === 1 && this.key === 'metadata' && byte === OPEN_OBJECT) {
+        from = this.begin('metadata', i);
+      } else if (this.depth === 2 && this.inItems) {
+        if (byte !== OPEN_OBJECT) this.notAnItem();
+        from = this.begin('item', i);
+      }
+    }
+    this.depth++;
+    if (this.depth === 1) this.expectKey = true;
+    return from;
+  }
+
+  /** An object or array closes at `i`: a capture may end with it, or `items`, or the answer. */
+  private closed(byte: number, chunk: Buffer, i: number, from: number): number {
+    if (this.depth === 0) throw new ListStreamError('list: unbalanced answer');
+    this.depth--;
+    if (this.capture && this.depth === this.captureBase) {
+      this.finish(chunk, from, i + 1);
+      from = -1;
+    } else if (this.depth === 1 && this.inItems && byte === CLOSE_ARRAY) {
+      this.inItems = false;
+    }
+    if (this.depth === 0) this.ended = true;
+    return from;
   }
 
   /** The answer ended: it must have been whole. */

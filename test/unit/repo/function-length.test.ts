@@ -16,7 +16,6 @@ const LONG: Record<string, number> = {
   'nftables/change.ts:renderInPlace': 112,
   'reconcile/converge.ts:write': 112,
   'reconcile/converge.ts:readBack': 108,
-  'kubernetes/list-stream.ts:write': 100,
 };
 
 /**
