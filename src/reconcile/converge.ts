@@ -660,7 +660,7 @@ export class Converger {
     last: boolean,
     timed: Timed,
   ): Promise<'wrote' | 'around' | 'refused'> {
-    const { kernel, compileOptions, logger, metrics, otherAgent, writer } = this.deps;
+    const { compileOptions, logger, metrics, otherAgent, writer } = this.deps;
     const { found, asFound, base, drift, keptLast } = seen;
     const generation = nextGeneration(this.generation);
     if (generation < this.generation) {
@@ -686,64 +686,11 @@ export class Converger {
       !replacing && (found === undefined || keptLast) ? this.elementEdit(tables, pin) : undefined;
     const scripts = edit ? [] : await this.scripts(tables, found, asFound);
     this.lastWrite = edit ? 'netlink' : 'libnftables';
-    // Our commits must follow on from `base` one step each (our held replies aside): any other
-    // step is another tool's commit, which may have changed what we wrote.
-    let chain = base;
+    let chain: number | undefined;
     try {
-      await timed('applyMs', async () => {
-        const steps: Array<() => Promise<CommitStep>> = edit
-          ? [() => kernel.edit(edit, { unheard: this.unheard(this.editSize(edit)) })]
-          : scripts.map(
-              (script) => () =>
-                kernel.apply(script, {
-                  unheard: this.unheard(script.length / SCRIPT_BYTES_PER_ELEMENT),
-                }),
-            );
-        for (const step of steps) {
-          const { before, after } = await step();
-          // One step alone is ours; with others' commits around it (a busy node), ours is the
-          // one that named our tables, the rest named none.
-          const alone = before !== undefined && after === (before + 1) >>> 0;
-          const follows =
-            before !== undefined &&
-            after !== undefined &&
-            (await this.explained(chain, before)) &&
-            (alone || (await this.heardOursAmong(before, after)));
-          chain = follows ? after : undefined;
-          if (!alone) this.heardElsewhereAt = performance.now();
-        }
-      });
+      chain = await timed('applyMs', () => this.commit(edit, scripts, base));
     } catch (err) {
-      this.verifiedGenId = undefined;
-      this.lookForStandIns = true;
-      if (!(err instanceof NftError) || err.kind !== 'error') throw err;
-      // Refused by the kernel. With no other commit since what the change was worked out from,
-      // the fault is ours (an order of parts the kernel cannot take): not drift, a fallback.
-      // (Others' commits that named none of our tables, heard, change nothing of ours.)
-      const now = await kernel.generationId().catch(() => undefined);
-      const othersCommitted = !(await this.explained(base, now));
-      if (!replacing && !othersCommitted) {
-        const reason = refusalReason(err);
-        metrics.incWriteFallback(reason);
-        logger.error(
-          { err: errorText(err), reason },
-          'our in-place write was refused though nobody else committed (a bug of the agent: please report it); replacing our tables whole in one transaction',
-        );
-        this.replaceNext = true;
-        return 'refused';
-      }
-      // A change worked out from what the kernel was known to hold, refused ("element does not
-      // exist"): someone changed our table under it. Read it back and repair it now; should the
-      // repair be refused too, the write after it replaces our tables whole.
-      if ((known || keptLast) && !last && !replacing) {
-        logger.warn(
-          { err: errorText(err) },
-          'our change was refused: our table changed under it; reading it back to repair it',
-        );
-        return 'refused';
-      }
-      if (!replacing) this.replaceNext = true;
-      throw err;
+      return this.refused(err, { base, replacing, known: known || keptLast, last });
     }
     this.replaceNext = false;
     this.ownFault = false;
@@ -763,6 +710,91 @@ export class Converger {
     if (chain !== undefined && (!edit || this.rules === undefined))
       await this.takeRules(tables, chain);
     return chain !== undefined || otherAgent.active || last ? 'wrote' : 'around';
+  }
+
+  /**
+   * The write's commits, in order: the generation id after the last when each followed on from
+   * `base` one step (our held replies aside), else undefined: another tool's commit came between,
+   * which may have changed what we wrote.
+   */
+  private async commit(
+    edit: ElementEdit | undefined,
+    scripts: readonly string[],
+    base: number | undefined,
+  ): Promise<number | undefined> {
+    const { kernel } = this.deps;
+    const steps: Array<() => Promise<CommitStep>> = edit
+      ? [() => kernel.edit(edit, { unheard: this.unheard(this.editSize(edit)) })]
+      : scripts.map(
+          (script) => () =>
+            kernel.apply(script, {
+              unheard: this.unheard(script.length / SCRIPT_BYTES_PER_ELEMENT),
+            }),
+        );
+    let chain = base;
+    for (const step of steps) {
+      const { before, after } = await step();
+      // One step alone is ours; with others' commits around it (a busy node), ours is the
+      // one that named our tables, the rest named none.
+      const alone = before !== undefined && after === (before + 1) >>> 0;
+      const follows =
+        before !== undefined &&
+        after !== undefined &&
+        (await this.explained(chain, before)) &&
+        (alone || (await this.heardOursAmong(before, after)));
+      chain = follows ? after : undefined;
+      if (!alone) this.heardElsewhereAt = performance.now();
+    }
+    return chain;
+  }
+
+  /**
+   * A write that failed: `refused` when the kernel refused a change and the round goes on (read
+   * back and written again; whole, when the fault was ours); thrown otherwise — a failure of another
+   * kind, or a refusal of the last round or of a whole replace (the next write is then whole).
+   */
+  private async refused(
+    err: unknown,
+    write: {
+      base: number | undefined;
+      replacing: boolean;
+      /** The change was worked out from what the kernel was known to hold. */
+      known: boolean;
+      last: boolean;
+    },
+  ): Promise<'refused'> {
+    const { kernel, logger, metrics } = this.deps;
+    const { base, replacing, known, last } = write;
+    this.verifiedGenId = undefined;
+    this.lookForStandIns = true;
+    if (!(err instanceof NftError) || err.kind !== 'error') throw err;
+    // Refused by the kernel. With no other commit since what the change was worked out from,
+    // the fault is ours (an order of parts the kernel cannot take): not drift, a fallback.
+    // (Others' commits that named none of our tables, heard, change nothing of ours.)
+    const now = await kernel.generationId().catch(() => undefined);
+    const othersCommitted = !(await this.explained(base, now));
+    if (!replacing && !othersCommitted) {
+      const reason = refusalReason(err);
+      metrics.incWriteFallback(reason);
+      logger.error(
+        { err: errorText(err), reason },
+        'our in-place write was refused though nobody else committed (a bug of the agent: please report it); replacing our tables whole in one transaction',
+      );
+      this.replaceNext = true;
+      return 'refused';
+    }
+    // A change worked out from what the kernel was known to hold, refused ("element does not
+    // exist"): someone changed our table under it. Read it back and repair it now; should the
+    // repair be refused too, the write after it replaces our tables whole.
+    if (known && !last && !replacing) {
+      logger.warn(
+        { err: errorText(err) },
+        'our change was refused: our table changed under it; reading it back to repair it',
+      );
+      return 'refused';
+    }
+    if (!replacing) this.replaceNext = true;
+    throw err;
   }
 
   /**
