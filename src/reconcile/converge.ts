@@ -42,7 +42,7 @@ import {
 } from '../nftables/listing.js';
 import { holds, olderRelease, readTables, type KernelTables } from './read-back.js';
 import { auditTables, ruleFingerprints, type RuleFingerprints } from './netlink-audit.js';
-import { nextGeneration, standInName } from '../nftables/ownership.js';
+import { nextGeneration, standInName, type WriteMark } from '../nftables/ownership.js';
 
 export interface ConvergeDeps {
   readonly kernel: TablesPort & OthersPort;
@@ -546,35 +546,9 @@ export class Converger {
     timed: Timed,
   ): Promise<Seen | 'in-place' | 'held-back' | 'again'> {
     const { kernel, compileOptions, logger, metrics, otherAgent } = this.deps;
-    // While notifications are heard, a read another tool's steady commits keep from ending is
-    // given up: tables this process wrote are written whole instead, without reading them.
-    const hearing = this.hear();
-    let found: KernelTables;
-    try {
-      found = await timed('readMs', () =>
-        readTables(
-          kernel,
-          compileOptions,
-          this.written,
-          () => metrics.incKernelReads(),
-          this.lookForStandIns,
-          hearing ? BUSY_READ_MS : undefined,
-        ),
-      );
-    } catch (err) {
-      const ours = managedFamilies(compileOptions.enableIPv6).every((f) =>
-        this.written.has(f.table),
-      );
-      if (!(hearing && ours && err instanceof NftError && err.kind === 'timeout')) throw err;
-      logger.warn(
-        { readMs: BUSY_READ_MS },
-        "our tables could not be read back: other tools' commits kept libnftables' listing from ending; writing them whole instead",
-      );
-      this.replaceNext = true;
-      // Written whole whatever they hold: the write is judged from the generation id now.
-      const now = await kernel.generationId().catch(() => undefined);
-      return { base: now, drift: false, keptLast: false };
-    }
+    const read = await this.readFound(timed);
+    if ('unread' in read) return read.unread;
+    const { found } = read;
     // What was listed is the kernel at genId only if nothing but our own held replies was
     // committed while it was read.
     // Or nothing but others' commits that named none of our tables (docs/writes.md, "Beside a
@@ -608,18 +582,7 @@ export class Converger {
       this.verifiedGenId = undefined;
       return 'held-back';
     }
-    if (inPlace) {
-      if (mark) otherAgent.inPlace(mark);
-      this.remember(asFound);
-      this.lookForStandIns = false;
-      this.kernelKey = key;
-      // While a conflict is open, always read: that our write stayed is how it ends.
-      this.verifiedGenId = stable && !otherAgent.active ? readAt : undefined;
-      if (this.verifiedGenId !== undefined && this.rules === undefined)
-        await this.takeRules(asFound, readAt);
-      metrics.setGeneration(this.generation);
-      return stable || last ? 'in-place' : 'again'; // a commit came during the read: look again
-    }
+    if (inPlace) return this.foundInPlace(asFound, mark, key, { stable, readAt, last });
     // A commit came during the read: what was listed may be gone already.
     if (!stable && !last) return 'again';
     const base = stable ? readAt : undefined;
@@ -645,6 +608,67 @@ export class Converger {
     // every plain interval set in the namespace first, docs/writes.md "The everyday edit").
     const keptLast = base !== undefined && !drift && (await this.holdsLast(found));
     return { found, asFound, base, drift, keptLast };
+  }
+
+  /**
+   * Our tables as the kernel holds them; or, when other tools' steady commits kept the listing from
+   * ending while notifications are heard, what a whole write of tables this process wrote starts
+   * from, without reading them.
+   */
+  private async readFound(timed: Timed): Promise<{ found: KernelTables } | { unread: Seen }> {
+    const { kernel, compileOptions, logger, metrics } = this.deps;
+    const hearing = this.hear();
+    try {
+      const found = await timed('readMs', () =>
+        readTables(
+          kernel,
+          compileOptions,
+          this.written,
+          () => metrics.incKernelReads(),
+          this.lookForStandIns,
+          hearing ? BUSY_READ_MS : undefined,
+        ),
+      );
+      return { found };
+    } catch (err) {
+      const ours = managedFamilies(compileOptions.enableIPv6).every((f) =>
+        this.written.has(f.table),
+      );
+      if (!(hearing && ours && err instanceof NftError && err.kind === 'timeout')) throw err;
+      logger.warn(
+        { readMs: BUSY_READ_MS },
+        "our tables could not be read back: other tools' commits kept libnftables' listing from ending; writing them whole instead",
+      );
+      this.replaceNext = true;
+      // Written whole whatever they hold: the write is judged from the generation id now.
+      const now = await kernel.generationId().catch(() => undefined);
+      return { unread: { base: now, drift: false, keptLast: false } };
+    }
+  }
+
+  /**
+   * The kernel holds what we would write (`asFound`, with the mark found): nothing to write. Known
+   * to hold it from `readAt` on when nothing but explained commits came during the read; else read
+   * again, but on the last round.
+   */
+  private async foundInPlace(
+    asFound: readonly Table[],
+    mark: WriteMark | undefined,
+    key: string,
+    read: { stable: boolean; readAt: number | undefined; last: boolean },
+  ): Promise<'in-place' | 'again'> {
+    const { metrics, otherAgent } = this.deps;
+    const { stable, readAt, last } = read;
+    if (mark) otherAgent.inPlace(mark);
+    this.remember(asFound);
+    this.lookForStandIns = false;
+    this.kernelKey = key;
+    // While a conflict is open, always read: that our write stayed is how it ends.
+    this.verifiedGenId = stable && !otherAgent.active ? readAt : undefined;
+    if (this.verifiedGenId !== undefined && this.rules === undefined)
+      await this.takeRules(asFound, readAt);
+    metrics.setGeneration(this.generation);
+    return stable || last ? 'in-place' : 'again'; // a commit came during the read: look again
   }
 
   /**
