@@ -215,6 +215,7 @@ Status EditElements(const ElementEdit& edit) {
   // The marked rules, as the kernel holds them: found by their comment, the last write's mark.
   std::vector<RawRule> marked(edit.tables.size());
   for (size_t t = 0; t < edit.tables.size(); t++) {
+    if (edit.tables[t].chain.empty()) continue;
     Status found = FindMarked(edit.tables[t], &marked[t]);
     if (!found.ok) return found;
     if (edit.tables[t].mark.size() > 250) return {false, "the mark is too long for a comment"};
@@ -243,6 +244,7 @@ Status EditElements(const ElementEdit& edit) {
       PutElements(&batch, NFT_MSG_NEWSETELEM, NLM_F_CREATE, table.family, table.table, set,
                   set.added, &seq, &acked);
     }
+    if (table.chain.empty()) continue;
     size_t rule =
         StartMessage(&batch, static_cast<uint16_t>((NFNL_SUBSYS_NFTABLES << 8) | NFT_MSG_NEWRULE),
                      NLM_F_REPLACE | NLM_F_ACK, table.family, seq++, 0);

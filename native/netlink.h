@@ -114,7 +114,9 @@ struct TableEdit {
   uint8_t family = 0;  // NFPROTO_IPV4 or NFPROTO_IPV6
   std::string table;
   std::vector<SetEdit> sets;
-  std::string chain;     // the chain of the marked rule
+  // The chain of the marked rule; empty for a fill of sets no rule refers to yet (a change made
+  // on new sets), which moves no mark.
+  std::string chain;
   std::string was_mark;  // its comment now
   std::string mark;      // its comment after
 };

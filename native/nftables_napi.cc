@@ -450,6 +450,7 @@ Napi::Value ConntrackDelete(const Napi::CallbackInfo& info) {
 // editElements({ generation?, tables: [{ family: 4 | 6, table, chain, wasMark, mark, sets: [{
 // name, keyLength, interval, refill, marker, removed: Buffer, added: Buffer }] }] }) →
 // Promise<undefined>: netlink::EditElements, one transaction (docs/writes.md, "The everyday edit").
+// A table whose `chain` is "" moves no mark: the fill of sets made for a change on new sets.
 Napi::Value EditElements(const Napi::CallbackInfo& info) {
   Napi::Env env = info.Env();
   const char* usage =

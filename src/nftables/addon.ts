@@ -19,6 +19,7 @@ import {
 } from '../cidr/index.js';
 import {
   nftFailureKinds,
+  NO_ELEMENTS,
   type ChainInfo,
   type CommitStep,
   type WriteOptions,
@@ -35,6 +36,8 @@ import {
   type NftFailureKind,
   type RuleShape,
   type SetAudit,
+  type SetFill,
+  type TableElementEdit,
   type TableRef,
 } from './types.js';
 import { errorText } from '../errors.js';
@@ -508,26 +511,7 @@ export async function editElements(
       chain: table.chain,
       wasMark: table.wasMark,
       mark: table.mark,
-      sets: table.sets.map(({ set, removed, added, refill }) => {
-        const interval = set.key.elementSuffix === '';
-        if (set.key.elements === 'names' || (interval && !set.flags.includes('interval')))
-          throw new Error(`set ${set.name}: only sets of address ranges are edited over netlink`);
-        const bytes = (elements: Elements) => rangeElementBytes(family, elements, !interval);
-        return {
-          name: set.name,
-          keyLength: (family === 4 ? 4 : 16) + (interval ? 0 : 4),
-          interval,
-          refill: refill === true,
-          // libnftables' end element at the first address, which it adds with any additions to
-          // a plain interval set none of which starts there (docs/writes.md, "The everyday edit").
-          marker:
-            interval &&
-            added.length > 0 &&
-            !added.some((e) => e.startsWith('0.0.0.0/') || e.startsWith('::/')),
-          removed: bytes(removed),
-          added: bytes(added),
-        };
-      }),
+      sets: table.sets.map((change) => nativeSetEdit(family, change)),
     };
   });
   const request = {
@@ -535,6 +519,55 @@ export async function editElements(
     ...(edit.generation !== undefined ? { generation: edit.generation } : {}),
   };
   return committed((native) => native.editElements(request).catch(asNftError), options);
+}
+
+/**
+ * Sets no rule refers to yet filled in one transaction over netlink, moving no mark (SetFill):
+ * only concatenated range sets, whose elements need no marker (a plain interval set filled from
+ * empty gets libnftables' marker, which is libnftables' to write).
+ */
+export async function fillSets(fill: SetFill, options: WriteOptions = {}): Promise<CommitStep> {
+  const tables = fill.tables.map((table) => {
+    const family = familyOf(table.family).number;
+    return {
+      family,
+      table: table.table,
+      chain: '',
+      wasMark: '',
+      mark: '',
+      sets: table.sets.map((set) => {
+        if (set.key.elementSuffix === '')
+          throw new Error(`set ${set.name}: only concatenated range sets are filled over netlink`);
+        return nativeSetEdit(family, { set, removed: NO_ELEMENTS, added: set.elements });
+      }),
+    };
+  });
+  return committed((native) => native.editElements({ tables }).catch(asNftError), options);
+}
+
+/** One set's part of an element write, as the addon takes it. */
+function nativeSetEdit(
+  family: 4 | 6,
+  { set, removed, added, refill }: TableElementEdit['sets'][number],
+) {
+  const interval = set.key.elementSuffix === '';
+  if (set.key.elements === 'names' || (interval && !set.flags.includes('interval')))
+    throw new Error(`set ${set.name}: only sets of address ranges are edited over netlink`);
+  const bytes = (elements: Elements) => rangeElementBytes(family, elements, !interval);
+  return {
+    name: set.name,
+    keyLength: (family === 4 ? 4 : 16) + (interval ? 0 : 4),
+    interval,
+    refill: refill === true,
+    // libnftables' end element at the first address, which it adds with any additions to a plain
+    // interval set none of which starts there (docs/writes.md, "The everyday edit").
+    marker:
+      interval &&
+      added.length > 0 &&
+      !added.some((e) => e.startsWith('0.0.0.0/') || e.startsWith('::/')),
+    removed: bytes(removed),
+    added: bytes(added),
+  };
 }
 
 /**

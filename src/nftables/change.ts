@@ -7,6 +7,7 @@ import { STAND_IN_COMMENT, standInName } from './ownership.js';
 import {
   counterBlock,
   elementList,
+  PRERENDER_SLICE,
   renderChain,
   renderTable,
   setBlock,
@@ -19,6 +20,7 @@ import {
   type CounterValue,
   type Elements,
   type NamedSet,
+  type SetFill,
   type Table,
   type TableElementEdit,
 } from './types.js';
@@ -377,6 +379,42 @@ export function renderKeyChange(
 }
 
 /**
+ * renderKeyChange's four transactions with the large sets (filledApart) made empty in the first
+ * and third, each filled over netlink right after (SetFill): a set no rule refers to yet, so no
+ * packet sees it part filled, and a failure between leaves a table of ours whose structure the next
+ * write reads back and changes on new sets again. Six steps, or renderKeyChange's four when no set
+ * is that large.
+ */
+export function renderKeyChangeApart(
+  next: Table,
+  present?: ReadonlySet<string>,
+  remake?: TransientObjects,
+): Array<string | SetFill> {
+  const apart = next.sets.filter(filledApart);
+  if (apart.length === 0) return renderKeyChange(next, present, remake);
+  const emptied: Table = {
+    ...next,
+    sets: next.sets.map((set) => (apart.includes(set) ? { ...set, elements: NO_ELEMENTS } : set)),
+  };
+  const [temporary, moved, own, rest] = renderKeyChange(emptied, present, remake) as [
+    string,
+    string,
+    string,
+    string,
+  ];
+  const fill = (name: (set: string) => string): SetFill => ({
+    tables: [
+      {
+        family: next.family,
+        table: next.name,
+        sets: apart.map((set) => ({ ...set, name: name(set.name) })),
+      },
+    ],
+  });
+  return [temporary, fill(nextSetName), moved, own, fill((set) => set), rest];
+}
+
+/**
  * An older release's table made anew (README, "Reading `nft list table ip ipmasq`": its comment
  * holds a mark that can no longer change) with a table deciding alike in place at every moment:
  * a stand-in made, the old table deleted, the new one made, the stand-in deleted. A table is
@@ -409,6 +447,20 @@ export function renderUpgrade(
     unhooked(table, counts),
     hooks(table) + remove(standIn),
   ];
+}
+
+/** A table's marked rule: the one rule of a base chain that carries a comment, and that comment. */
+export function markedRule(
+  table: Table,
+): { chain: string; rule: string; mark: string } | undefined {
+  for (const chain of table.chains) {
+    if (!chain.base) continue;
+    for (const rule of chain.rules) {
+      const comment = splitComment(rule)?.comment;
+      if (comment !== undefined) return { chain: chain.name, rule, mark: comment };
+    }
+  }
+  return undefined;
 }
 
 /** The comment a rule ends with, and the rule without it. */
@@ -489,6 +541,48 @@ export function elementEdit(next: Table, old: Table): TableElementEdit | undefin
   // Every write moves the mark: a change without a new one is not this kind of change.
   if (!marked) return undefined;
   return { family: next.family, table: next.name, sets, ...marked };
+}
+
+/**
+ * The sets of a change made on new sets (renderKeyChange) whose elements are written apart, over
+ * netlink, once the set is made empty (SetFill): concatenated range sets of at least this many
+ * elements. libnftables parses a large concatenated set's elements at about the kernel's own cost
+ * again (docs/performance.md, "Whole writes"); a small one costs less inside the transaction that
+ * makes it than as a transaction of its own.
+ */
+export const FILL_APART_MIN = 2_000;
+
+/** Whether a change made on new sets writes this set's elements apart (FILL_APART_MIN). */
+export function filledApart(set: NamedSet): boolean {
+  return (
+    !set.transient &&
+    !set.map &&
+    set.key.elements !== 'names' &&
+    set.key.elementSuffix !== '' &&
+    set.elements.length >= FILL_APART_MIN
+  );
+}
+
+/**
+ * A fill as an nft script (what libnftables would be given), a set block per slice of its elements:
+ * for tests and the fake kernel.
+ */
+export function renderSetFill(fill: SetFill): string {
+  const lines: string[] = [];
+  for (const { family, table, sets } of fill.tables) {
+    lines.push(`table ${family} ${table} {`);
+    for (const set of sets)
+      for (let start = 0; start < set.elements.length; start += PRERENDER_SLICE)
+        lines.push(
+          ...setBlock(
+            set,
+            family,
+            frozenElements(set.elements.slice(start, start + PRERENDER_SLICE)),
+          ),
+        );
+    lines.push('}');
+  }
+  return lines.join('\n') + '\n';
 }
 
 /**

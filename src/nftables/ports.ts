@@ -15,6 +15,7 @@ import type {
   NamedSet,
   RuleShape,
   SetAudit,
+  SetFill,
   TableRef,
   WriteOptions,
 } from './types.js';
@@ -44,6 +45,8 @@ export interface TablesPort {
    * (nftables/change.ts).
    */
   edit(edit: ElementEdit, options?: WriteOptions): Promise<CommitStep>;
+  /** Sets no rule refers to yet filled as one transaction over netlink (SetFill). */
+  fill(fill: SetFill, options?: WriteOptions): Promise<CommitStep>;
   /**
    * A set of ours read back over netlink and compared with these elements (the element-write
    * audit).

@@ -147,6 +147,20 @@ export interface TableElementEdit {
 }
 
 /**
+ * Sets of ours that no rule refers to yet, filled with all their elements in one transaction over
+ * netlink: the large sets of a change made on new sets (nftables/change.ts, renderKeyChange),
+ * which libnftables would parse at twice the kernel's own cost (docs/performance.md, "Whole
+ * writes"). Moves no mark.
+ */
+export interface SetFill {
+  readonly tables: ReadonlyArray<{
+    readonly family: TableFamily;
+    readonly table: string;
+    readonly sets: readonly NamedSet[];
+  }>;
+}
+
+/**
  * One set as the kernel holds it, compared with what an element-only write meant (the audit of
  * that write, docs/writes.md "The everyday edit"): element counts, and the first few differing
  * elements as address ranges ("first-last").

@@ -2,7 +2,7 @@
 // the renderer writes (add/delete table, nested table blocks), keeps listings as nft would print
 // them, and moves a generation id on every commit. Real behaviour is proven by the kernel tests.
 import type { AnyTableRef, Kernel } from '../../src/nftables/ports.js';
-import { renderElementEdit } from '../../src/nftables/change.js';
+import { renderElementEdit, renderSetFill } from '../../src/nftables/change.js';
 import type {
   ChainInfo,
   CommitStep,
@@ -17,6 +17,7 @@ import type {
   RuleShape,
   SetAudit,
   TableRef,
+  SetFill,
 } from '../../src/nftables/types.js';
 import { parseAddress } from '../../src/cidr/index.js';
 import { NftError } from '../../src/nftables/addon.js';
@@ -171,6 +172,15 @@ export class FakeKernel implements Kernel {
     } finally {
       this.beforeCommit = hook;
     }
+  }
+
+  /** Sets filled apart, in order (their scripts also go through apply). */
+  fills: SetFill[] = [];
+
+  /** A fill as the script libnftables would be given: the real path is proven on the kernel. */
+  async fill(fill: SetFill): Promise<CommitStep> {
+    this.fills.push(fill);
+    return this.apply(renderSetFill(fill));
   }
 
   /** Audits read, in order (the element-write audit's reads of our sets). */
@@ -350,9 +360,10 @@ function mergeInto(table: FakeTable, block: FakeTable): void {
     else {
       if (existing.declaration.join() !== set.declaration.join())
         throw new Error(`Error: Could not process rule: File exists\nset ${set.name}`);
+      const held = new Set(existing.elements);
       for (const e of set.elements) {
-        if (existing.elements.includes(e))
-          throw new Error(`Error: Could not process rule: File exists\n${e}`);
+        if (held.has(e)) throw new Error(`Error: Could not process rule: File exists\n${e}`);
+        held.add(e);
         existing.elements.push(e);
       }
     }
