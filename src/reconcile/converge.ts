@@ -11,9 +11,11 @@ import type { Config } from '../config/types.js';
 import {
   elementDiff,
   elementEdit,
+  filledApart,
+  markedRule,
   needsNewSets,
+  renderKeyChangeApart,
   renderInPlace,
-  renderKeyChange,
   renderUpgrade,
   setChange,
 } from '../nftables/change.js';
@@ -23,8 +25,10 @@ import {
   type CounterValue,
   type ElementEdit,
   type NamedSet,
+  type SetFill,
   type Table,
   type TableFamily,
+  NO_ELEMENTS,
 } from '../nftables/types.js';
 import { NftError } from '../nftables/addon.js';
 import { errorText } from '../errors.js';
@@ -708,11 +712,11 @@ export class Converger {
     const pin = this.hear() ? undefined : base;
     const edit =
       !replacing && (found === undefined || keptLast) ? this.elementEdit(tables, pin) : undefined;
-    const scripts = edit ? [] : await this.scripts(tables, found, asFound);
+    const steps = edit ? [] : await this.steps(tables, found, asFound);
     this.lastWrite = edit ? 'netlink' : 'libnftables';
     let chain: number | undefined;
     try {
-      chain = await timed('applyMs', () => this.commit(edit, scripts, base));
+      chain = await timed('applyMs', () => this.commit(edit, steps, base));
     } catch (err) {
       return this.refused(err, { base, replacing, known: known || keptLast, last });
     }
@@ -729,7 +733,10 @@ export class Converger {
     // While another agent writes our table, read back at every resync: that our write stayed is
     // how the conflict ends.
     this.verifiedGenId = otherAgent.active ? undefined : chain;
-    this.unaudited = edit && chain !== undefined ? { genId: chain, edit, tries: 0 } : undefined;
+    // An element-only write, or sets filled over netlink, audited by the whole compare.
+    const audited = edit ?? fillAudit(steps, tables);
+    this.unaudited =
+      audited && chain !== undefined ? { genId: chain, edit: audited, tries: 0 } : undefined;
     // An element-only write leaves every rule but the marked one's comment as it was.
     if (chain !== undefined && (!edit || this.rules === undefined))
       await this.takeRules(tables, chain);
@@ -743,20 +750,22 @@ export class Converger {
    */
   private async commit(
     edit: ElementEdit | undefined,
-    scripts: readonly string[],
+    steps: readonly WriteStep[],
     base: number | undefined,
   ): Promise<number | undefined> {
     const { kernel } = this.deps;
-    const steps: Array<() => Promise<CommitStep>> = edit
+    const commits: Array<() => Promise<CommitStep>> = edit
       ? [() => kernel.edit(edit, { unheard: this.unheard(this.editSize(edit)) })]
-      : scripts.map(
-          (script) => () =>
-            kernel.apply(script, {
-              unheard: this.unheard(script.length / SCRIPT_BYTES_PER_ELEMENT),
-            }),
+      : steps.map((step) =>
+          'fill' in step
+            ? () => kernel.fill(step.fill, { unheard: this.unheard(fillSize(step.fill)) })
+            : () =>
+                kernel.apply(step.script, {
+                  unheard: this.unheard(step.script.length / SCRIPT_BYTES_PER_ELEMENT),
+                }),
         );
     let chain = base;
-    for (const step of steps) {
+    for (const step of commits) {
       const { before, after } = await step();
       // One step alone is ours; with others' commits around it (a busy node), ours is the
       // one that named our tables, the rest named none.
@@ -1040,13 +1049,17 @@ export class Converger {
     return this.deps.kernel.counters(table).catch(() => []);
   }
 
-  /** The transactions of one write, in order: the last one carries the write's mark. */
-  private async scripts(
+  /**
+   * The transactions of one write, in order: the last one carries the write's mark. A change made
+   * on new sets fills its large ones apart, over netlink, each right after the transaction that
+   * makes it empty and before any rule refers to it (filledApart).
+   */
+  private async steps(
     tables: readonly Table[],
     found: KernelTables | undefined,
     asFound?: readonly Table[],
-  ): Promise<string[]> {
-    const before: string[][] = [];
+  ): Promise<WriteStep[]> {
+    const before: WriteStep[][] = [];
     let last = '';
     const upgraded = new Set<TableFamily>();
     for (const compiled of tables) {
@@ -1061,6 +1074,10 @@ export class Converger {
       // ahead, a slice at a time, and carried by the write's own copy of the table.
       const sets: NamedSet[] = [];
       for (const set of compiled.sets) {
+        if (plan.kind === 'key' && filledApart(set)) {
+          sets.push(set);
+          continue;
+        }
         const before =
           plan.kind === 'exact' ? plan.old.sets.find((s) => s.name === set.name) : undefined;
         const delta = before !== undefined && setChange(set, before) === 'delta';
@@ -1070,9 +1087,13 @@ export class Converger {
       const table: Table = { ...compiled, sets };
       // Earlier transactions of each family's change go together, step by step; the last steps
       // of all go in the final one, with the mark.
-      const staged = (steps: readonly string[]) => {
-        steps.slice(0, -1).forEach((step, i) => (before[i] = [...(before[i] ?? []), step]));
-        last += steps.at(-1) ?? '';
+      const staged = (steps: ReadonlyArray<string | WriteStep>) => {
+        steps.slice(0, -1).forEach((step, i) => {
+          before[i] = [...(before[i] ?? []), typeof step === 'string' ? { script: step } : step];
+        });
+        // The last step is always a script: the one with the mark.
+        const final = steps.at(-1);
+        if (final !== undefined) last += typeof final === 'string' ? final : scriptOf(final);
       };
       switch (plan.kind) {
         case 'exact':
@@ -1082,7 +1103,7 @@ export class Converger {
           staged(renderInPlace(table, undefined, plan.present, plan.remake));
           break;
         case 'key':
-          staged(renderKeyChange(table, plan.present, plan.remake));
+          staged(keyChangeSteps(table, plan.present, plan.remake));
           break;
         case 'create':
           last += renderTable(table);
@@ -1117,6 +1138,81 @@ export class Converger {
         .map(([family]) => ({ family, name: standInName(this.deps.compileOptions.table) }));
       last += renderDelete([...found.stale, ...standIns]);
     }
-    return [...before.map((parts) => parts.join('')), last];
+    return [...before.flatMap(mergeStep), { script: last }];
   }
+}
+
+/** One commit of a libnftables write: a script, or sets filled apart over netlink (SetFill). */
+type WriteStep = { readonly script: string } | { readonly fill: SetFill };
+
+/**
+ * The families' parts of one step: their scripts as one transaction, then their fills as another
+ * (a family's fill never shares a step with its own script: keyChangeSteps).
+ */
+function mergeStep(parts: readonly WriteStep[]): WriteStep[] {
+  const scripts = parts.flatMap((part) => ('script' in part ? [part.script] : []));
+  const fills = parts.flatMap((part) => ('fill' in part ? part.fill.tables : []));
+  return [
+    ...(scripts.length > 0 ? [{ script: scripts.join('') }] : []),
+    ...(fills.length > 0 ? [{ fill: { tables: fills } }] : []),
+  ];
+}
+
+/**
+ * A change made on new sets: renderKeyChange's transactions with the large sets filled apart over
+ * netlink (nftables/change.ts, renderKeyChangeApart).
+ */
+function keyChangeSteps(
+  table: Table,
+  present?: ReadonlySet<string>,
+  remake?: TransientObjects,
+): WriteStep[] {
+  return renderKeyChangeApart(table, present, remake).map((step) =>
+    typeof step === 'string' ? { script: step } : { fill: step },
+  );
+}
+
+function scriptOf(step: WriteStep): string {
+  if ('fill' in step) throw new Error('a write ends with a script, which carries its mark');
+  return step.script;
+}
+
+/** The elements a fill writes. */
+function fillSize(fill: SetFill): number {
+  let count = 0;
+  for (const table of fill.tables) for (const set of table.sets) count += set.elements.length;
+  return count;
+}
+
+/**
+ * What the element-write audit compares after a write that filled sets over netlink: each filled
+ * set under its own name with every element the write meant, and the chain its mark is on.
+ */
+function fillAudit(steps: readonly WriteStep[], tables: readonly Table[]): ElementEdit | undefined {
+  const audited: ElementEdit['tables'][number][] = [];
+  for (const table of tables) {
+    const filled = new Set(
+      steps.flatMap((step) =>
+        'fill' in step
+          ? step.fill.tables
+              .filter((t) => t.family === table.family)
+              .flatMap((t) => t.sets.map((set) => set.name))
+          : [],
+      ),
+    );
+    const sets = table.sets.filter((set) => filled.has(set.name));
+    const marked = markedRule(table);
+    if (sets.length === 0 || !marked) continue;
+    audited.push({
+      family: table.family,
+      table: table.name,
+      sets: sets.map((set) => ({ set, removed: NO_ELEMENTS, added: NO_ELEMENTS })),
+      chain: marked.chain,
+      wasRule: marked.rule,
+      rule: marked.rule,
+      wasMark: marked.mark,
+      mark: marked.mark,
+    });
+  }
+  return audited.length > 0 ? { tables: audited } : undefined;
 }

@@ -9,6 +9,7 @@ import {
 } from '../../../src/nftables/ownership.js';
 import type { Config, LoadResult } from '../../../src/config/types.js';
 import { ConfigError } from '../../../src/config/types.js';
+import { frozenElements } from '../../../src/nftables/types.js';
 import { NftError } from '../../../src/nftables/addon.js';
 import { markText } from '../../../src/nftables/ownership.js';
 import { withoutTableComment } from '../../../src/nftables/render.js';
@@ -547,6 +548,71 @@ t.test('no large-set warning with the concatenated layout', async (t) => {
 });
 
 t.test(
+  'a concatenated set changed wholesale: its new sets filled over netlink, audited against the whole list, a wrong fill mended',
+  async (t) => {
+    // Every other /24 from `start` on: 2 500 ranges that never merge.
+    const list = (start: number) =>
+      Array.from({ length: 2500 }, (_, i) => {
+        const n = 2 * i + start;
+        return `10.${(n >> 8) & 255}.${n & 255}.0/24`;
+      });
+    const concat = compileOptions({ setLayout: 'concat' });
+    const kernel = new FakeKernel();
+    const first: LoadResult = { ok: true, config: config(list(0)), warnings: [] };
+    const { reconciler, setConfig, metric, logs, writer } = setup(kernel, first, {
+      compileOptions: concat,
+    });
+    t.same(await reconciler.sync(), { ok: true });
+    t.equal(kernel.fills.length, 0, 'a table made anew is written by libnftables alone');
+    const wanted = (next: Config) =>
+      compile(next, concat, reconciler.status(true).generation!, writer);
+    const b = config(list(1));
+    setConfig({ ok: true, config: b, warnings: [] });
+    t.same(await reconciler.sync(), { ok: true });
+    t.same(
+      kernel.fills.map((fill) => fill.tables.flatMap((x) => x.sets.map((set) => set.name))),
+      [['nonmasq-next'], ['nonmasq']],
+      'the temporary set, then the set under its own name, each filled apart',
+    );
+    t.ok(
+      listingIs(kernel.tables.get('ip ipmasq')!, wanted(b)[0]!),
+      'the kernel holds the new table',
+    );
+    const audits = kernel.audits.length;
+    await reconciler.sync();
+    t.same(kernel.audits.slice(audits), ['nonmasq'], 'the filled set audited by the next sync');
+    t.equal(await metric('ipmasq_fast_path_mismatches_total', { path: 'element-write' }), 0);
+
+    // A fill that loses an element: the audit finds it, and the tables are written again whole.
+    const fill = kernel.fill.bind(kernel);
+    kernel.fill = async (request) =>
+      fill({
+        tables: request.tables.map((x) => ({
+          ...x,
+          sets: x.sets.map((set) => ({
+            ...set,
+            elements: frozenElements(set.elements.slice(1)),
+          })),
+        })),
+      });
+    const c = config(list(0));
+    setConfig({ ok: true, config: c, warnings: [] });
+    t.same(await reconciler.sync(), { ok: true });
+    kernel.fill = fill;
+    t.notOk(listingIs(kernel.tables.get('ip ipmasq')!, wanted(c)[0]!), 'a range short');
+    await reconciler.sync();
+    t.equal(await metric('ipmasq_fast_path_mismatches_total', { path: 'element-write' }), 1);
+    t.ok(logs.some((l) => l.level === 50 && /disagreed with the whole path/.test(l.msg)));
+    await reconciler.sync();
+    t.ok(
+      listingIs(kernel.tables.get('ip ipmasq')!, wanted(c)[0]!),
+      'mended from the whole compare',
+    );
+    t.equal(reconciler.status(true).ready, true);
+  },
+);
+
+t.test(
   'a libnftables crash names the foreign table it cannot read, is counted, logged once, and recovers',
   async (t) => {
     const kernel = new FakeKernel();
@@ -967,13 +1033,17 @@ t.test(
     t.match(kernel.tables.get('ip ipmasq'), /typeof ip daddr\n/);
     setConfig({ ok: true, config: config(many(2_010)), warnings: [] });
     await reconciler.sync();
-    t.equal(kernel.applies.length, 5, 'one write of four transactions');
+    // Four transactions, and the new set (over 2 000 ranges) filled apart after each of the two
+    // that make it (the fake writes a fill as its script too).
+    t.equal(kernel.applies.length, 7, 'one write of four transactions and two fills');
+    t.equal(kernel.fills.length, 2, 'two fills over netlink');
     t.match(kernel.applies[1], /set nonmasq-next \{\n\t\ttypeof ip daddr \. meta l4proto/);
-    t.match(kernel.applies[2], /@nonmasq-next counter name "exempt" return/);
-    t.match(kernel.applies[4], /^delete set ip ipmasq nonmasq-next$/m);
+    t.notMatch(kernel.applies[1], /elements/, 'made empty');
+    t.match(kernel.applies[3], /@nonmasq-next counter name "exempt" return/);
+    t.match(kernel.applies[6], /^delete set ip ipmasq nonmasq-next$/m);
     const wanted = compile(config(many(2_010)), auto.compileOptions, 2, writer);
     t.ok(listingIs(kernel.tables.get('ip ipmasq') ?? '', wanted[0]!), 'the concat table, in place');
-    t.equal(reconciler.status(true).generation, 2, 'one generation for the four');
+    t.equal(reconciler.status(true).generation, 2, 'one generation for the six');
   },
 );
 
