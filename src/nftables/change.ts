@@ -7,7 +7,6 @@ import { STAND_IN_COMMENT, standInName } from './ownership.js';
 import {
   counterBlock,
   elementList,
-  PRERENDER_SLICE,
   renderChain,
   renderTable,
   setBlock,
@@ -547,7 +546,7 @@ export function elementEdit(next: Table, old: Table): TableElementEdit | undefin
  * The sets of a change made on new sets (renderKeyChange) whose elements are written apart, over
  * netlink, once the set is made empty (SetFill): concatenated range sets of at least this many
  * elements. libnftables parses a large concatenated set's elements at about the kernel's own cost
- * again (docs/performance.md, "Whole writes"); a small one costs less inside the transaction that
+ * again (docs/design.md, "Writes on the wire"); a small one costs less inside the transaction that
  * makes it than as a transaction of its own.
  */
 export const FILL_APART_MIN = 2_000;
@@ -561,28 +560,6 @@ export function filledApart(set: NamedSet): boolean {
     set.key.elementSuffix !== '' &&
     set.elements.length >= FILL_APART_MIN
   );
-}
-
-/**
- * A fill as an nft script (what libnftables would be given), a set block per slice of its elements:
- * for tests and the fake kernel.
- */
-export function renderSetFill(fill: SetFill): string {
-  const lines: string[] = [];
-  for (const { family, table, sets } of fill.tables) {
-    lines.push(`table ${family} ${table} {`);
-    for (const set of sets)
-      for (let start = 0; start < set.elements.length; start += PRERENDER_SLICE)
-        lines.push(
-          ...setBlock(
-            set,
-            family,
-            frozenElements(set.elements.slice(start, start + PRERENDER_SLICE)),
-          ),
-        );
-    lines.push('}');
-  }
-  return lines.join('\n') + '\n';
 }
 
 /**

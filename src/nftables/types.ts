@@ -148,9 +148,9 @@ export interface TableElementEdit {
 
 /**
  * Sets of ours that no rule refers to yet, filled with all their elements in one transaction over
- * netlink: the large sets of a change made on new sets (nftables/change.ts, renderKeyChange),
- * which libnftables would parse at twice the kernel's own cost (docs/performance.md, "Whole
- * writes"). Moves no mark.
+ * netlink: the large sets of a change made on new sets (nftables/change.ts, renderKeyChangeApart),
+ * whose elements libnftables would parse at about the kernel's own cost of inserting them
+ * (docs/design.md, "Writes on the wire"). Moves no mark.
  */
 export interface SetFill {
   readonly tables: ReadonlyArray<{

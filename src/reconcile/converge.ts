@@ -1070,21 +1070,7 @@ export class Converger {
         asFound?.find((t) => t.family === compiled.family),
       );
       await breathe();
-      // What a write renders of large sets — whole sets, or a delta's additions — is rendered
-      // ahead, a slice at a time, and carried by the write's own copy of the table.
-      const sets: NamedSet[] = [];
-      for (const set of compiled.sets) {
-        if (plan.kind === 'key' && filledApart(set)) {
-          sets.push(set);
-          continue;
-        }
-        const before =
-          plan.kind === 'exact' ? plan.old.sets.find((s) => s.name === set.name) : undefined;
-        const delta = before !== undefined && setChange(set, before) === 'delta';
-        const elements = delta ? elementDiff(before.elements, set.elements).added : set.elements;
-        sets.push(await prerenderElements(set, compiled.family, breathe, elements));
-      }
-      const table: Table = { ...compiled, sets };
+      const table = await prerendered(compiled, plan);
       // Earlier transactions of each family's change go together, step by step; the last steps
       // of all go in the final one, with the mark.
       const staged = (steps: ReadonlyArray<string | WriteStep>) => {
@@ -1140,6 +1126,26 @@ export class Converger {
     }
     return [...before.flatMap(mergeStep), { script: last }];
   }
+}
+
+/**
+ * The write's own copy of a table, what it renders of large sets — whole sets, or a delta's
+ * additions — rendered ahead, a slice at a time; sets filled apart are not rendered.
+ */
+async function prerendered(compiled: Table, plan: Plan): Promise<Table> {
+  const sets: NamedSet[] = [];
+  for (const set of compiled.sets) {
+    if (plan.kind === 'key' && filledApart(set)) {
+      sets.push(set);
+      continue;
+    }
+    const before =
+      plan.kind === 'exact' ? plan.old.sets.find((s) => s.name === set.name) : undefined;
+    const delta = before !== undefined && setChange(set, before) === 'delta';
+    const elements = delta ? elementDiff(before.elements, set.elements).added : set.elements;
+    sets.push(await prerenderElements(set, compiled.family, breathe, elements));
+  }
+  return { ...compiled, sets };
 }
 
 /** One commit of a libnftables write: a script, or sets filled apart over netlink (SetFill). */

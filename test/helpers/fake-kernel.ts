@@ -2,7 +2,8 @@
 // the renderer writes (add/delete table, nested table blocks), keeps listings as nft would print
 // them, and moves a generation id on every commit. Real behaviour is proven by the kernel tests.
 import type { AnyTableRef, Kernel } from '../../src/nftables/ports.js';
-import { renderElementEdit, renderSetFill } from '../../src/nftables/change.js';
+import { renderElementEdit } from '../../src/nftables/change.js';
+import { PRERENDER_SLICE, setBlock } from '../../src/nftables/render.js';
 import type {
   ChainInfo,
   CommitStep,
@@ -21,6 +22,7 @@ import type {
 } from '../../src/nftables/types.js';
 import { parseAddress } from '../../src/cidr/index.js';
 import { NftError } from '../../src/nftables/addon.js';
+import { frozenElements } from '../../src/nftables/types.js';
 
 export class FakeKernel implements Kernel {
   tables = new Map<string, string>();
@@ -403,5 +405,28 @@ function printListing(table: FakeTable): string {
     lines.push(...chain.rules.map((rule) => `\t\t${rule}`), '\t}');
   }
   lines.push('}');
+  return lines.join('\n') + '\n';
+}
+
+/**
+ * A fill as an nft script (what libnftables would be given), a set block per slice of its elements:
+ * the fake's
+ * fill.
+ */
+function renderSetFill(fill: SetFill): string {
+  const lines: string[] = [];
+  for (const { family, table, sets } of fill.tables) {
+    lines.push(`table ${family} ${table} {`);
+    for (const set of sets)
+      for (let start = 0; start < set.elements.length; start += PRERENDER_SLICE)
+        lines.push(
+          ...setBlock(
+            set,
+            family,
+            frozenElements(set.elements.slice(start, start + PRERENDER_SLICE)),
+          ),
+        );
+    lines.push('}');
+  }
   return lines.join('\n') + '\n';
 }
