@@ -16,6 +16,7 @@ import { arrivalLatencies, fmt, median, percentile, type Machine } from './harne
 import type { IdleRow } from './idle.js';
 import type { BigDirectoryResult } from './big-directory.js';
 import type { BusyRow } from './busy.js';
+import type { WholeRow } from './whole.js';
 import type { KubernetesRow } from './kubernetes.js';
 import type { RealApiRow } from './kubernetes-real.js';
 import type { PodPolicyResults } from './pod-policies.js';
@@ -65,6 +66,8 @@ export interface BenchResults {
   podPolicies?: PodPolicyResults & { date: string };
   bigDirectory?: BigDirectoryResult & { date: string };
   busy?: { rows: BusyRow[]; date: string };
+  /** Whole changes with the defaults against bare `nft -f` (bench/whole.ts), when measured. */
+  whole?: { rows: WholeRow[]; date: string };
 }
 
 const CONCAT = concatName(CONCAT_LAYOUTS[0]?.name ?? 'addr . l4proto');
@@ -260,6 +263,7 @@ function goals(r: BenchResults): Goal[] {
     ...kubernetesRealGoals(r.kubernetesReal),
     ...bigDirectoryGoals(r.bigDirectory),
     ...busyGoals(r.busy?.rows),
+    ...wholeGoals(r.whole?.rows),
     ...lookBesideGoals(r.otherNat?.beside),
     ...wideLookGoals(r.otherNat?.rows),
     ...flowsMemoryGoals(r.flowsMemory?.rows),
@@ -395,6 +399,23 @@ function busyGoals(rows: readonly BusyRow[] | undefined): Goal[] {
   });
 }
 
+/** The goal of a whole change at each size, as a ratio to bare `nft -f` of a fresh table. */
+const WHOLE_RATIO_GOAL = (cidrs: number) => (cidrs <= 64 ? 1.5 : 1.2);
+
+/** A whole change with the defaults: agent ÷ bare `nft -f` fresh, medians of runs in turn. */
+function wholeGoals(rows: readonly WholeRow[] | undefined): Goal[] {
+  return (rows ?? []).map((row): Goal => {
+    const ratio = median(row.agentMs) / median(row.bareMs);
+    const goal = WHOLE_RATIO_GOAL(row.cidrs);
+    return [
+      `whole change at ${n(row.cidrs)} with the defaults ≤ ${fmt(goal)}× bare \`nft -f\` of a fresh table`,
+      'at the floor: whole writes',
+      `${fmt(ratio)}× (${ms(median(row.agentMs))} vs ${ms(median(row.bareMs))})`,
+      ratio <= goal,
+    ];
+  });
+}
+
 /** An idle agent beside a config directory over the file limit (10 000 files). */
 function bigDirectoryGoals(b: BenchResults['bigDirectory']): Goal[] {
   if (!b) return [];
@@ -480,7 +501,29 @@ function values(r: BenchResults): Record<string, string> {
   const us = (value: number | undefined) => `${fmt(value ?? NaN)} µs`;
   const ns = r.natSample;
   const pp = r.podPolicies;
+  const w = r.whole;
   return {
+    whole: w
+      ? [
+          `Measured ${w.date.slice(0, 16).replace('T', ' ')} UTC with \`npm run bench -- --only whole\`, ${w.rows[0]?.agentMs.length ?? 0} runs at each size, medians.`,
+          '',
+          columns(w.rows, [
+            ['CIDRs', (row) => n(row.cidrs)],
+            ['agent', (row) => ms(median(row.agentMs))],
+            ['its write', (row) => ms(median(row.applyMs))],
+            ['its load', (row) => ms(median(row.loadMs))],
+            ['bare `nft -f` fresh', (row) => ms(median(row.bareMs))],
+            ['ratio', (row) => `${fmt(median(row.agentMs) / median(row.bareMs))}×`],
+            [
+              'each run (agent / bare)',
+              (row) =>
+                row.agentMs
+                  .map((a, i) => `${Math.round(a)}/${Math.round(row.bareMs[i] ?? NaN)}`)
+                  .join(' '),
+            ],
+          ]),
+        ].join('\n')
+      : '(not measured yet: `npm run bench -- --only whole`)',
     podPolicies: pp
       ? [
           `Measured ${pp.date.slice(0, 16).replace('T', ' ')} UTC with \`npm run bench -- --only pod-policies\`: per new flow from a pod that a pod policy selects (its own policy the last of them, ${pp.flows[0]?.pods ?? 250} pods in the verdict map), as in "Data path" below (median of the batches, each count measured twice, in the order 1, 10, 50, 50, 10, 1, and the median of the two taken; in brackets, net of a baseline without any table); and, against a real kube-apiserver and etcd, from a pod's watch event (its addresses set, or its deletion, as a kubectl watch beside the agent receives it) to the end of the agent's write that changed the map, from the agent's own log (20 pods started and deleted one after another; 0 where the agent's write ended before kubectl printed the event). Goals: within 1.2× between 1 and 50 policies; ≤ 50 ms.`,

@@ -8,6 +8,7 @@ import { join } from 'node:path';
 import { packageRoot } from '../harness/netns.js';
 import { benchBigDirectory } from './big-directory.js';
 import { benchBusy } from './busy.js';
+import { benchWhole } from './whole.js';
 import { benchBreakdown } from './breakdown.js';
 import { benchChurn } from './churn.js';
 import { benchConntrack } from './conntrack.js';
@@ -71,7 +72,7 @@ async function section<T>(name: string, fn: () => Promise<T>): Promise<T> {
 }
 
 /**
- * `--only kubernetes`, `other-nat`, `decisions`, `nat-sample`, `flows-memory`, `edit`, `kubernetes-real`, `pod-policies`, `big-directory` or `busy`: measures that section alone and puts it into
+ * `--only kubernetes`, `other-nat`, `decisions`, `nat-sample`, `flows-memory`, `edit`, `kubernetes-real`, `pod-policies`, `big-directory`, `busy` or `whole`: measures that section alone and puts it into
  * docs/bench.json beside the other sections' figures from their own run (each such section says
  * when it was measured).
  */
@@ -92,9 +93,10 @@ async function onlySection(name: string): Promise<void> {
   else if (name === 'big-directory')
     results.bigDirectory = { ...(await benchBigDirectory()), date };
   else if (name === 'busy') results.busy = { rows: await benchBusy(), date };
+  else if (name === 'whole') results.whole = { rows: await benchWhole(), date };
   else
     throw new Error(
-      `--only: no section ${name} (kubernetes, other-nat, decisions, nat-sample, flows-memory, edit, kubernetes-real, pod-policies, big-directory, busy)`,
+      `--only: no section ${name} (kubernetes, other-nat, decisions, nat-sample, flows-memory, edit, kubernetes-real, pod-policies, big-directory, busy, whole)`,
     );
   const style = { ...(await resolveConfig(json)), parser: 'json' as const };
   await writeFile(json, await format(JSON.stringify(results), style));
@@ -131,6 +133,10 @@ async function main(argv: readonly string[]): Promise<void> {
   const workerRss = await section('config worker RSS', () => workerRssMiB());
   const busy = await section('beside a busy node', async () => ({
     rows: await benchBusy(quick ? [64, 4_500] : [64, 4_500, 100_000]),
+    date: new Date().toISOString(),
+  }));
+  const whole = await section('whole changes with the defaults', async () => ({
+    rows: await benchWhole(quick ? [64, 1_000] : [64, 1_000, 100_000], quick ? 3 : 5),
     date: new Date().toISOString(),
   }));
   const bigDirectory = await section('idle beside a directory of 10 000 files', async () => ({
@@ -205,6 +211,7 @@ async function main(argv: readonly string[]): Promise<void> {
     edit,
     bigDirectory,
     busy,
+    whole,
   };
   if (quick && !argv.includes('--write')) {
     process.stdout.write(renderMarkdown(results));

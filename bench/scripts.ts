@@ -73,7 +73,7 @@ export function inPlaceScripts(count: number, from: 0 | 1, to: 0 | 1): [string, 
 export function renderScript(
   count: number,
   variant: 0 | 1 = 0,
-  layout: 'interval' | 'concat' = 'interval',
+  layout: 'interval' | 'concat' | 'auto' = 'interval',
   policy = '',
 ): string {
   const parsed = parseArgs(['--set-layout', layout]);
