@@ -182,6 +182,14 @@ export class FakeKernel implements Kernel {
   /** A fill as the script libnftables would be given: the real path is proven on the kernel. */
   async fill(fill: SetFill): Promise<CommitStep> {
     this.fills.push(fill);
+    // The kernel adds elements only to a set that is there: the whole batch is refused otherwise.
+    for (const { family, table, sets } of fill.tables) {
+      const listing = this.tables.get(FakeKernel.key({ family, name: table }));
+      const held = listing ? parseListing(listing).sets.map((set) => set.name) : [];
+      for (const set of sets)
+        if (!held.includes(set.name))
+          throw new NftError(`set ${set.name} of table ${table}: No such file or directory`);
+    }
     return this.apply(renderSetFill(fill));
   }
 

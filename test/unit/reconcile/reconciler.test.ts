@@ -613,6 +613,46 @@ t.test(
 );
 
 t.test(
+  'a fill refused because another tool deleted its set between the steps: read back, written again, right',
+  async (t) => {
+    const list = (start: number) =>
+      Array.from({ length: 2500 }, (_, i) => {
+        const n = 2 * i + start;
+        return `10.${(n >> 8) & 255}.${n & 255}.0/24`;
+      });
+    const concat = compileOptions({ setLayout: 'concat' });
+    const kernel = new FakeKernel();
+    const first: LoadResult = { ok: true, config: config(list(0)), warnings: [] };
+    const { reconciler, setConfig, writer } = setup(kernel, first, { compileOptions: concat });
+    t.same(await reconciler.sync(), { ok: true });
+    // Another tool deletes the new set right after the transaction that made it.
+    const fill = kernel.fill.bind(kernel);
+    let struck = 0;
+    kernel.fill = async (request) => {
+      if (struck++ === 0)
+        kernel.tamper(ip, (listing) =>
+          listing.replace(/\tset nonmasq-next \{\n(?:\t\t.*\n)*?\t\}\n/, ''),
+        );
+      return fill(request);
+    };
+    const b = config(list(1));
+    setConfig({ ok: true, config: b, warnings: [] });
+    let tries = 0;
+    while (tries++ < 5 && !(await reconciler.sync()).ok);
+    kernel.fill = fill;
+    t.ok(struck >= 2, `the refused fill was followed by another (${struck} fills)`);
+    await reconciler.sync();
+    const generation = reconciler.status(true).generation!;
+    t.ok(
+      listingIs(kernel.tables.get('ip ipmasq')!, compile(b, concat, generation, writer)[0]!),
+      `the new table, after ${tries} syncs`,
+    );
+    t.notMatch(kernel.tables.get('ip ipmasq'), /nonmasq-next/, 'no temporary set left');
+    t.equal(reconciler.status(true).ready, true);
+  },
+);
+
+t.test(
   'a libnftables crash names the foreign table it cannot read, is counted, logged once, and recovers',
   async (t) => {
     const kernel = new FakeKernel();
