@@ -14,6 +14,13 @@ import {
   type SetsSplices,
 } from './incremental.js';
 import { loadFiles, loadSource, readSourceFiles, type FileBytes } from './load.js';
+import {
+  AUDIT_THREAD,
+  compactDifference,
+  compactOf,
+  withoutSets,
+  type AuditRequest,
+} from './audit-thread.js';
 import type { ConfigSource } from './source.js';
 import {
   ConfigError,
@@ -89,15 +96,6 @@ function packed(config: Config): {
  * The config but its sets, their lists not read: a spliced config's are made only when read
  * (incremental.ts), and the agent's thread makes its own from the splices.
  */
-function withoutSets(config: Config): Omit<Config, 'nonMasquerade' | 'masquerade'> {
-  const rest: Record<string, unknown> = {};
-  for (const key of Object.keys(config)) {
-    if (key !== 'nonMasquerade' && key !== 'masquerade')
-      rest[key] = (config as unknown as Record<string, unknown>)[key];
-  }
-  return rest as Omit<Config, 'nonMasquerade' | 'masquerade'>;
-}
-
 function deepFreeze<T>(value: T): T {
   if (value && typeof value === 'object') {
     for (const inner of Object.values(value)) deepFreeze(inner);
@@ -284,47 +282,21 @@ export function loadSourceOffThread(
 
 /**
  * How long after a fast answer its audit runs when no other edit follows: edits in between are
- * audited together, by the last one's answer (each answer builds on the one before). Short, so that
- * the audit's whole load (~0.1 s at 100 000 CIDRs) falls in the pause after an edit rather than
- * when the next comes, which would wait behind it on this thread (docs/writes.md, "The everyday
- * edit")...
+ * audited together, by the last one's answer (each answer builds on the one before). The audit runs
+ * on its own thread (audit-thread.ts), so the next edit's load does not wait for it (docs/writes.md,
+ * "The everyday edit")...
  */
 export const AUDIT_DELAY_MS = 50;
 /** ...and never later than this after the first answer not yet audited: the contract's second. */
 export const AUDIT_WITHIN_MS = 800;
+/** How long the audit thread stays without an audit to make before it ends. */
+const AUDIT_THREAD_IDLE_MS = 2_000;
 /** Edits named in one mismatch's log line at most. */
 const AUDIT_EDITS_KEPT = 8;
 
 /** The first difference between a fast answer and a whole load's, or undefined when they agree. */
 export function differenceOf(fast: LoadResult, whole: LoadResult): string | undefined {
-  if (fast.ok !== whole.ok) {
-    return fast.ok
-      ? `the whole load finds the config invalid (${(whole as { error: Error }).error.message})`
-      : 'the whole load finds the config valid';
-  }
-  if (!fast.ok || !whole.ok) {
-    const [a, b] = [fast, whole].map((r) => (r as { error: Error }).error.message);
-    return a === b ? undefined : `errors differ: ${a} / ${b}`;
-  }
-  for (const set of ['nonMasquerade', 'masquerade'] as const) {
-    for (const family of ['ipv4', 'ipv6'] as const) {
-      const a = fast.config[set][family];
-      const b = whole.config[set][family];
-      const length = Math.max(a.length, b.length);
-      for (let i = 0; i < length; i++) {
-        if (a[i] === b[i]) continue;
-        return (
-          `${set} ${family}: entry ${i + 1} is ${a[i] ?? 'missing'} in the fast answer, ` +
-          `${b[i] ?? 'missing'} in the whole load (${a.length} and ${b.length} entries)`
-        );
-      }
-    }
-  }
-  const rest = (config: Config) => JSON.stringify(withoutSets(config));
-  if (rest(fast.config) !== rest(whole.config))
-    return `the config's other keys differ: ${rest(fast.config).slice(0, 300)} / ${rest(whole.config).slice(0, 300)}`;
-  if (fast.warnings.join('\n') !== whole.warnings.join('\n')) return 'the warnings differ';
-  return undefined;
+  return compactDifference(compactOf(fast), compactOf(whole));
 }
 
 /** A fast answer not yet audited: what it was loaded from, and what it said. */
@@ -342,6 +314,9 @@ interface Unaudited {
 class FastAnswerAudit {
   private unaudited: Unaudited | undefined;
   private edits: EditedRange[] = [];
+  private running = false;
+  private auditThread: Worker | undefined;
+  private idle: NodeJS.Timeout | undefined;
   private readonly debounce = new BoundedDebounce(
     () => this.run(),
     AUDIT_DELAY_MS,
@@ -368,22 +343,87 @@ class FastAnswerAudit {
     this.edits = [];
   }
 
+  /**
+   * The audit of the last answer not yet audited, on the audit thread, while this one answers the
+   * next edits; one at a time (an answer given meanwhile is audited after). Files that could not be
+   * read, or a thread that failed, are audited here.
+   */
   private run(): void {
+    if (this.running) return;
     const target = this.unaudited;
     this.unaudited = undefined;
     if (!target) return;
-    const whole = loadFiles(target.source, target.files, target.options);
-    const difference = differenceOf(target.result, whole);
+    const edits = this.edits.slice(-AUDIT_EDITS_KEPT);
+    this.edits = [];
+    const files = target.files.flatMap((f) => ('bytes' in f ? [f] : []));
+    if (files.length !== target.files.length) {
+      const whole = loadFiles(target.source, target.files, target.options);
+      this.report(differenceOf(target.result, whole), edits);
+      return;
+    }
+    const request: AuditRequest = {
+      source: target.source,
+      files,
+      options: target.options,
+      fast: compactOf(target.result),
+    };
+    this.running = true;
+    const thread = this.thread();
+    const done = (difference: string | undefined) => {
+      thread.off('message', answered);
+      thread.off('error', failed);
+      thread.off('exit', failed);
+      this.running = false;
+      this.idle = setTimeout(() => this.endThread(), AUDIT_THREAD_IDLE_MS).unref();
+      this.report(difference, edits);
+      if (this.unaudited) this.debounce.ask();
+    };
+    const answered = (message: { difference: string | null }) =>
+      done(message.difference ?? undefined);
+    const failed = () => {
+      this.auditThread = undefined;
+      done(differenceOf(target.result, loadFiles(target.source, target.files, target.options)));
+    };
+    thread.on('message', answered);
+    // A thread that failed or ended answers nothing: this audit is made here, the next starts one.
+    thread.once('error', failed);
+    thread.once('exit', failed);
+    thread.postMessage(request);
+  }
+
+  private endThread(): void {
+    const thread = this.auditThread;
+    if (this.running || !thread) return;
+    this.auditThread = undefined;
+    void thread.terminate();
+  }
+
+  private report(difference: string | undefined, edits: readonly EditedRange[]): void {
     const report: AuditReport = {};
     if (difference !== undefined) {
       // Loaded whole from now on, until a whole load makes the state again.
       this.forget();
-      const named = this.edits.slice(-AUDIT_EDITS_KEPT).map((e) => `${e.file} ${linesText(e)}`);
-      report.mismatch = { edits: named, difference };
+      report.mismatch = { edits: edits.map((e) => `${e.file} ${linesText(e)}`), difference };
     }
     this.port.postMessage({ audit: report });
-    this.edits = [];
-    setImmediate(collectGarbage);
+  }
+
+  /**
+   * The audit thread, started at an audit and ended once no audit came for AUDIT_THREAD_IDLE_MS (its
+   * isolate is ~30 MiB of RSS); it never keeps the process alive.
+   */
+  private thread(): Worker {
+    clearTimeout(this.idle);
+    if (!this.auditThread) {
+      // The module beside this one, as this one is run (built, or from the sources in tests).
+      const ext = import.meta.url.endsWith('.ts') ? '.ts' : '.js';
+      this.auditThread = startWorker(
+        new URL(`./audit-thread${ext}`, import.meta.url),
+        AUDIT_THREAD,
+      );
+      this.auditThread.unref();
+    }
+    return this.auditThread;
   }
 }
 
