@@ -27,7 +27,11 @@ export interface AuditRequest {
   readonly fast: CompactAnswer;
 }
 
-/** The config without its four lists (what the audit compares as JSON). */
+/**
+ * The config but its sets, their lists not read: a spliced config's are made only when read
+ * (incremental.ts), and the agent's thread makes its own from the splices; the audit compares the
+ * rest as JSON.
+ */
 export function withoutSets(config: Config): Omit<Config, 'nonMasquerade' | 'masquerade'> {
   const rest: Record<string, unknown> = {};
   for (const key of Object.keys(config)) {

@@ -92,10 +92,6 @@ function packed(config: Config): {
   };
 }
 
-/**
- * The config but its sets, their lists not read: a spliced config's are made only when read
- * (incremental.ts), and the agent's thread makes its own from the splices.
- */
 function deepFreeze<T>(value: T): T {
   if (value && typeof value === 'object') {
     for (const inner of Object.values(value)) deepFreeze(inner);
