@@ -48,9 +48,13 @@ export async function readBoundedBytes(file: string): Promise<Buffer> {
   }
 }
 
+/**
+ * The file's text as its bytes say it, a byte order mark included: the parse takes one off
+ * (fragment.ts), so a file reads exactly as its text does (a second mark is content).
+ */
 function decoded(bytes: Buffer): string {
   try {
-    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+    return new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes);
   } catch {
     throw new ReadFailure('is not valid UTF-8 text');
   }

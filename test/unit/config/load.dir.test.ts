@@ -5,7 +5,12 @@ import { tmpdir } from 'node:os';
 import { promisify } from 'node:util';
 import { join } from 'node:path';
 import t, { type Test } from 'tap';
-import { type LoadOptions, MAX_CONFIG_BYTES, loadConfig } from '../../../src/config/index.js';
+import {
+  type LoadOptions,
+  MAX_CONFIG_BYTES,
+  loadConfig,
+  parseConfigText,
+} from '../../../src/config/index.js';
 import { ok } from '../../helpers/results.js';
 import { scalars } from '../../helpers/config.js';
 
@@ -156,6 +161,27 @@ t.test('a file over 16 MiB is refused without reading it', async (t) => {
   t.notOk(atLimit.ok);
   if (!atLimit.ok) t.notMatch(atLimit.error.message, /above the/);
 });
+
+t.test(
+  'a file reads as its text does: one byte order mark taken off, a second one content',
+  async (t) => {
+    const dir = await tempDir(t);
+    const bom = Buffer.from([0xef, 0xbb, 0xbf]);
+    const one = join(dir, 'one');
+    const two = join(dir, 'two');
+    await writeFile(one, Buffer.concat([bom, Buffer.from('{}')]));
+    await writeFile(two, Buffer.concat([bom, bom, Buffer.from('{}')]));
+    t.ok((await loadConfig(one, V6)).ok, 'one mark: the JSON after it');
+    const second = await loadConfig(two, V6);
+    const asText = parseConfigText('\uFEFF\uFEFF{}', two, V6);
+    t.notOk(second.ok, 'two marks: the second is a character the JSON does not take');
+    t.same(
+      second.ok ? 'ok' : second.error.message,
+      asText.ok ? 'ok' : asText.error.message,
+      'as its text reads',
+    );
+  },
+);
 
 t.test('unreadable and odd paths are config errors, not crashes', async (t) => {
   const dir = await tempDir(t);
