@@ -94,6 +94,34 @@ export function runNftTool(
   return inNetns(ns, cmd, [...prefix, ...args], input === undefined ? {} : { input });
 }
 
+/** Our tables, `ip ipmasq` then `ip6 ipmasq`, as each of these nft versions lists them in ns. */
+export async function ourListings(ns: string, tools: readonly NftTool[]): Promise<string[]> {
+  const out: string[] = [];
+  for (const tool of tools)
+    for (const family of ['ip', 'ip6'])
+      out.push((await runNftTool(ns, tool, ['list', 'table', family, 'ipmasq'])).stdout);
+  return out;
+}
+
+/**
+ * Our tables' set items as the kernel holds them (this tool's nft at --debug=netlink); the rules
+ * are left out, whose handles differ by the namespace's history.
+ */
+export async function ourSetItems(ns: string, tool: NftTool): Promise<string> {
+  const out: string[] = [];
+  for (const family of ['ip', 'ip6']) {
+    const { stdout } = await runNftTool(ns, tool, [
+      '--debug=netlink',
+      'list',
+      'table',
+      family,
+      'ipmasq',
+    ]);
+    out.push(...stdout.split('\n').filter((line) => /^\S+ \S+ @|^\telement /.test(line)));
+  }
+  return out.join('\n');
+}
+
 /** Whether this tool's `nft list ruleset` in ns exits 0: the cache fill that crashes old versions. */
 export async function listsRuleset(ns: string, tool: NftTool): Promise<boolean> {
   try {

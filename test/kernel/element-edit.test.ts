@@ -24,7 +24,7 @@ import type {
   TableElementEdit,
 } from '../../src/nftables/types.js';
 import { requireRoot } from '../../harness/netns.js';
-import { runNftTool, versionsHere } from '../helpers/nft-versions.js';
+import { ourListings, ourSetItems, versionsHere } from '../helpers/nft-versions.js';
 import { startAddon } from './fixtures/addon-client.js';
 import { compileOptions } from '../helpers/compile-options.js';
 
@@ -97,30 +97,9 @@ if (requireRoot(t)) {
   const viaNetlink = await startAddon(t);
   const clear =
     'add table ip ipmasq\ndelete table ip ipmasq\nadd table ip6 ipmasq\ndelete table ip6 ipmasq\n';
-  const listings = async (ns: string) => {
-    const out: string[] = [];
-    for (const tool of tools)
-      for (const family of ['ip', 'ip6'])
-        out.push((await runNftTool(ns, tool, ['list', 'table', family, 'ipmasq'])).stdout);
-    return out;
-  };
+  const listings = (ns: string) => ourListings(ns, tools);
 
-  /** Each table's elements as the kernel holds them (the host's nft at --debug=netlink). */
-  const rawItems = async (ns: string) => {
-    const out: string[] = [];
-    for (const family of ['ip', 'ip6']) {
-      const { stdout } = await runNftTool(ns, tools[0]!, [
-        '--debug=netlink',
-        'list',
-        'table',
-        family,
-        'ipmasq',
-      ]);
-      // The sets' items alone: rules carry handles, which differ by the namespace's history.
-      out.push(...stdout.split('\n').filter((line) => /^\S+ \S+ @|^\telement /.test(line)));
-    }
-    return out.join('\n');
-  };
+  const rawItems = (ns: string) => ourSetItems(ns, tools[0]!);
 
   /**
    * `before` written whole in both namespaces, then the change to `after` as nft's script in one

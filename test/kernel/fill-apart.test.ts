@@ -20,7 +20,7 @@ import { listingIs } from '../../src/nftables/listing.js';
 import { renderTable } from '../../src/nftables/render.js';
 import type { SetAudit, SetFill, Table } from '../../src/nftables/types.js';
 import { requireRoot } from '../../harness/netns.js';
-import { runNftTool, versionsHere } from '../helpers/nft-versions.js';
+import { ourListings, ourSetItems, runNftTool, versionsHere } from '../helpers/nft-versions.js';
 import { compileOptions } from '../helpers/compile-options.js';
 import { startAddon } from './fixtures/addon-client.js';
 
@@ -64,28 +64,8 @@ if (requireRoot(t)) {
   const viaNetlink = await startAddon(t);
   const clear =
     'add table ip ipmasq\ndelete table ip ipmasq\nadd table ip6 ipmasq\ndelete table ip6 ipmasq\n';
-  const listings = async (ns: string) => {
-    const out: string[] = [];
-    for (const tool of tools)
-      for (const family of ['ip', 'ip6'])
-        out.push((await runNftTool(ns, tool, ['list', 'table', family, 'ipmasq'])).stdout);
-    return out;
-  };
-  /** Each table's set items as the kernel holds them (rules carry handles: left out). */
-  const rawItems = async (ns: string) => {
-    const out: string[] = [];
-    for (const family of ['ip', 'ip6']) {
-      const { stdout } = await runNftTool(ns, tools[0]!, [
-        '--debug=netlink',
-        'list',
-        'table',
-        family,
-        'ipmasq',
-      ]);
-      out.push(...stdout.split('\n').filter((line) => /^\S+ \S+ @|^\telement /.test(line)));
-    }
-    return out.join('\n');
-  };
+  const listings = (ns: string) => ourListings(ns, tools);
+  const rawItems = (ns: string) => ourSetItems(ns, tools[0]!);
   /** The sets the rules of our tables refer to, with their element counts, as the host's nft lists them. */
   const referred = async (ns: string) => {
     const out: Array<{ set: string; held: number }> = [];

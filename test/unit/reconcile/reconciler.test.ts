@@ -547,18 +547,20 @@ t.test('no large-set warning with the concatenated layout', async (t) => {
   t.notOk(logs.some((l) => /set is large/.test(l.msg)));
 });
 
+/** Every other /24 from `start` on: 2 500 ranges that never merge (a set filled apart). */
+function spaced2500(start: number): string[] {
+  return Array.from({ length: 2500 }, (_, i) => {
+    const n = 2 * i + start;
+    return `10.${(n >> 8) & 255}.${n & 255}.0/24`;
+  });
+}
+
 t.test(
   'a concatenated set changed wholesale: its new sets filled over netlink, audited against the whole list, a wrong fill mended',
   async (t) => {
-    // Every other /24 from `start` on: 2 500 ranges that never merge.
-    const list = (start: number) =>
-      Array.from({ length: 2500 }, (_, i) => {
-        const n = 2 * i + start;
-        return `10.${(n >> 8) & 255}.${n & 255}.0/24`;
-      });
     const concat = compileOptions({ setLayout: 'concat' });
     const kernel = new FakeKernel();
-    const first: LoadResult = { ok: true, config: config(list(0)), warnings: [] };
+    const first: LoadResult = { ok: true, config: config(spaced2500(0)), warnings: [] };
     const { reconciler, setConfig, metric, logs, writer } = setup(kernel, first, {
       compileOptions: concat,
     });
@@ -566,7 +568,7 @@ t.test(
     t.equal(kernel.fills.length, 0, 'a table made anew is written by libnftables alone');
     const wanted = (next: Config) =>
       compile(next, concat, reconciler.status(true).generation!, writer);
-    const b = config(list(1));
+    const b = config(spaced2500(1));
     setConfig({ ok: true, config: b, warnings: [] });
     t.same(await reconciler.sync(), { ok: true });
     t.same(
@@ -595,7 +597,7 @@ t.test(
           })),
         })),
       });
-    const c = config(list(0));
+    const c = config(spaced2500(0));
     setConfig({ ok: true, config: c, warnings: [] });
     t.same(await reconciler.sync(), { ok: true });
     kernel.fill = fill;
@@ -615,14 +617,9 @@ t.test(
 t.test(
   'a fill refused because another tool deleted its set between the steps: read back, written again, right',
   async (t) => {
-    const list = (start: number) =>
-      Array.from({ length: 2500 }, (_, i) => {
-        const n = 2 * i + start;
-        return `10.${(n >> 8) & 255}.${n & 255}.0/24`;
-      });
     const concat = compileOptions({ setLayout: 'concat' });
     const kernel = new FakeKernel();
-    const first: LoadResult = { ok: true, config: config(list(0)), warnings: [] };
+    const first: LoadResult = { ok: true, config: config(spaced2500(0)), warnings: [] };
     const { reconciler, setConfig, writer } = setup(kernel, first, { compileOptions: concat });
     t.same(await reconciler.sync(), { ok: true });
     // Another tool deletes the new set right after the transaction that made it.
@@ -635,7 +632,7 @@ t.test(
         );
       return fill(request);
     };
-    const b = config(list(1));
+    const b = config(spaced2500(1));
     setConfig({ ok: true, config: b, warnings: [] });
     let tries = 0;
     while (tries++ < 5 && !(await reconciler.sync()).ok);
