@@ -7,7 +7,7 @@
 // (generation-id reads take microseconds), so a kill 50–250 ms into it lands mid-write.
 import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import t from 'tap';
-import { httpGet, startAgent, waitFor, type RunningAgent } from '../../harness/agent.js';
+import { httpGet, listTable, startAgent, waitFor, type RunningAgent } from '../../harness/agent.js';
 import { requireRoot } from '../../harness/netns.js';
 import {
   agentArgs,
@@ -105,6 +105,18 @@ if (requireRoot(t)) {
       30_000,
       200,
     );
+    // Ready: the restarted agent has converged (`/readyz`, docs/design.md), so a write it
+    // makes to clear what a killed one left (a temporary set) is behind us before the next attempt
+    // takes the table's mark.
+    await waitFor(
+      'ready',
+      async () =>
+        (await httpGet(node.ns, node.port, '/readyz')).status === 200 ? true : undefined,
+      30_000,
+      100,
+    );
+    const leftovers = (await listTable(node.ns, 'ip')).match(/set \S+-next /g) ?? [];
+    root.same(leftovers, [], 'no temporary set left once ready');
   }
 
   await startWith(oldConfig, oldCount);
