@@ -115,7 +115,7 @@ if (requireRoot(t)) {
       30_000,
       100,
     );
-    const leftovers = (await listTable(node.ns, 'ip')).match(/set \S+-next /g) ?? [];
+    const leftovers = ((await listTable(node.ns, 'ip')) ?? '').match(/set \S+-next /g) ?? [];
     root.same(leftovers, [], 'no temporary set left once ready');
   }
 
