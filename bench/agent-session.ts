@@ -1,7 +1,7 @@
 // A running agent in its own namespace plus a persistent python client beside it (poller.py), so
 // polls cost one keep-alive request each rather than a process spawn.
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import { createInterface, type Interface } from 'node:readline';
@@ -60,6 +60,18 @@ export class AgentSession {
     const ns = await netns(scope, 'bench-agent');
     await timedIn(ns, 'ip', ['link', 'set', 'lo', 'up']);
     if (prepare) extraArgs = [...extraArgs, ...(await prepare(ns))];
+    return AgentSession.startIn(scope, ns, count, extraArgs, timeoutMs, node);
+  }
+
+  /** As start, in a namespace the caller made (the node of a topology, bench/edit-packets.ts). */
+  static async startIn(
+    scope: Scope,
+    ns: string,
+    count: number,
+    extraArgs: string[] = [],
+    timeoutMs = 120_000,
+    node = process.execPath,
+  ): Promise<AgentSession> {
     const dir = await tempDir(scope);
     await mkdir(join(dir, 'config'));
     await mkdir(join(dir, 'staging'));
@@ -149,6 +161,17 @@ export class AgentSession {
       timeoutMs + 5_000,
     );
     return answer as unknown as SwapResult;
+  }
+
+  /**
+   * Swaps `text` in as swapText does, without waiting for it to be written; returns when the rename
+   * was made, in CLOCK_MONOTONIC ns (what `process.hrtime` and Python's `time.monotonic_ns` read).
+   */
+  swapWithoutWaiting(text: string): bigint {
+    writeFileSync(this.stagingFile, text);
+    const at = process.hrtime.bigint();
+    renameSync(this.stagingFile, this.configFile);
+    return at;
   }
 
   /**

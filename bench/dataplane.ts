@@ -41,9 +41,9 @@ export const concatName = (name: string) => `concat set (${name})`;
 export interface FlowRow {
   layout: string;
   cidrs: number;
-  /** Per new flow as the pod's sender sees it, median of the batches. */
+  /** Per new flow as the pod's sender sees it: median over the rounds of each run's median batch. */
   perFlowUs: number;
-  /** perFlowUs minus a baseline with no NAT table in the node, measured just before. */
+  /** The median over the rounds of each run minus a baseline with no NAT table, measured just before. */
   netUs: number;
   /** Time to load this ruleset into the node (nft -f / iptables-nft-restore). */
   loadMs: number;
@@ -51,6 +51,8 @@ export interface FlowRow {
 }
 
 export interface DataPathResults {
+  /** When measured, if apart from the rest of the bench (`--only flows`). */
+  date?: string;
   baselineUs: number;
   baselines: number[];
   rows: FlowRow[];
@@ -145,6 +147,7 @@ export async function benchDataPath(
   batches: number,
   batchMs: number,
   only?: readonly string[],
+  rounds = 1,
 ): Promise<DataPathResults> {
   return withScope(async (scope) => {
     const topo = await makeTopology(scope, { ipv6: false, echoLifetimeSeconds: 900 });
@@ -164,23 +167,29 @@ export async function benchDataPath(
     for (const layout of layouts().filter((l) => !only || only.includes(l.name))) {
       for (const count of sizes) {
         const [cmd, args] = await layout.prepare(dir, count);
-        // A baseline right before each measurement, so load that drifts over the run cancels out.
-        await timedIn(topo.node, 'nft', ['flush', 'ruleset']);
-        const baseline = (await sender.run()).us;
-        baselines.push(baseline);
-        const loadMs = await timedInside(topo.node, cmd, args, 600_000);
-        await checkDecisions(topo, count, layout.name);
-        const { us, flows } = await sender.run();
-        rows.push({
+        // Without the table, then with it, `rounds` times in turn (A, B, A, B): load that drifts
+        // over the run cancels out in each pair.
+        const pairs: Array<{ baseline: number; us: number; loadMs: number; flows: number }> = [];
+        for (let round = 0; round < rounds; round++) {
+          await timedIn(topo.node, 'nft', ['flush', 'ruleset']);
+          const baseline = (await sender.run()).us;
+          baselines.push(baseline);
+          const loadMs = await timedInside(topo.node, cmd, args, 600_000);
+          if (round === 0) await checkDecisions(topo, count, layout.name);
+          const { us, flows } = await sender.run();
+          pairs.push({ baseline, us, loadMs, flows });
+        }
+        const row: FlowRow = {
           layout: layout.name,
           cidrs: count,
-          perFlowUs: us,
-          netUs: us - baseline,
-          loadMs,
-          flowsPerBatch: flows,
-        });
+          perFlowUs: median(pairs.map((p) => p.us)),
+          netUs: median(pairs.map((p) => p.us - p.baseline)),
+          loadMs: median(pairs.map((p) => p.loadMs)),
+          flowsPerBatch: pairs[0]?.flows ?? 0,
+        };
+        rows.push(row);
         console.error(
-          `bench: flow ${layout.name} ${count}: ${us.toFixed(2)} µs/flow, baseline ${baseline.toFixed(2)} (load ${Math.round(loadMs)} ms)`,
+          `bench: flow ${layout.name} ${count}: ${pairs.map((p) => `${p.us.toFixed(2)}/${p.baseline.toFixed(2)}`).join(' ')} µs/flow with/without (load ${Math.round(row.loadMs)} ms)`,
         );
       }
     }

@@ -14,6 +14,7 @@ import { benchChurn } from './churn.js';
 import { benchConntrack } from './conntrack.js';
 import { benchDecisions } from './decisions.js';
 import { benchEdit } from './edit.js';
+import { benchEditPackets } from './edit-packets.js';
 import { benchNatSample } from './nat-sample.js';
 import { benchFlowsMemory } from './flows-memory.js';
 import { benchDataPath } from './dataplane.js';
@@ -29,15 +30,18 @@ import { workerRssMiB } from './worker-rss.js';
 import { benchWrites } from './write.js';
 
 // The edit section's 1 000 one-CIDR edits at 100 000 CIDRs alone take ~15 min (each burst's audit
-// reads the tables back).
+// reads the tables back), and the 1 000 judged on packets another ~5.
 const BUDGET_MS = 45 * 60_000;
 
 const FULL = {
   runs: 5,
   writeSizes: [64, 1_000, 10_000, 100_000],
   idleSizes: [64, 10_000, 100_000],
-  flowSizes: [64, 1_000, 10_000, 100_000],
+  // Both layouts at auto's crossover too (2 000 CIDRs, 2 001 elements: concatenated).
+  flowSizes: [64, 1_000, 2_000, 10_000, 100_000],
   flowBatches: 7,
+  // Each size and layout measured with and without its table this many times in turn.
+  flowRounds: 3,
   batchMs: 300,
   neighbourSizes: [64, 1_000, 2_000, 2_500, 3_000, 5_000, 7_500, 10_000, 20_000, 50_000, 100_000],
   // A neighbour's transaction is ~15 ms and its gain is judged against 10 ms: medians of more runs.
@@ -51,6 +55,7 @@ const QUICK: typeof FULL = {
   idleSizes: [64, 10_000],
   flowSizes: [64, 1_000, 10_000],
   flowBatches: 3,
+  flowRounds: 1,
   batchMs: 100,
   neighbourSizes: [64, 1_000, 10_000],
   neighbourRuns: 5,
@@ -72,7 +77,7 @@ async function section<T>(name: string, fn: () => Promise<T>): Promise<T> {
 }
 
 /**
- * `--only kubernetes`, `other-nat`, `decisions`, `nat-sample`, `flows-memory`, `edit`, `kubernetes-real`, `pod-policies`, `big-directory`, `busy` or `whole`: measures that section alone and puts it into
+ * `--only kubernetes`, `other-nat`, `decisions`, `nat-sample`, `flows-memory`, `edit`, `kubernetes-real`, `pod-policies`, `big-directory`, `busy`, `whole`, `flows` or `edit-packets`: measures that section alone and puts it into
  * docs/bench.json beside the other sections' figures from their own run (each such section says
  * when it was measured).
  */
@@ -94,9 +99,21 @@ async function onlySection(name: string): Promise<void> {
     results.bigDirectory = { ...(await benchBigDirectory()), date };
   else if (name === 'busy') results.busy = { rows: await benchBusy(), date };
   else if (name === 'whole') results.whole = { rows: await benchWhole(), date };
+  else if (name === 'edit-packets') results.editPackets = { ...(await benchEditPackets()), date };
+  else if (name === 'flows')
+    results.flows = {
+      ...(await benchDataPath(
+        FULL.flowSizes,
+        FULL.flowBatches,
+        FULL.batchMs,
+        undefined,
+        FULL.flowRounds,
+      )),
+      date,
+    };
   else
     throw new Error(
-      `--only: no section ${name} (kubernetes, other-nat, decisions, nat-sample, flows-memory, edit, kubernetes-real, pod-policies, big-directory, busy, whole)`,
+      `--only: no section ${name} (kubernetes, other-nat, decisions, nat-sample, flows-memory, edit, kubernetes-real, pod-policies, big-directory, busy, whole, flows, edit-packets)`,
     );
   const style = { ...(await resolveConfig(json)), parser: 'json' as const };
   await writeFile(json, await format(JSON.stringify(results), style));
@@ -122,7 +139,7 @@ async function main(argv: readonly string[]): Promise<void> {
     benchIdle(plan.idleSizes, (c) => resyncsFor(c, quick)),
   );
   const flows = await section('per-flow cost', () =>
-    benchDataPath(plan.flowSizes, plan.flowBatches, plan.batchMs),
+    benchDataPath(plan.flowSizes, plan.flowBatches, plan.batchMs, undefined, plan.flowRounds),
   );
   const neighbour = await section('neighbour cost', () =>
     benchNeighbour(plan.neighbourSizes, plan.concatSizes, plan.neighbourRuns),
@@ -177,6 +194,10 @@ async function main(argv: readonly string[]): Promise<void> {
     )),
     date: new Date().toISOString(),
   }));
+  const editPackets = await section('edits back to back, on packets', async () => ({
+    ...(await benchEditPackets(quick ? 10_000 : 100_000, quick ? 100 : 1_000)),
+    date: new Date().toISOString(),
+  }));
   const natSample = await section('SNAT port sample', async () => ({
     rows: await benchNatSample(quick ? [100_000] : [100_000, 1_000_000]),
     date: new Date().toISOString(),
@@ -209,6 +230,7 @@ async function main(argv: readonly string[]): Promise<void> {
     natSample,
     flowsMemory,
     edit,
+    editPackets,
     bigDirectory,
     busy,
     whole,

@@ -2,7 +2,7 @@
 // agent's linear iptables chain, and a kube-proxy-like
 // transaction of another tool.
 import { parseArgs } from '../src/cli/flags.js';
-import { compile } from '../src/compile.js';
+import { chooseLayout, compile } from '../src/compile.js';
 import { parseConfigText } from '../src/config/index.js';
 import { needsNewSets, renderInPlace, renderKeyChange } from '../src/nftables/change.js';
 import { renderReplace, renderTable } from '../src/nftables/render.js';
@@ -42,14 +42,26 @@ export function configText(
 
 export const ONE_CIDR_EDIT = '14.255.255.0/24';
 
-/** The tables the agent writes for this config with its default flags (the `auto` layout). */
-function agentTables(count: number, variant: 0 | 1) {
+/** The bench's config of `count` CIDRs as the agent with its default flags loads it. */
+function withDefaults(count: number, variant: 0 | 1) {
   const parsed = parseArgs([]);
   if (!parsed.ok) throw new Error(parsed.message);
   const stages = plan(parsed.options);
   const result = parseConfigText(configText(count, variant), 'bench config', stages.load);
   if (!result.ok) throw result.error;
-  return compile(result.config, stages.compile, 1);
+  return { config: result.config, options: stages.compile };
+}
+
+/** The tables the agent writes for this config with its default flags (the `auto` layout). */
+function agentTables(count: number, variant: 0 | 1) {
+  const { config, options } = withDefaults(count, variant);
+  return compile(config, options, 1);
+}
+
+/** The layout the agent's defaults (`--set-layout auto`) give for `count` of the bench's CIDRs. */
+export function autoLayoutOf(count: number): 'interval' | 'concat' {
+  const { config, options } = withDefaults(count, 0);
+  return chooseLayout(config, options);
 }
 
 /**
