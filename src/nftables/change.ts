@@ -59,10 +59,6 @@ export function renderInPlace(
   const held = presentSets(next, old, present);
   const made = next.sets.filter((set) => !set.transient && !held.has(set.name));
   const chains = chainChanges(next, old);
-  // A verdict map's elements that go to a chain made anew go with it: deleted before it is, and
-  // added again once it is back (each element names its chain by name).
-  const toRemade = (element: string) =>
-    chains.remade.some((chain) => element.endsWith(` goto ${chain}`));
   // A set whose declaration changed (its comment: a pod policy's file) is made anew too, once the
   // chain that refers to it is gone, with all its elements.
   const remadeSets = next.sets.filter((set) => {
@@ -74,34 +70,7 @@ export function renderInPlace(
       declared(before, family) !== declared(set, family)
     );
   });
-  const lines: string[] = [];
-  const additions: string[] = [];
-  for (const set of next.sets) {
-    if (set.transient || !held.has(set.name) || remadeSets.includes(set)) continue;
-    const before = old?.sets.find((s) => s.name === set.name);
-    if (!before || setChange(set, before) === 'refill') {
-      lines.push(`flush ${set.map ? 'map' : 'set'} ${family} ${name} ${set.name}`);
-      if (set.elements.length > 0) additions.push(...setBlock(set, family));
-      continue;
-    }
-    let { removed, added } = elementDiff(before.elements, set.elements);
-    if (set.map && chains.remade.length > 0) {
-      removed = frozenElements([
-        ...removed,
-        ...before.elements.filter((e) => toRemade(e) && !removed.includes(e)),
-      ]);
-      added = frozenElements([
-        ...added,
-        ...set.elements.filter((e) => toRemade(e) && !added.includes(e)),
-      ]);
-    }
-    if (removed.length > 0) {
-      lines.push(
-        `delete element ${family} ${name} ${set.name} { ${elementList(set, removed, family)} }`,
-      );
-    }
-    if (added.length > 0) additions.push(...setBlock(set, family, added));
-  }
+  const { lines, additions } = elementChanges(next, old, held, remadeSets, chains.remade);
   // A verdict map the config no longer has is emptied first: its elements go to chains deleted
   // below (the map itself is deleted last, with the other sets).
   const wanted = new Set(next.sets.map((set) => set.name));
@@ -126,20 +95,7 @@ export function renderInPlace(
   const counters = (next.counters ?? []).filter((counter) => !old?.counters?.includes(counter));
   additions.unshift(...remadeDeclared, ...counters.flatMap((counter) => counterBlock(counter)));
   if (additions.length > 0) lines.push(`table ${family} ${name} {`, ...additions, '}');
-  for (const chain of next.chains) {
-    if (remake && chain.transient) continue;
-    const before = chains.remade.includes(chain.name)
-      ? undefined
-      : old?.chains.find((c) => c.name === chain.name);
-    const same =
-      before !== undefined &&
-      before.rules.length === chain.rules.length &&
-      before.rules.every((rule, i) => rule === chain.rules[i]);
-    // The jump rule carries the write's mark: that chain is rewritten at every write.
-    if (same) continue;
-    lines.push(`flush chain ${family} ${name} ${chain.name}`);
-    for (const rule of chain.rules) lines.push(`add rule ${family} ${name} ${chain.name} ${rule}`);
-  }
+  lines.push(...ruleChanges(next, old, chains.remade, remake !== undefined));
   // Counters the config no longer has (a pod policy's), once no rule counts into them.
   for (const counter of old?.counters ?? [])
     if (!next.counters?.includes(counter))
@@ -159,6 +115,82 @@ export function renderInPlace(
   return first.length > 0
     ? [[`table ${family} ${name} {`, ...first, '}'].join('\n') + '\n', main]
     : [main];
+}
+
+/**
+ * The element commands of renderInPlace for the sets kept in place: a set refilled, or its removed
+ * elements deleted (`lines`) and its added ones declared in the table block (`additions`). A verdict
+ * map's elements that go to a chain made anew go with it: deleted before it is, and added again once
+ * it is back (each element names its chain by name).
+ */
+function elementChanges(
+  next: Table,
+  old: Table | undefined,
+  held: ReadonlySet<string>,
+  remadeSets: readonly NamedSet[],
+  remadeChains: readonly string[],
+): { lines: string[]; additions: string[] } {
+  const { family, name } = next;
+  const toRemade = (element: string) =>
+    remadeChains.some((chain) => element.endsWith(` goto ${chain}`));
+  const lines: string[] = [];
+  const additions: string[] = [];
+  for (const set of next.sets) {
+    if (set.transient || !held.has(set.name) || remadeSets.includes(set)) continue;
+    const before = old?.sets.find((s) => s.name === set.name);
+    if (!before || setChange(set, before) === 'refill') {
+      lines.push(`flush ${set.map ? 'map' : 'set'} ${family} ${name} ${set.name}`);
+      if (set.elements.length > 0) additions.push(...setBlock(set, family));
+      continue;
+    }
+    let { removed, added } = elementDiff(before.elements, set.elements);
+    if (set.map && remadeChains.length > 0) {
+      removed = frozenElements([
+        ...removed,
+        ...before.elements.filter((e) => toRemade(e) && !removed.includes(e)),
+      ]);
+      added = frozenElements([
+        ...added,
+        ...set.elements.filter((e) => toRemade(e) && !added.includes(e)),
+      ]);
+    }
+    if (removed.length > 0) {
+      lines.push(
+        `delete element ${family} ${name} ${set.name} { ${elementList(set, removed, family)} }`,
+      );
+    }
+    if (added.length > 0) additions.push(...setBlock(set, family, added));
+  }
+  return { lines, additions };
+}
+
+/**
+ * The chains whose rules renderInPlace rewrites: those whose rules changed, or that are made anew
+ * (the transient ones left out when they are remade apart). The jump rule carries the write's mark,
+ * so its chain is rewritten at every write.
+ */
+function ruleChanges(
+  next: Table,
+  old: Table | undefined,
+  remadeChains: readonly string[],
+  transientApart: boolean,
+): string[] {
+  const { family, name } = next;
+  const lines: string[] = [];
+  for (const chain of next.chains) {
+    if (transientApart && chain.transient) continue;
+    const before = remadeChains.includes(chain.name)
+      ? undefined
+      : old?.chains.find((c) => c.name === chain.name);
+    const same =
+      before !== undefined &&
+      before.rules.length === chain.rules.length &&
+      before.rules.every((rule, i) => rule === chain.rules[i]);
+    if (same) continue;
+    lines.push(`flush chain ${family} ${name} ${chain.name}`);
+    for (const rule of chain.rules) lines.push(`add rule ${family} ${name} ${chain.name} ${rule}`);
+  }
+  return lines;
 }
 
 /** A set's declaration without its elements: what cannot change in place. */
