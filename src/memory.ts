@@ -132,7 +132,8 @@ export interface TidyDeps {
  * a small config in force the program's pages the large config's work ran. Syncs that keep coming
  * (an edit every few hundred ms) would put it off for ever, the garbage of each growing the heap by
  * megabytes: once it has waited `quietMs` since it was first due, or the heap grew by twice
- * `growthBytes`, it runs right after the sync.
+ * `growthBytes`, it runs right after the sync. The first sync with a small config in force after a
+ * large one's is followed by a quiet tidy however little the heap grew: the pages are owed.
  */
 export class HeapTidier {
   readonly #deps: TidyDeps;
@@ -142,6 +143,12 @@ export class HeapTidier {
   #dueSince: number | undefined;
   /** A collection ran right after a sync: the quiet tidy is still owed. */
   #quietOwed = false;
+  /**
+   * A sync with a large config in force ran since the program's pages were last given back: once a
+   * small one is in force, they are owed, whether or not the heap grew (V8 may have collected the
+   * large config's garbage by itself meanwhile).
+   */
+  #pagesOwed = false;
 
   constructor(
     deps: Pick<TidyDeps, 'release'> & Partial<TidyDeps>,
@@ -172,6 +179,7 @@ export class HeapTidier {
     const deps = this.#deps;
     if (this.#timer) deps.clearTimeout(this.#timer);
     this.#timer = undefined;
+    if (!small) this.#pagesOwed = true;
     if (deps.heapUsed() > this.#settled + this.growthBytes) {
       const now = deps.now();
       this.#dueSince ??= now;
@@ -182,7 +190,7 @@ export class HeapTidier {
         this.#collect(false);
         this.#quietOwed = true;
       }
-    } else if (!this.#quietOwed) {
+    } else if (!this.#quietOwed && !(small && this.#pagesOwed)) {
       return;
     }
     this.#timer = deps.setTimeout(() => this.#tidy(small), this.quietMs);
@@ -193,6 +201,7 @@ export class HeapTidier {
   #collect(small: boolean): void {
     this.#deps.collect();
     this.#deps.release(small);
+    if (small) this.#pagesOwed = false;
     this.#settled = this.#deps.heapUsed();
     this.#dueSince = undefined;
   }

@@ -192,6 +192,38 @@ t.test('HeapTidier collects once the heap grew and the work went quiet, then tri
   t.same(calls.slice(6), ['collect', 'release, pages kept'], 'and runs once the work is quiet');
 });
 
+t.test(
+  "HeapTidier gives the program's pages back once a small config follows a large one, even with no garbage left",
+  async (t) => {
+    const used = 10 * 2 ** 20;
+    const timers: Array<{ callback: () => void; cleared: boolean; unref(): unknown }> = [];
+    const calls: string[] = [];
+    const tidier = new HeapTidier({
+      heapUsed: () => used,
+      collect: () => calls.push('collect'),
+      release: (small) => calls.push(small ? 'release' : 'release, pages kept'),
+      setTimeout: (callback) => {
+        const timer = { callback, cleared: false, unref: () => timer };
+        timers.push(timer);
+        return timer;
+      },
+      clearTimeout: (timer) => {
+        for (const fake of timers) if (fake === timer) fake.cleared = true;
+      },
+    });
+    // The large config's sync and the small one's, V8 having collected by itself: the heap is
+    // where it was.
+    tidier.afterWork(false);
+    t.equal(timers.length, 0, 'a large config in force, no garbage: nothing to do yet');
+    tidier.afterWork(true);
+    t.equal(timers.length, 1, 'a small one now: a quiet tidy is due');
+    timers[0]?.callback();
+    t.same(calls, ['collect', 'release'], "the program's pages given back");
+    tidier.afterWork(true);
+    t.equal(timers.length, 1, 'owed once: the next small sync has nothing to do');
+  },
+);
+
 t.test('HeapTidier with V8 collecting this thread', async (t) => {
   let trimmed!: () => void;
   const done = new Promise<void>((resolve) => (trimmed = resolve));
