@@ -3,7 +3,9 @@ import { familyOf, managedFamilies } from './cidr/index.js';
 import { snatText } from './config/egress.js';
 import {
   decisionOf,
+  FIELDS,
   type ListStep,
+  type StepField,
   type Step,
   type Translation,
   type TranslationFlags,
@@ -15,16 +17,12 @@ import {
   BASE_CHAIN,
   countIn,
   DECISION_COUNTERS,
-  EGRESS_INTERFACES_SET,
   LATE_REPLIES_CHAIN,
   lateRepliesChain,
   lateRepliesSet,
-  MASQ_SET,
-  NONMASQ_SET,
   POD_POLICY_MAP,
   podPolicyChain,
   podPolicyPrefix,
-  SOURCES_SET,
 } from './nftables/objects.js';
 import { safeComment } from './nftables/render.js';
 import {
@@ -120,14 +118,15 @@ export function chooseLayout(config: Config, options: CompileOptions): 'interval
 }
 
 /**
- * The set layout as data: `interval` keys by destination address; `concat` by address . protocol,
- * each prefix paired with every protocol (0-255), so the decision is the same while other tools'
- * element commands skip downloading the set (docs/bench.md).
+ * The set layout as data: `interval` keys by the address field (a step's on addresses, the
+ * destination by default); `concat` by address . protocol, each prefix paired with every protocol
+ * (0-255), so the decision is the same while other tools' element commands skip downloading the
+ * set (docs/bench.md).
  */
 export function setKey(
   family: TableFamily,
   layout: 'interval' | 'concat',
-  address: 'daddr' | 'saddr' = 'daddr',
+  address: StepField = 'daddr',
 ): SetKey {
   return layout === 'concat'
     ? {
@@ -146,7 +145,8 @@ const interfaceKey: SetKey = { expression: 'oifname', elementSuffix: '', element
  * prefix), or addresses keyed as the layout keys them, on the step's field.
  */
 function stepSet(step: ListStep, family: TableFamily, layout: 'interval' | 'concat'): NamedSet {
-  const key = step.field === 'oifname' ? interfaceKey : setKey(family, layout, step.field);
+  const key =
+    FIELDS[step.field].elements === 'names' ? interfaceKey : setKey(family, layout, step.field);
   return { name: step.set, key, flags: ['interval'], elements: frozenElements(step.list) };
 }
 
@@ -221,9 +221,6 @@ function podPolicyObjects(
   };
 }
 
-/** The sets in the order a table declares them (README, "Reading `nft list table ip ipmasq`"). */
-const SET_ORDER: readonly string[] = [NONMASQ_SET, MASQ_SET, EGRESS_INTERFACES_SET, SOURCES_SET];
-
 function compileFamily(
   family: TableFamily,
   config: Config,
@@ -234,9 +231,9 @@ function compileFamily(
   const decision = decisionOf(config, familyOf(family).name, options);
   const translate = masqueradeRules(decision.translation, family, countIn('translated'));
   const listed = decision.steps.filter((step): step is ListStep => step.field !== undefined);
-  const sets = listed
-    .map((step) => stepSet(step, family, layout))
-    .sort((a, b) => SET_ORDER.indexOf(a.name) - SET_ORDER.indexOf(b.name));
+  const sets = [...listed]
+    .sort((a, b) => a.declared - b.declared)
+    .map((step) => stepSet(step, family, layout));
   const policies = (config.podPolicies ?? []).map((policy, index) =>
     podPolicyObjects(policy, index, family, options, layout),
   );

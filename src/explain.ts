@@ -4,11 +4,10 @@
 import {
   escapeUnprintable,
   type Family,
-  formatAddress,
   formatPrefix,
   hostMask,
-  inRanges,
   parseAddress,
+  type Prefix,
   prefixRange,
   quote,
   familyOf,
@@ -18,26 +17,33 @@ import { snatText } from './config/egress.js';
 import { egressOf } from './config/build.js';
 import { selectingPolicies } from './config/pods.js';
 import { selectorText } from './config/selector.js';
-import type { AddressFamily, Config, Origin, PodPolicy } from './config/types.js';
-import { decisionOf, interfaceListed, Judge, type Flow, type Translation } from './decision.js';
+import type { AddressFamily, Config, Origin, PodPolicy, PolicyOrigin } from './config/types.js';
+import {
+  decisionOf,
+  Judge,
+  STEPS,
+  type Flow,
+  type PolicySlot,
+  type StepRow,
+  type StepWords,
+  type Translation,
+} from './decision.js';
 
 export type Reason =
+  /**
+   * The step that decided, by its key: an egress policy step (docs/egress-policy.md, "Egress
+   * policy": another way out, or another source), masqueradeCIDRs, or a nonMasqueradeCIDRs entry.
+   */
+  | StepRow['key']
   /** IPv6 with --enable-ipv6 off: the agent has no ip6 table, so it does not touch the traffic. */
   | 'not managed'
-  | 'masqueradeCIDRs'
-  | 'nonMasqueradeCIDRs'
   | 'default list'
   | 'link-local default'
   /**
    * nonMasqueradeNodePodCIDRs: a Node's pod CIDRs (docs/kubernetes.md, "Kubernetes API (opt-in)").
    */
   | 'node podCIDRs'
-  | 'no match'
-  /**
-   * The egress policy (docs/egress-policy.md, "Egress policy"): another way out, or another source.
-   */
-  | 'egressInterfaces'
-  | 'sourceCIDRs';
+  | 'no match';
 
 export interface Explanation {
   readonly address: string;
@@ -76,9 +82,7 @@ export interface PodPolicyAnswer {
  * What the egress policy says of this flow: each list the config gives, what the flow was described
  * with (--via, --from; null: not given) and whether that is in the list (null: not judged).
  */
-export interface PolicyAnswer {
-  readonly interfaces?: PolicyStep;
-  readonly sources?: PolicyStep;
+export interface PolicyAnswer extends Partial<Record<PolicySlot, PolicyStep>> {
   /** snatAddress(IPv6) of this family: translated to it rather than masqueraded. */
   readonly snat?: string;
 }
@@ -161,36 +165,24 @@ function policyAnswer(
   from: ReturnType<typeof parseAddress> | undefined,
 ): PolicyAnswer | undefined {
   if (!egressOf(config.keys)) return undefined;
-  const decision = judge.decision;
   const answer: { -readonly [K in keyof PolicyAnswer]: PolicyAnswer[K] } = {};
-  const entry = (key: string, o: { file: string; index: number }, value: string) =>
-    `${escapeUnprintable(o.file)} ${key}[${o.index}] ${quote(value)}`;
-  for (const step of decision.steps) {
-    if (step.field === 'oifname') {
-      const via = flow.oifname ?? null;
-      const by = (config.provenance?.policy?.egressInterfaces ?? []).filter(
-        (o) => via !== null && interfaceListed([o.value], via),
-      );
-      answer.interfaces = {
-        listed: step.list,
-        given: via,
-        matches: judge.holds(step, flow) ?? null,
-        ...(by.length > 0 ? { decidedBy: by.map((o) => entry(step.key, o, o.value)) } : {}),
-      };
-    } else if (step.field === 'saddr') {
-      const source = flow.saddr;
-      const by = (config.provenance?.policy?.sourceCIDRs ?? []).filter(
-        (o) => source !== undefined && inRanges([prefixRange(o.value)], source),
-      );
-      answer.sources = {
-        listed: step.list,
-        given: from ? formatAddress(from.family, from.addr) : null,
-        matches: judge.holds(step, flow) ?? null,
-        ...(by.length > 0
-          ? { decidedBy: by.map((o) => entry(step.key, o, formatPrefix(o.value))) }
-          : {}),
-      };
-    }
+  for (const step of judge.decision.steps) {
+    if (step.field === undefined || step.slot === 'destination' || !step.words) continue;
+    const recorded = config.provenance?.policy;
+    const origins: readonly PolicyOrigin<string | Prefix>[] =
+      recorded && step.key in recorded ? recorded[step.key as keyof typeof recorded] : [];
+    const by = origins.flatMap((o) => {
+      const value = typeof o.value === 'string' ? o.value : formatPrefix(o.value);
+      return judge.entryHolds(step, value, flow)
+        ? [`${escapeUnprintable(o.file)} ${step.key}[${o.index}] ${quote(value)}`]
+        : [];
+    });
+    answer[step.slot] = {
+      listed: step.list,
+      given: step.words.given(flow, from),
+      matches: judge.holds(step, flow) ?? null,
+      ...(by.length > 0 ? { decidedBy: by } : {}),
+    };
   }
   if (translation.snat) answer.snat = snatText(translation.snat);
   return answer;
@@ -347,10 +339,8 @@ function explainOne(
   if (family === 6 && !options.enableIPv6) return { ...base, ...alone, reason: 'not managed' };
   const { step } = judge.decide(flow);
   const text = (origin: Origin): OriginText => ({ text: describeOrigin(origin), origin });
+  if (step.outcome === 'skipped' && step.key) return { ...base, ...alone, reason: step.key };
   switch (step.key) {
-    case 'egressInterfaces':
-    case 'sourceCIDRs':
-      return { ...base, ...alone, reason: step.key };
     case 'masqueradeCIDRs': {
       const origins = matching(indexed(), family, addr);
       const isMasq = (o: Origin) => o.kind === 'entry' && o.key === 'masqueradeCIDRs';
@@ -387,6 +377,8 @@ function explainOne(
         overridden: [],
         ports: portPolicy(translation),
       };
+    default:
+      throw new Error(`--explain has no words for the ${step.key} step`);
   }
 }
 
@@ -397,42 +389,38 @@ function portText(ports: PortPolicy): string {
   return `source port for tcp/udp/sctp: ${shares.join(', ')}; other protocols: any (${random})`;
 }
 
+/** The egress policy's steps as --explain words them (decision.ts, STEPS), in order. */
+const POLICY_ROWS = STEPS.filter(
+  (row): row is (typeof STEPS)[number] & { slot: PolicySlot; words: StepWords } =>
+    row.slot !== 'destination' && row.words !== undefined,
+);
+
 /** The policy's lines under an explanation: what was judged, what is only a condition. */
 function policyLines(e: Explanation): string[] {
   const lines: string[] = [];
-  const { interfaces, sources, snat } = e.policy ?? {};
-  if (interfaces && interfaces.matches !== false) {
-    const list = interfaces.listed.join(', ');
+  for (const { slot, words } of POLICY_ROWS) {
+    const step = e.policy?.[slot];
+    if (!step || step.matches === false) continue;
+    const list = step.listed.join(', ');
     lines.push(
-      interfaces.given === null
-        ? `  only traffic leaving through ${list} is considered (give --via to judge an interface)`
-        : `  leaves through ${escapeUnprintable(interfaces.given)}: listed, because of ${interfaces.decidedBy?.[0] ?? `egressInterfaces (${list})`}`,
+      step.matches === null
+        ? words.condition(list)
+        : words.passes(step.given ?? '', step.decidedBy?.[0], list),
     );
   }
-  if (sources && sources.matches !== false) {
-    const list = sources.listed.join(', ') || 'no source of this family';
-    lines.push(
-      sources.given === null || sources.matches === null
-        ? `  only traffic from ${list} is considered (give --from to judge a source)`
-        : `  from ${sources.given}: in sourceCIDRs, because of ${sources.decidedBy?.[0] ?? list}`,
-    );
-  }
-  if (snat && e.masqueraded)
-    lines.push(`  translated to ${snat} (snatAddress), not the interface's address`);
+  if (e.policy?.snat && e.masqueraded)
+    lines.push(`  translated to ${e.policy.snat} (snatAddress), not the interface's address`);
   return lines;
 }
 
 /** The explanation as the lines --explain prints. */
 export function explanationText(e: Explanation): string {
   const lines: string[] = [];
-  const { interfaces, sources } = e.policy ?? {};
-  if (e.reason === 'egressInterfaces' && interfaces) {
+  const skippedBy = POLICY_ROWS.find((row) => row.key === e.reason);
+  const skipped = skippedBy && e.policy?.[skippedBy.slot];
+  if (skippedBy && skipped) {
     lines.push(
-      `${e.address}: not touched: it leaves through ${escapeUnprintable(interfaces.given ?? '')}, which egressInterfaces (${interfaces.listed.join(', ')}) does not list`,
-    );
-  } else if (e.reason === 'sourceCIDRs' && sources) {
-    lines.push(
-      `${e.address}: not touched: its source ${sources.given ?? ''} is not in sourceCIDRs (${sources.listed.join(', ') || 'none of this family'})`,
+      skippedBy.words.leftAlone(e.address, skipped.given ?? '', skipped.listed.join(', ')),
     );
   } else if (e.reason === 'not managed') {
     lines.push(

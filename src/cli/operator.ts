@@ -9,7 +9,15 @@ import {
   familyOf,
 } from '../cidr/index.js';
 import { compile, type CompileOptions } from '../compile.js';
-import { stepsOf, type ListStep } from '../decision.js';
+import {
+  decideBy,
+  FIELDS,
+  STEPS,
+  stepsOf,
+  type Flow,
+  type ListStep,
+  type Outcome,
+} from '../decision.js';
 import type { Table } from '../nftables/types.js';
 import { objectDrift } from '../nftables/listing.js';
 import { oursOrStandIn, tableOwner } from '../nftables/ownership.js';
@@ -446,7 +454,7 @@ async function liveAnswer(
   }
   // Left alone by the egress policy's first steps: the destination sets do not decide it, and the
   // rules that do are as the agent writes them (objectDrift just said so).
-  if (e.reason === 'egressInterfaces' || e.reason === 'sourceCIDRs') {
+  if (STEPS.some((row) => row.key === e.reason && row.outcome === 'skipped')) {
     return {
       masqueraded: false,
       generation,
@@ -455,9 +463,9 @@ async function liveAnswer(
     };
   }
   const decided = await decidedInKernel(kernel, question, e, table);
-  const masqueraded = decided ? decided.outcome === 'translated' : true;
+  const masqueraded = decided.outcome === 'translated';
   const drift = e.reason === 'not managed' ? false : masqueraded !== e.masqueraded;
-  const set = decided ? `in the ${decided.set} set` : 'in neither set';
+  const set = decided.set ? `in the ${decided.set} set` : 'in neither set';
   return {
     masqueraded,
     generation,
@@ -469,31 +477,38 @@ async function liveAnswer(
 }
 
 /**
- * The decision's destination step the kernel's sets say decides `e`: each asked in order of its set
- * (the element as the agent formats it, as the set's layout looks it up), the first that holds it;
- * undefined when none does. A pod policy's steps where the kernel's verdict map sends the source to
- * one (its sets carry its prefix).
+ * The decision as the kernel's sets make it for `e`'s destination: the decision's walk (decision.ts)
+ * with each step asked of its set in the kernel (the element as the agent formats it, as the set's
+ * layout looks it up); `set` the set of the step that decided, absent for the last step. A pod
+ * policy's steps where the kernel's verdict map sends the source to one (its sets carry its
+ * prefix). The flow is its destination alone: the policy steps, whose rules objectDrift found as
+ * written, were judged offline, and are passed here as conditions.
  */
 async function decidedInKernel(
   kernel: TablesPort,
   question: LiveQuestion,
   e: Explanation,
   table: Table | undefined,
-): Promise<ListStep | undefined> {
+): Promise<{ readonly outcome: Outcome; readonly set?: string }> {
   const { config, options, podPolicyIndex } = question;
   const ref = { family: familyOf(e.family).table, name: options.table } as const;
   const parsed = parseAddress(e.address);
   const index = podPolicyIndex ?? null;
   const policy = index === null ? undefined : config.podPolicies?.[index];
   const prefix = policy ? podPolicyPrefix(index!) : '';
-  for (const step of stepsOf(policy ?? config, e.family).steps) {
-    if (step.field !== 'daddr') continue;
+  const holds = async (step: ListStep, flow: Flow) => {
+    const value = FIELDS[step.field].of(flow);
+    if (typeof value !== 'bigint') return undefined;
     const name = `${prefix}${step.set}`;
     const probe = table?.sets.find((set) => set.name === name)?.key.probeSuffix ?? '';
-    const element = formatAddress(parsed.family, parsed.addr) + probe;
-    if (await kernel.setHas(ref, name, element)) return { ...step, set: name };
-  }
-  return undefined;
+    return kernel.setHas(ref, name, formatAddress(parsed.family, value) + probe);
+  };
+  const { outcome, step } = await decideBy(
+    stepsOf(policy ?? config, e.family),
+    { daddr: parsed.addr },
+    holds,
+  );
+  return { outcome, ...(step.field ? { set: `${prefix}${step.set}` } : {}) };
 }
 
 export async function diffCommand(options: AgentOptions): Promise<number> {

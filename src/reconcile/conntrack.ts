@@ -16,9 +16,12 @@ import {
 } from '../cidr/index.js';
 import type { AddressFamily, Config } from '../config/types.js';
 import {
+  type Decision,
   decisionOf,
+  JUDGED_ORDER,
   setRanges,
   type Decisive,
+  type JudgedSlot,
   type ListStep,
   type TranslationFlags,
 } from '../decision.js';
@@ -55,33 +58,43 @@ export interface ConntrackDeps {
   readonly graceMs?: number;
 }
 
-/** The fields of the decision's steps in the order the native judge evaluates them. */
-const JUDGED_ORDER = /^(oifname,)?(saddr,)?daddr,daddr,,$/;
-
 /**
  * What a config decides for a family's flows beside their destination, as the flush judges them:
- * the interface and source steps of its decision (decision.ts) and its translation. The native
- * judge evaluates them in the decision's order (interface, source, then the destination's outcome),
- * which is checked here.
+ * the policy steps of its decision (decision.ts), each in FlowPolicy's slot its row names, and its
+ * translation. The native judge evaluates the slots in JUDGED_ORDER, each policy step taking the
+ * flows its list does not hold (skipped), then the destination's outcome; a decision it would judge
+ * otherwise is refused here.
  */
 export function flowPolicy(
   config: Decisive,
   family: AddressFamily,
   flags: TranslationFlags,
 ): FlowPolicy {
-  const decision = decisionOf(config, family, flags);
-  const order = decision.steps.map((step) => `${step.field ?? ''},`).join('');
-  if (!JUDGED_ORDER.test(order))
-    throw new Error(`the flush cannot judge a decision in the order ${order}`);
-  const list = (field: ListStep['field']) =>
-    decision.steps.find((step): step is ListStep => step.field === field);
-  const interfaces = list('oifname');
-  const sources = list('saddr');
+  return judgedPolicy(decisionOf(config, family, flags));
+}
+
+/** A decision's FlowPolicy (flowPolicy); throws for a decision the native judge would judge otherwise. */
+export function judgedPolicy(decision: Decision): FlowPolicy {
+  const { family } = decision;
+  const slots: Partial<Record<JudgedSlot, ListStep>> = {};
+  let last = 0;
+  for (const step of decision.steps) {
+    if (step.field === undefined) break;
+    const at = JUDGED_ORDER.indexOf(step.slot);
+    const policy = step.slot !== 'destination';
+    if (
+      at < last ||
+      (policy && (slots[step.slot] || step.takes !== 'unlisted' || step.outcome !== 'skipped'))
+    )
+      throw new Error(`the flush cannot judge the ${step.key} step where the decision has it`);
+    last = at;
+    if (policy) slots[step.slot] = step;
+  }
   const address = (text: string) => parseAddress(text).addr;
   const { snat } = decision.translation;
   return {
-    sources: sources ? setRanges(sources.list, family) : null,
-    interfaces: interfaces ? interfaces.list : null,
+    sources: slots.sources ? setRanges(slots.sources.list, family) : null,
+    interfaces: slots.interfaces ? slots.interfaces.list : null,
     snat: snat ? ([address(snat.first), address(snat.last)] as Range) : null,
   };
 }

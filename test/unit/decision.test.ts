@@ -14,10 +14,13 @@ import {
 import { parseConfigText } from '../../src/config/index.js';
 import type { Config } from '../../src/config/types.js';
 import {
+  decideBy,
   decisionOf,
   exemptRanges as exemptOfDecision,
   flippedRanges,
   Judge,
+  type ListStep,
+  STEPS,
   stepsOf,
 } from '../../src/decision.js';
 import { compileOptions } from '../helpers/compile-options.js';
@@ -325,4 +328,69 @@ t.test('ranges pack as the addon reads them: big-endian bounds, first then last'
   );
   t.equal(v6Packed.length, 1);
   t.equal(packRanges(6, v6Packed), v6Packed, 'a packed list as it is');
+});
+
+t.test(
+  'the step table: each step as its row gives it, in its order, while its key is given',
+  async (t) => {
+    const c = config(
+      'nonMasqueradeCIDRs: [10.0.0.0/8]\nmasqueradeCIDRs: [10.1.0.0/16]\n' +
+        'sourceCIDRs: [10.244.0.0/16]\negressInterfaces: [eth0]\n',
+    );
+    const keys = (cfg: Config, family: 'ipv4' | 'ipv6') =>
+      stepsOf(cfg, family).steps.map((step) => step.key ?? 'last');
+    t.same(keys(c, 'ipv4'), [...STEPS.map((row) => row.key), 'last'], 'every row, in order');
+    t.same(keys(config('nonMasqueradeCIDRs: [10.0.0.0/8]\n'), 'ipv4'), [
+      'masqueradeCIDRs',
+      'nonMasqueradeCIDRs',
+      'last',
+    ]);
+    for (const step of stepsOf(c, 'ipv6').steps) {
+      if (step.field === undefined) continue;
+      const row = STEPS.find((r) => r.key === step.key)!;
+      const { listOf: _listOf, ...fields } = row;
+      t.match(step, fields, `${step.key}: the row's fields`);
+      t.same(step.list, row.listOf(c, 'ipv6'), `${step.key}: the row's list`);
+    }
+    t.same(
+      stepsOf(c, 'ipv6').steps.find((s): s is ListStep => s.key === 'sourceCIDRs')?.list,
+      [],
+      'sourceCIDRs given, none of the family: the step with an empty list',
+    );
+  },
+);
+
+t.test('property: decideBy, asked step by step, decides as the Judge does', async (t) => {
+  const c = config(
+    'nonMasqueradeCIDRs: [10.0.0.0/8, 192.168.0.0/16]\nmasqueradeCIDRs: [10.1.0.0/16]\n' +
+      'sourceCIDRs: [10.244.0.0/16]\negressInterfaces: [eth0, "ens*"]\n',
+  );
+  const decision = stepsOf(c, 'ipv4');
+  const judge = new Judge(decision);
+  const flowArb = fc.record(
+    {
+      daddr: fc.constantFrom('10.1.2.3', '10.9.9.9', '192.168.1.1', '198.51.100.7').map(v4),
+      saddr: fc.constantFrom('10.244.3.4', '10.245.0.1').map(v4),
+      oifname: fc.constantFrom('eth0', 'eth1', 'ens5'),
+    },
+    { requiredKeys: ['daddr'] },
+  );
+  await fc.assert(
+    fc.asyncProperty(flowArb, async (flow) => {
+      const asked: string[] = [];
+      const verdict = await decideBy(decision, flow, async (step, f) => {
+        asked.push(step.key);
+        return judge.holds(step, f);
+      });
+      const expected = judge.decide(flow);
+      return (
+        verdict.outcome === expected.outcome &&
+        verdict.step === expected.step &&
+        verdict.unjudged.length === expected.unjudged.length &&
+        asked.length === decision.steps.length - 1
+      );
+    }),
+    { numRuns: 300 },
+  );
+  t.pass('300 flows');
 });
