@@ -5,23 +5,27 @@
 
 const TEXT = Symbol('text');
 const MADE = Symbol('made');
+const TOKEN = Symbol('token');
 
 /**
- * A frozen list of printed prefixes, carrying the text it was split from (linesList) or the list
- * and the splice it was made by (splicedList). Both ride as non-enumerable symbol properties: not
- * an element, not cloned to another thread, not seen by a comparison of lists.
+ * A frozen list of printed prefixes, carrying a token of its own (a value no other list has), and
+ * the text it was split from (linesList) or the token of the list it was made from with the splice
+ * (splicedList). They ride as non-enumerable symbol properties: not an element, not cloned to
+ * another thread, not seen by a comparison of lists. A list refers to no other list.
  */
 type PrefixList = readonly string[] & {
+  readonly [TOKEN]?: symbol;
   readonly [TEXT]?: string;
-  readonly [MADE]?: { readonly base: WeakRef<readonly string[]>; readonly splice: Splice };
+  readonly [MADE]?: { readonly base: symbol; readonly splice: Splice };
 };
 
-/** `list` frozen, carrying `key`'s value. */
+/** `list` frozen, with a token of its own and carrying `key`'s value. */
 function carrying<K extends typeof TEXT | typeof MADE>(
   list: string[],
   key: K,
   value: NonNullable<PrefixList[K]>,
 ): PrefixList {
+  Object.defineProperty(list, TOKEN, { value: Symbol('list') });
   Object.defineProperty(list, key, { value });
   return Object.freeze(list);
 }
@@ -67,11 +71,12 @@ export interface Splice {
 /**
  * The list with the splice made, frozen; the strings it keeps are the same strings, and where the
  * two lists differ is known without comparing them (listWindow): the new list carries the splice
- * and the list it was made from. That one is held weakly: held strongly, each list would keep the
- * one before it alive, and that one the one before, so that every list of every edit since start
- * stayed in memory (~8 MiB an edit at 100 000 CIDRs: docs/writes.md, "The everyday edit").
+ * and the token of the list it was made from, not that list: held, each list would keep the one
+ * before it alive, and that one the one before, so that every list of every edit since start
+ * stayed in memory (~8 MiB an edit at 100 000 CIDRs: docs/writes.md, "The everyday edit"). A list
+ * lines.ts did not make has no token, and is compared (listWindow walks it).
  */
-export function splicedList(list: readonly string[], splice: Splice): readonly string[] {
+export function splicedList(list: PrefixList, splice: Splice): readonly string[] {
   const { at, deleteCount, inserted } = splice;
   if (deleteCount === 0 && inserted.length === 0) return list;
   // Copied by hand: slice and concat read a frozen array element by element on a slow path (4x).
@@ -80,7 +85,9 @@ export function splicedList(list: readonly string[], splice: Splice): readonly s
   for (let i = 0; i < inserted.length; i++) out[at + i] = inserted[i] as string;
   const shift = inserted.length - deleteCount;
   for (let i = at + deleteCount; i < list.length; i++) out[i + shift] = list[i] as string;
-  return carrying(out, MADE, { base: new WeakRef(list), splice });
+  const base = list[TOKEN];
+  if (base === undefined) return Object.freeze(out);
+  return carrying(out, MADE, { base, splice });
 }
 
 /**
@@ -88,14 +95,14 @@ export function splicedList(list: readonly string[], splice: Splice): readonly s
  * common tail. Indices only. For a list splicedList made from the other, found from the splice and
  * a look at its edges, not by walking both lists: the same answer.
  */
-export function listWindow(before: readonly string[], after: PrefixList) {
+export function listWindow(before: PrefixList, after: PrefixList) {
   if (before === after)
     return { head: before.length, endBefore: before.length, endAfter: before.length };
   const made = after[MADE];
   let head = 0;
   let endBefore = before.length;
   let endAfter = after.length;
-  if (made?.base.deref() === before) {
+  if (made !== undefined && made.base === before[TOKEN]) {
     // Equal up to the splice and past it, element for element.
     head = made.splice.at;
     endBefore = made.splice.at + made.splice.deleteCount;
