@@ -20,6 +20,7 @@ import { selectorText } from './config/selector.js';
 import type { AddressFamily, Config, Origin, PodPolicy, PolicyOrigin } from './config/types.js';
 import {
   decisionOf,
+  FIELDS,
   Judge,
   STEPS,
   type Flow,
@@ -171,12 +172,17 @@ function policyAnswer(
     const recorded = config.provenance?.policy;
     const origins: readonly PolicyOrigin<string | Prefix>[] =
       recorded && step.key in recorded ? recorded[step.key as keyof typeof recorded] : [];
-    const by = origins.flatMap((o) => {
-      const value = typeof o.value === 'string' ? o.value : formatPrefix(o.value);
-      return judge.entryHolds(step, value, flow)
-        ? [`${escapeUnprintable(o.file)} ${step.key}[${o.index}] ${quote(value)}`]
-        : [];
-    });
+    // Only a flow that says the field is listed by an entry: the entries are not read otherwise
+    // (--diff explains every address it finds flipped, without --via or --from).
+    const by =
+      FIELDS[step.field].of(flow) === undefined
+        ? []
+        : origins.flatMap((o) => {
+            const value = typeof o.value === 'string' ? o.value : formatPrefix(o.value);
+            return judge.entryHolds(step, value, flow)
+              ? [`${escapeUnprintable(o.file)} ${step.key}[${o.index}] ${quote(value)}`]
+              : [];
+          });
     answer[step.slot] = {
       listed: step.list,
       given: step.words.given(flow, from),
