@@ -180,14 +180,15 @@ export async function runAgent(
   stop = () => Promise.allSettled([syncs.stop(), server.close(), api?.stop()]);
   await server.listen({ host: options.listen.host, port: options.listen.port });
   if (stopping) return;
+  const { configPath, compile } = plan(options);
   logger.info(
-    { listen: options.listen, config: options.config, table: options.table },
+    { listen: options.listen, config: configPath, table: compile.table },
     'ipmasq-agent started',
   );
 
   // A ConfigMap swap or a rename-write is a burst of events well under a millisecond apart: 10 ms
   // of quiet coalesces it into one read (docs/bench.md measures the latency this leaves).
-  const watcher = watchConfig(plan(options).configPath, () => syncs.trigger('config changed'), {
+  const watcher = watchConfig(configPath, () => syncs.trigger('config changed'), {
     debounceMs: CONFIG_QUIET_MS,
   });
   stop = () => {
@@ -314,7 +315,7 @@ function applyWholeOnMismatch(
   trigger: (why: string) => void,
 ): void {
   onFastPathMismatch((mismatch) => {
-    reportMismatch(logger, metrics, 'config', { config: options.config, ...mismatch });
+    reportMismatch(logger, metrics, 'config', { config: plan(options).configPath, ...mismatch });
     // Sticky: a trigger for another reason before the sync starts must not hide it.
     reconciler.readWholeNext();
     trigger(FAST_PATH_MISMATCH);

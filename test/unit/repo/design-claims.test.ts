@@ -1,11 +1,15 @@
 // Sentences of docs/design.md that state a rule of the code, kept true: the files of src/ over 600
 // lines are the ones it names with why ("Data flow"), and no map in src/ is keyed by an object
-// (nor any object held weakly), and every libnftables call beside committed() only reads.
+// (nor any object held weakly), and every libnftables call beside committed() only reads; server/
+// imports nothing of the agent but types; every mode takes its stage options from plan().
 import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import t from 'tap';
+import ts from 'typescript';
 import { packageRoot } from '../../../harness/netns.js';
 import { srcModules } from '../../helpers/src-modules.js';
+import { parseArgs } from '../../../src/cli/flags.js';
+import { plan } from '../../../src/options.js';
 
 const src = join(packageRoot, 'src');
 const design = readFileSync(join(packageRoot, 'docs', 'design.md'), 'utf8');
@@ -43,3 +47,91 @@ t.test(
     t.same(writes, [], 'each a list or a get, written out where it is called');
   },
 );
+
+t.test(
+  'server/ answers from what it is handed: nothing of the agent but types is imported',
+  async (t) => {
+    const server = [...texts].filter(([name]) => name.startsWith('server/'));
+    t.ok(server.length > 0, 'server/ has modules');
+    for (const [name, text] of server) {
+      const relative = [...text.matchAll(/^(import|export)\b([^;]*?)\bfrom '(\.[^']*)'/gms)];
+      for (const m of relative) t.match(m[2]!, /^\s*type\b/, `${name}: ${m[3]} only as types`);
+    }
+  },
+);
+
+// The fields of AgentOptions that plan() maps into a stage's options, found by running it.
+function plannedFields(): Set<string> {
+  const parsed = parseArgs([], {});
+  if (!parsed.ok) throw new Error('the defaults parse');
+  const read = new Set<string>();
+  const watched = new Proxy(parsed.options, {
+    get(target, key, receiver) {
+      if (typeof key === 'string') read.add(key);
+      return Reflect.get(target, key, receiver) as unknown;
+    },
+  });
+  plan(watched);
+  return read;
+}
+
+t.test('every mode takes its stage options from plan(): no module reads them itself', async (t) => {
+  // `mode` picks the scoping, the rest are stage options; the cluster's read (its node, its
+  // families, its labels) takes these three from the flags as well, as the API's own stage.
+  const apiToo = new Set(['mode', 'enableIPv6', 'nodeName', 'nodeLabels']);
+  const planned = [...plannedFields()].filter((field) => !apiToo.has(field));
+  t.ok(
+    planned.includes('table') && planned.includes('setLayout'),
+    `plan() reads ${planned.join(', ')}`,
+  );
+
+  const config = ts.getParsedCommandLineOfConfigFile(
+    join(packageRoot, 'tsconfig.build.json'),
+    {},
+    { ...ts.sys, onUnRecoverableConfigFileDiagnostic: () => {} },
+  );
+  if (!config) throw new Error('tsconfig.build.json parses');
+  const program = ts.createProgram(config.fileNames, { ...config.options, noEmit: true });
+  const checker = program.getTypeChecker();
+  const optionsFile = join(src, 'options.ts');
+  const isAgentOption = (symbol: ts.Symbol | undefined): boolean =>
+    symbol?.declarations?.some(
+      (d) =>
+        d.getSourceFile().fileName === optionsFile &&
+        ts.isInterfaceDeclaration(d.parent) &&
+        d.parent.name.text === 'AgentOptions',
+    ) ?? false;
+
+  const reads: string[] = [];
+  let seen = 0;
+  for (const file of program.getSourceFiles()) {
+    const name = file.fileName;
+    // options.ts is the mapping; flags.ts makes the options from argv.
+    if (!name.startsWith(src) || name === optionsFile || name.endsWith('/cli/flags.ts')) continue;
+    const visit = (node: ts.Node): void => {
+      let field: ts.Identifier | ts.PrivateIdentifier | undefined;
+      let symbol: ts.Symbol | undefined;
+      if (ts.isPropertyAccessExpression(node)) {
+        field = node.name;
+        symbol = checker.getSymbolAtLocation(node.name);
+      } else if (ts.isBindingElement(node) && ts.isObjectBindingPattern(node.parent)) {
+        const key = node.propertyName ?? node.name;
+        if (ts.isIdentifier(key)) {
+          field = key;
+          symbol = checker.getTypeAtLocation(node.parent).getProperty(key.text);
+        }
+      }
+      if (field && isAgentOption(symbol)) {
+        seen++;
+        if (planned.includes(field.text)) {
+          const { line } = file.getLineAndCharacterOfPosition(node.getStart());
+          reads.push(`${relative(src, name)}:${line + 1} ${field.text}`);
+        }
+      }
+      ts.forEachChild(node, visit);
+    };
+    visit(file);
+  }
+  t.ok(seen > 20, `${seen} reads of AgentOptions found outside options.ts`);
+  t.same(reads, [], 'none of them a stage option plan() maps');
+});
