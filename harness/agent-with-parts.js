@@ -16,7 +16,7 @@ installSignalHandlers();
 const { conserveMemory } = await import('../dist/memory.js');
 conserveMemory();
 const { main } = await import('../dist/cli.js');
-const { nftKernel } = await import('../dist/nftables/kernel.js');
+const { nftKernel } = await import('../dist/kernel/kernel.js');
 
 const [given, ...args] = process.argv.slice(2);
 const { fault, kubernetesTimings } = JSON.parse(given ?? '{}');

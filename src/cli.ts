@@ -8,7 +8,7 @@ import type { KubernetesSession } from './kubernetes/index.js';
 import { parseArgs } from './cli/flags.js';
 import { workOnce } from './memory.js';
 import { plan, usesApi, type AgentOptions } from './options.js';
-import { nftKernel } from './nftables/kernel.js';
+import { nftKernel } from './kernel/kernel.js';
 import { version } from './version.js';
 
 /** --render: needs no privileges and never loads the addon. */

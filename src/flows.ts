@@ -1,6 +1,6 @@
 // What the node's NAT did with the translated flows (docs/observability.md, "What the node's NAT
 // does"): protocol names, the source ports a translation can use, the port headroom by family and
-// protocol, and the operator's view of `--flows` from a NAT sample's records (nftables/types.ts,
+// protocol, and the operator's view of `--flows` from a NAT sample's records (kernel/conntrack.ts,
 // NatRecords), read a source at a time and written a piece at a time: memory flat whatever the
 // number of groups. Pure.
 import { protocolText } from './protocols.js';
@@ -8,7 +8,8 @@ import type { PortRange } from './decision.js';
 import type { AddressFamily } from './config/types.js';
 import { endianness } from 'node:os';
 import { formatAddress } from './cidr/index.js';
-import type { NatRecords, NatSample, RuleShape } from './nftables/types.js';
+import type { NatRecords, NatSample } from './kernel/conntrack.js';
+import type { RuleShape } from './nftables/types.js';
 
 /** The protocols the series are labelled with. */
 export const NAT_PROTOCOLS = ['tcp', 'udp', 'sctp', 'icmp', 'other'] as const;

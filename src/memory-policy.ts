@@ -1,7 +1,7 @@
 // The agent's one hook for memory (docs/design.md, "Memory"): at start, and around each sync, what V8,
 // glibc and the kernel are asked to give back, through the addon and HeapTidier (memory.ts).
 import { HeapTidier } from './memory.js';
-import { mapLargeAllocations, pageOutFileMappings, releaseMemory } from './nftables/addon.js';
+import { mapLargeAllocations, pageOutFileMappings, releaseMemory } from './kernel/addon.js';
 
 /**
  * Up to this many CIDRs in force, the agent's config is small for memory's sake: the program's pages

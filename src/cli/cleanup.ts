@@ -4,7 +4,7 @@
 import type { Logger } from 'pino';
 import { isStandIn, standInName, tableOwner } from '../nftables/ownership.js';
 import { renderDelete } from '../nftables/render.js';
-import type { OthersPort, TablesPort } from '../nftables/ports.js';
+import type { OthersPort, TablesPort } from '../kernel/ports.js';
 import { LegacyChain, type LegacyOptions } from '../reconcile/legacy.js';
 
 export interface CleanupDeps {

@@ -24,7 +24,7 @@ import {
   type FlowSource,
 } from '../flows.js';
 import { collectGarbage } from '../memory.js';
-import type { OthersPort, ConntrackPort } from '../nftables/ports.js';
+import type { OthersPort, ConntrackPort } from '../kernel/ports.js';
 import { oursOrStandIn } from '../nftables/ownership.js';
 import type { RuleShape } from '../nftables/types.js';
 import { plan, usesApi, type AgentOptions } from '../options.js';

@@ -23,7 +23,7 @@ import { objectDrift } from '../nftables/listing.js';
 import { oursOrStandIn, tableOwner } from '../nftables/ownership.js';
 import { POD_POLICY_MAP, podPolicyChainIndex, podPolicyPrefix } from '../nftables/objects.js';
 import { podNames } from './flows.js';
-import { scanNatChains } from '../nftables/nat-chains.js';
+import { scanNatChains } from '../reconcile/nat-chains.js';
 import { verdictFor, type NatFlow, type OtherNatVerdict } from '../nat-rules.js';
 import {
   findingsOf,
@@ -38,8 +38,8 @@ import type { Config, LoadOptions, LoadResult, SkippedFile } from '../config/typ
 import { diffConfigs, diffText } from '../diff.js';
 import { explainer, explanationText, LOCAL_NOTE, type Explanation } from '../explain.js';
 import { plan, usesApi, type AgentOptions } from '../options.js';
-import { legacyChainsIn } from '../nftables/legacy-chain.js';
-import type { OthersPort, TablesPort } from '../nftables/ports.js';
+import { legacyChainsIn } from '../kernel/legacy-chain.js';
+import type { OthersPort, TablesPort } from '../kernel/ports.js';
 import { errorText } from '../errors.js';
 
 const out = (text: string) => process.stdout.write(text.endsWith('\n') ? text : `${text}\n`);

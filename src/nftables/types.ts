@@ -1,6 +1,7 @@
-// Data types of the nftables objects the agent writes, and of what the kernel port (kernel.ts)
-// takes and answers. Behaviour (rendering) lives in render.ts.
-import type { Range, RangeList, TableFamily } from '../cidr/index.js';
+// Data types of the nftables objects the agent writes, and of what the kernel's nftables rooms
+// (kernel/ports.ts) take and answer. Behaviour (rendering) lives in render.ts; conntrack's records
+// are kernel/conntrack.ts.
+import type { TableFamily } from '../cidr/index.js';
 
 export type { TableFamily } from '../cidr/index.js';
 
@@ -180,57 +181,6 @@ export interface TableRef {
 }
 
 /**
- * What one config decides for a family's flows beside their destination, as the conntrack flush
- * judges each entry by it (docs/writes.md, "Existing flows"): the senders it considers (null: every
- * one), the egress interfaces (null: every one; a trailing `*` a prefix), and the SNAT range it
- * translates to (null: masquerade). Ranges in normal form.
- */
-export interface FlowPolicy {
-  readonly sources: RangeList | null;
-  readonly interfaces: readonly string[] | null;
-  readonly snat: Range | null;
-}
-
-/** Which entries of a family a config change may flip, for the flush to judge one by one. */
-export interface FlowJudgement {
-  readonly family: 4 | 6;
-  /** Protocol numbers looked at; empty: every one. */
-  readonly protocols: readonly number[];
-  /** Destinations exempt before the change only, and after it only. */
-  readonly lost: RangeList;
-  readonly gained: RangeList;
-  /**
-   * Every destination exempt after the change, given when the policies differ (then any may flip).
-   */
-  readonly exemptAfter: RangeList | null;
-  readonly before: FlowPolicy;
-  readonly after: FlowPolicy;
-  /** At most this many replies held. */
-  readonly holdMax: number;
-}
-
-/** The entries a judgement found to delete, kept by the kernel side until deleted. */
-export interface FlowPlan {
-  readonly family: 4 | 6;
-  /** Entries of the family seen, and those whose egress interface the routing could not tell. */
-  readonly seen: number;
-  readonly unjudged: number;
-  /** Entries deleted at once, and UDP ones with a query in flight deleted after a grace. */
-  readonly now: number;
-  readonly later: number;
-  /** Replies of the untranslated UDP flows among `now`, to let through untracked for a moment. */
-  readonly hold: number;
-  /** The kernel side's own handle on the entries. */
-  readonly handle: unknown;
-}
-
-/** What a deletion did: entries deleted by protocol number, and what failed. */
-export interface DeletedFlows {
-  readonly deleted: ReadonlyMap<number, number>;
-  readonly error: string | undefined;
-}
-
-/**
  * The namespace's nftables generation id read right before and right after one commit of ours, with
  * no other call of ours between (undefined where it could not be read). `after === before + 1` says
  * that no other commit came in that time; anything else, that another tool's did.
@@ -251,7 +201,7 @@ export interface WriteOptions {
 }
 
 /**
- * How a libnftables call can fail (nftables/addon.ts), each counted by kind (reconcile/metrics.ts).
+ * How a libnftables call can fail (kernel/addon.ts), each counted by kind (reconcile/metrics.ts).
  */
 export const nftFailureKinds = ['error', 'crash', 'timeout', 'spawn'] as const;
 export type NftFailureKind = (typeof nftFailureKinds)[number];
@@ -311,43 +261,4 @@ export interface CounterValue {
   readonly name: string;
   readonly packets: number;
   readonly bytes: number;
-}
-
-/** What a NAT sample asks for (nftables/addon.ts, natSample). */
-export interface NatSampleRequest {
-  readonly family: 4 | 6;
-  /** The dump stops once its thread has used this much CPU. */
-  readonly cpuBudgetS: number;
-  /** Keep the flows by source and destination (--flows). */
-  readonly bySource: boolean;
-  /**
-   * Only these original sources, and destinations (after DNAT), each list sorted and disjoint;
-   * absent: all.
-   */
-  readonly from?: readonly Range[];
-  readonly to?: readonly Range[];
-}
-
-/**
- * --flows' records (native/nat-stats.h, FlowRecords): one per (source, translated address,
- * destination, port, protocol), `stride` bytes each in `data`, in the order they are shown: by
- * their source's flows, then each source's destinations by flows.
- */
-export interface NatRecords {
-  readonly width: 4 | 16;
-  readonly stride: number;
-  readonly count: number;
-  readonly data: Buffer;
-}
-
-/** A NAT sample: whether it ended within its budget, and its figures. */
-export interface NatSample {
-  readonly complete: boolean;
-  readonly seen: number;
-  readonly translated: number;
-  readonly cpuS: number;
-  /** [protocol number, translated flows, the busiest (address, destination, port)'s flows]. */
-  readonly protocols: ReadonlyArray<readonly [number, number, number]>;
-  /** With `bySource` only. */
-  readonly records?: NatRecords;
 }

@@ -5,10 +5,10 @@
 // commit to other tables costs one drain of the socket: no read, no sync; its generation step is
 // told on, so that a readiness probe need not read our tables back for it (docs/observability.md,
 // "HTTP").
-import type { CommitsHeard } from '../nftables/addon.js';
+import type { CommitsHeard } from '../kernel/addon.js';
 
 export interface CommitWatchDeps {
-  /** Opens the notification socket (nftables/addon.ts openCommitMonitor). */
+  /** Opens the notification socket (kernel/addon.ts openCommitMonitor). */
   readonly open: () => { drain(): CommitsHeard; close(): void };
   /** Whether a table ("ip ipmasq") is ours or our stand-in. */
   readonly ours: (table: string) => boolean;

@@ -26,8 +26,9 @@ import {
   type TranslationFlags,
 } from '../decision.js';
 import { LATE_REPLIES_SET, LATE_REPLIES_SIZE } from '../nftables/objects.js';
-import type { CommitStep, FlowPlan, FlowPolicy } from '../nftables/types.js';
-import type { ConntrackPort } from '../nftables/ports.js';
+import type { FlowPlan, FlowPolicy } from '../kernel/conntrack.js';
+import type { CommitStep } from '../nftables/types.js';
+import type { ConntrackPort } from '../kernel/ports.js';
 import { decisionChangesOffThread, type DecisionChange } from './changed-ranges.js';
 import type { AgentMetrics } from './metrics.js';
 

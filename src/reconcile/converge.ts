@@ -30,9 +30,9 @@ import {
   type TableFamily,
   NO_ELEMENTS,
 } from '../nftables/types.js';
-import { NftError } from '../nftables/addon.js';
+import { NftError } from '../kernel/addon.js';
 import { errorText } from '../errors.js';
-import type { TablesPort, OthersPort } from '../nftables/ports.js';
+import type { TablesPort, OthersPort } from '../kernel/ports.js';
 import type { AgentMetrics, WriteFallbackReason } from './metrics.js';
 import { reportMismatch } from './fast-path.js';
 import { OtherAgentWatch } from './other-agent.js';
@@ -355,7 +355,7 @@ export class Converger {
   private heardElsewhereAt = -Infinity;
 
   /**
-   * Whether a write of about `elements` elements is made unheard (nftables/addon.ts, committed):
+   * Whether a write of about `elements` elements is made unheard (kernel/addon.ts, committed):
    * a large one, while no other tool has committed for a while. Another tool's commit during it
    * goes unheard, so its step is never explained: what it did to our tables is read back, as after
    * any commit not heard (docs/writes.md, "When it writes").

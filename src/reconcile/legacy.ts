@@ -2,8 +2,8 @@
 // the look at other NAT (other-nat.ts) and warned about before the first sync's write, removed with --remove-legacy-chain only once our own table is
 // in the kernel, so no flow goes out unmasqueraded meanwhile. Never fatal.
 import type { Logger } from 'pino';
-import { legacyChainsIn } from '../nftables/legacy-chain.js';
-import type { OthersPort } from '../nftables/ports.js';
+import { legacyChainsIn } from '../kernel/legacy-chain.js';
+import type { OthersPort } from '../kernel/ports.js';
 import type { ChainInfo } from '../nftables/types.js';
 import type { NodeEvents } from '../kubernetes/events.js';
 import type { AgentMetrics } from './metrics.js';

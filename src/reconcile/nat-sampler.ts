@@ -1,6 +1,6 @@
 // SNAT port headroom (docs/observability.md, "What the node's NAT does"): every
 // --nat-stats-interval, one dump of each family's source-translated conntrack entries, aggregated
-// on a pool thread (nftables/addon.ts, natSample), sets ipmasq_snat_flows and
+// on a pool thread (kernel/addon.ts, natSample), sets ipmasq_snat_flows and
 // ipmasq_snat_port_usage_ratio. A sample that runs past its CPU budget stops; the series keep the
 // last complete sample, and it is said once.
 import { familyOf } from '../cidr/index.js';
@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import type { AddressFamily } from '../config/types.js';
 import { errorText } from '../errors.js';
 import { headroomOf, type Headroom } from '../flows.js';
-import type { ConntrackPort } from '../nftables/ports.js';
+import type { ConntrackPort } from '../kernel/ports.js';
 
 /**
  * The most CPU one family's sample may take (docs/observability.md, "What the node's NAT does").

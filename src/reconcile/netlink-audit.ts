@@ -5,7 +5,7 @@
 // address set's elements compared with the whole list the agent wrote (audit::AuditSet, on a pool
 // thread), each chain's hook and the comments of its rules (the mark among them), each rule's
 // expressions as they were right after the agent's own write, and the named counters.
-import type { TablesPort, OthersPort } from '../nftables/ports.js';
+import type { TablesPort, OthersPort } from '../kernel/ports.js';
 import type { Chain, NamedSet, RuleShape, Table, TableFamily } from '../nftables/types.js';
 
 /** Each chain's rules as their expressions show them, by table family and chain name. */

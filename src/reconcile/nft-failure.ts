@@ -2,8 +2,8 @@
 // the usual cause is an object it cannot parse that another tool wrote (docs/operations.md,
 // "nftables versions"): the tables are named over plain netlink and each foreign one is listed on
 // its own, each in its own libnftables process, to say which one it is.
-import { libnftablesVersion, NftError } from '../nftables/addon.js';
-import type { AnyTableRef, OthersPort } from '../nftables/ports.js';
+import { libnftablesVersion, NftError } from '../kernel/addon.js';
+import type { AnyTableRef, OthersPort } from '../kernel/ports.js';
 import { oursOrStandIn } from '../nftables/ownership.js';
 import { errorText } from '../errors.js';
 

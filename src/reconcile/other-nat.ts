@@ -12,8 +12,8 @@ import { escapeUnprintable } from '../cidr/index.js';
 import { errorText } from '../errors.js';
 import type { NodeEvents } from '../kubernetes/events.js';
 import { unmarkedTranslations } from '../nat-rules.js';
-import type { OthersPort, TablesPort } from '../nftables/ports.js';
-import { libnftablesVersion } from '../nftables/addon.js';
+import type { OthersPort, TablesPort } from '../kernel/ports.js';
+import { libnftablesVersion } from '../kernel/addon.js';
 import {
   LOOK_CHAINS_MAX,
   LOOK_RULES_MAX,
@@ -24,7 +24,7 @@ import {
   type NatChain,
   type NatPosition,
   type NatScan,
-} from '../nftables/nat-chains.js';
+} from './nat-chains.js';
 import type { ChainRules, ListedRule } from '../nftables/types.js';
 import type { AgentMetrics } from './metrics.js';
 

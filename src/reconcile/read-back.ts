@@ -5,7 +5,7 @@ import type { CompileOptions } from '../compile.js';
 import { listingIs } from '../nftables/listing.js';
 import { isStandIn, standInName, tableOwner, type TableOwner } from '../nftables/ownership.js';
 import type { Table, TableFamily, TableRef } from '../nftables/types.js';
-import type { TablesPort } from '../nftables/ports.js';
+import type { TablesPort } from '../kernel/ports.js';
 
 export interface KernelTables {
   readonly listings: ReadonlyMap<TableFamily, string | null>;

@@ -19,7 +19,7 @@ import { ConfigReader, type ClusterData } from './config-reader.js';
 import type { NodeEvents } from '../kubernetes/events.js';
 import { ConntrackFlush, type ConntrackFlushMode } from './conntrack.js';
 import { Converger, type Converged, type Timed } from './converge.js';
-import type { Kernel } from '../nftables/ports.js';
+import type { Kernel } from '../kernel/ports.js';
 import { LegacyChain, type LegacyOptions } from './legacy.js';
 import type { AgentMetrics } from './metrics.js';
 import { describeKernelFailure, type KernelFailure } from './nft-failure.js';

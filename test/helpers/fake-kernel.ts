@@ -1,7 +1,7 @@
 // A transactional stand-in for the kernel, for fast reconciler tests: it understands the scripts
 // the renderer writes (add/delete table, nested table blocks), keeps listings as nft would print
 // them, and moves a generation id on every commit. Real behaviour is proven by the kernel tests.
-import type { AnyTableRef, Kernel } from '../../src/nftables/ports.js';
+import type { AnyTableRef, Kernel } from '../../src/kernel/ports.js';
 import { renderElementEdit } from '../../src/nftables/change.js';
 import { PRERENDER_SLICE, setBlock } from '../../src/nftables/render.js';
 import type {
@@ -10,18 +10,20 @@ import type {
   ElementEdit,
   Elements,
   CounterValue,
-  DeletedFlows,
-  FlowJudgement,
-  FlowPlan,
-  NatSample,
   NamedSet,
   RuleShape,
   SetAudit,
   TableRef,
   SetFill,
 } from '../../src/nftables/types.js';
+import type {
+  DeletedFlows,
+  FlowJudgement,
+  FlowPlan,
+  NatSample,
+} from '../../src/kernel/conntrack.js';
 import { parseAddress } from '../../src/cidr/index.js';
-import { NftError } from '../../src/nftables/addon.js';
+import { NftError } from '../../src/kernel/addon.js';
 import { frozenElements } from '../../src/nftables/types.js';
 
 export class FakeKernel implements Kernel {

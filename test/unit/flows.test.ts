@@ -16,7 +16,7 @@ import {
   snatPorts,
   snatPortsOfShapes,
 } from '../../src/flows.js';
-import type { NatRecords, NatSample } from '../../src/nftables/types.js';
+import type { NatRecords, NatSample } from '../../src/kernel/conntrack.js';
 
 t.test('protocols by family: ICMP is 1 for IPv4, 58 for IPv6', async (t) => {
   t.equal(natProtocol(1, 'ipv4'), 'icmp');

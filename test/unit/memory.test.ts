@@ -20,7 +20,7 @@ import t from 'tap';
 import { tempDir } from '../../harness/netns.js';
 import { collectGarbage, HeapTidier } from '../../src/memory.js';
 import { MemoryPolicy, SMALL_CONFIG_CIDRS } from '../../src/memory-policy.js';
-import { mapLargeAllocations, pageOutFileMappings } from '../../src/nftables/addon.js';
+import { mapLargeAllocations, pageOutFileMappings } from '../../src/kernel/addon.js';
 
 t.test('collectGarbage frees what is no longer reachable at once', async (t) => {
   collectGarbage();

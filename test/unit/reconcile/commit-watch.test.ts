@@ -3,7 +3,7 @@
 // is no longer known to hold our tables; commits to other tables cost nothing but the drain, and
 // are told on (a readiness probe needs no look for them).
 import t from 'tap';
-import type { CommitsHeard } from '../../../src/nftables/addon.js';
+import type { CommitsHeard } from '../../../src/kernel/addon.js';
 import { CommitWatch, FOREIGN_COMMIT } from '../../../src/reconcile/commit-watch.js';
 
 function watch(heard: CommitsHeard[], unchanged: boolean) {

@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import { pino } from 'pino';
 import t from 'tap';
 import type { Config } from '../../../src/config/types.js';
-import { NftError } from '../../../src/nftables/addon.js';
+import { NftError } from '../../../src/kernel/addon.js';
 import { listingIs } from '../../../src/nftables/listing.js';
 import { compile } from '../../../src/compile.js';
 import type { CommitStep, ElementEdit } from '../../../src/nftables/types.js';

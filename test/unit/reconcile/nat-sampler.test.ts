@@ -4,8 +4,8 @@
 import { pino } from 'pino';
 import t from 'tap';
 import type { Headroom } from '../../../src/flows.js';
-import type { Kernel } from '../../../src/nftables/ports.js';
-import type { NatSample, NatSampleRequest } from '../../../src/nftables/types.js';
+import type { Kernel } from '../../../src/kernel/ports.js';
+import type { NatSample, NatSampleRequest } from '../../../src/kernel/conntrack.js';
 import { NatSampler } from '../../../src/reconcile/nat-sampler.js';
 
 function setup(samples: NatSample[]) {

@@ -5,7 +5,7 @@
 // count) and WARNINGS_PER_LOOK warnings plus one that sums up the rest; when they go, as few lines.
 import pino from 'pino';
 import t from 'tap';
-import type { Kernel } from '../../../src/nftables/ports.js';
+import type { Kernel } from '../../../src/kernel/ports.js';
 import type { ChainInfo, RuleShape } from '../../../src/nftables/types.js';
 import { AgentMetrics, OTHER_NAT_SERIES_MAX } from '../../../src/reconcile/metrics.js';
 import { MESSAGE_MAX, OtherNatWatch, WARNINGS_PER_LOOK } from '../../../src/reconcile/other-nat.js';

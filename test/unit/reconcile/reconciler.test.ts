@@ -10,7 +10,7 @@ import {
 import type { Config, LoadResult } from '../../../src/config/types.js';
 import { ConfigError } from '../../../src/config/types.js';
 import { frozenElements } from '../../../src/nftables/types.js';
-import { NftError } from '../../../src/nftables/addon.js';
+import { NftError } from '../../../src/kernel/addon.js';
 import { markText } from '../../../src/nftables/ownership.js';
 import { withoutTableComment } from '../../../src/nftables/render.js';
 import { Reconciler, type ReconcilerDeps } from '../../../src/reconcile/reconciler.js';
@@ -20,7 +20,7 @@ import { AgentMetrics } from '../../../src/reconcile/metrics.js';
 import { FakeKernel } from '../../helpers/fake-kernel.js';
 import { egressKeys } from '../../helpers/config.js';
 import type { EgressPolicy } from '../../../src/config/types.js';
-import type { Kernel } from '../../../src/nftables/ports.js';
+import type { Kernel } from '../../../src/kernel/ports.js';
 import { compileOptions } from '../../helpers/compile-options.js';
 
 const ip = { family: 'ip', name: 'ipmasq' } as const;

@@ -36,7 +36,7 @@ import type { IContainer } from 'kubernetes-models/v1/Container';
 import { parseArgs } from '../../../src/cli/flags.js';
 import { checkPath } from '../../../src/config/check.js';
 import { defaultConfig, parseConfigText } from '../../../src/config/index.js';
-import { addonPaths } from '../../../src/nftables/addon.js';
+import { addonPaths } from '../../../src/kernel/addon.js';
 import { EVENTS_NAMESPACE } from '../../../src/kubernetes/events.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..', '..', '..');

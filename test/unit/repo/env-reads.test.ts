@@ -13,7 +13,7 @@ const src = join(packageRoot, 'src');
 /** Where src/ reads the environment, and why an operator or the image sets what it reads. */
 const READERS: Record<string, string> = {
   'signals.ts': "the image's launcher's pipe (native/launch.c) and NODE_OPTIONS' --inspect",
-  'nftables/addon.ts': "IPMASQ_NFT_TIMEOUT_MS, a libnftables call's time limit",
+  'kernel/addon.ts': "IPMASQ_NFT_TIMEOUT_MS, a libnftables call's time limit",
   'kubernetes/connection.ts': "the pod's in-cluster API address, KUBECONFIG",
   'cli/flags.ts': "the flags' environment fallbacks (the original's NODE_NAME and the like)",
 };

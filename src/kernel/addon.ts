@@ -24,25 +24,27 @@ import {
   type CommitStep,
   type WriteOptions,
   type CounterValue,
-  type DeletedFlows,
   type ElementEdit,
   type Elements,
-  type FlowJudgement,
-  type FlowPlan,
-  type FlowPolicy,
-  type NatSample,
   type NamedSet,
-  type NatSampleRequest,
   type NftFailureKind,
   type RuleShape,
   type SetAudit,
   type SetFill,
   type TableElementEdit,
   type TableRef,
-} from './types.js';
+} from '../nftables/types.js';
+import type {
+  DeletedFlows,
+  FlowJudgement,
+  FlowPlan,
+  FlowPolicy,
+  NatSample,
+  NatSampleRequest,
+} from './conntrack.js';
 import { errorText } from '../errors.js';
 
-export type { NftFailureKind } from './types.js';
+export type { NftFailureKind } from '../nftables/types.js';
 
 /** What the native judgement answers: counts, and the plan it keeps (an External). */
 interface NativePlan {

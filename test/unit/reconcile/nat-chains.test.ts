@@ -1,18 +1,18 @@
-// The look at other tables' NAT (src/nftables/nat-chains.ts) prints with libnftables each chain its
+// The look at other tables' NAT (src/reconcile/nat-chains.ts) prints with libnftables each chain its
 // base chains reach once per distinct content: four nat postrouting base chains sharing one jumped
 // chain (the red team's case, issue 51) cost one print, then none; a changed rule, a print of that
 // chain alone. Each base chain still gets the rules it reaches. A print waits for the caller (the
 // agent's sync under way), and a look reads at most LOOK_CHAINS_MAX chains, LOOK_RULES_MAX rules,
 // for LOOK_TIME_MS; while nobody committed (the generation id unchanged) it reads nothing again.
 import t from 'tap';
-import type { Kernel } from '../../../src/nftables/ports.js';
+import type { Kernel } from '../../../src/kernel/ports.js';
 import {
   LOOK_CHAINS_MAX,
   LOOK_RULES_MAX,
   LOOK_TIME_MS,
   scanNatChains,
   type ListingCache,
-} from '../../../src/nftables/nat-chains.js';
+} from '../../../src/reconcile/nat-chains.js';
 import type { ChainInfo, RuleShape } from '../../../src/nftables/types.js';
 
 function fakeKernel() {

@@ -5,20 +5,22 @@ import type {
   ChainInfo,
   CommitStep,
   CounterValue,
-  DeletedFlows,
   ElementEdit,
   Elements,
-  FlowJudgement,
-  FlowPlan,
-  NatSample,
-  NatSampleRequest,
   NamedSet,
   RuleShape,
   SetAudit,
   SetFill,
   TableRef,
   WriteOptions,
-} from './types.js';
+} from '../nftables/types.js';
+import type {
+  DeletedFlows,
+  FlowJudgement,
+  FlowPlan,
+  NatSample,
+  NatSampleRequest,
+} from './conntrack.js';
 
 /** A table of any family, as the kernel names it (`inet`, `bridge`, … as well as ours). */
 export interface AnyTableRef {

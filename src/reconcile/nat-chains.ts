@@ -3,10 +3,10 @@
 // rules printed by libnftables only when the chains' rules changed since the last look, and only
 // when the kernel's expressions show one of them translating. A chain libnftables cannot print is
 // reported as unreadable, from what the expressions show.
-import type { OthersPort, TablesPort } from './ports.js';
-import { parseRuleListing } from './listing.js';
-import { nameProblem } from './names.js';
-import type { ChainInfo, ChainRules, ListedRule, RuleShape } from './types.js';
+import type { OthersPort, TablesPort } from '../kernel/ports.js';
+import { parseRuleListing } from '../nftables/listing.js';
+import { nameProblem } from '../nftables/names.js';
+import type { ChainInfo, ChainRules, ListedRule, RuleShape } from '../nftables/types.js';
 
 /** The priority of our nat postrouting chains (`srcnat`), as the kernel numbers it. */
 export const OUR_NAT_PRIORITY = 100;

@@ -1,7 +1,7 @@
 // The original agent's chain in iptables-nft's `ip nat` (docs/migration.md): found in a chain
 // dump, and removed with the POSTROUTING rules that jump to it when the operator asks.
 import { commitNft, NftError, runNft } from './addon.js';
-import type { ChainInfo } from './types.js';
+import type { ChainInfo } from '../nftables/types.js';
 
 /**
  * Which of these names are chains of iptables-nft's `ip nat` in a chain dump (the original agent's,
