@@ -4,13 +4,13 @@
 import type { Logger } from 'pino';
 import { isStandIn, standInName, tableOwner } from '../nftables/ownership.js';
 import { renderDelete } from '../nftables/render.js';
-import type { OthersPort, TablesPort } from '../kernel/ports.js';
+import type { LegacyPort, TablesPort } from '../kernel/ports.js';
 import { LegacyChain, type LegacyOptions } from '../reconcile/legacy.js';
 
 export interface CleanupDeps {
   readonly table: string;
   readonly legacy: LegacyOptions;
-  readonly kernel: TablesPort & OthersPort;
+  readonly kernel: TablesPort & LegacyPort;
   readonly logger: Logger;
 }
 

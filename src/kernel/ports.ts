@@ -1,4 +1,4 @@
-// The Kernel port: what the agent asks of the kernel, in three rooms, each its own interface
+// The Kernel port: what the agent asks of the kernel, in four rooms, each its own interface
 // (docs/design.md, "Data flow"). A module takes the rooms it uses; the adapter over the addon is
 // kernel.ts, and tests stand a fake in its place (test/helpers/fake-kernel.ts).
 import type {
@@ -66,10 +66,7 @@ export interface TablesPort {
   setHas(ref: TableRef, set: string, element: string): Promise<boolean>;
 }
 
-/**
- * Everyone else's tables, only looked at (the look at other NAT, the original agent's chain, which
- * the agent may remove when asked).
- */
+/** Everyone else's tables, only looked at (the look at other NAT on the node). */
 export interface OthersPort {
   /**
    * Every table in the namespace, from plain netlink: works where libnftables cannot parse them.
@@ -92,6 +89,13 @@ export interface OthersPort {
    * Whether libnftables can list this table (false when listing it crashes or hangs libnftables).
    */
   readable(ref: AnyTableRef): Promise<boolean>;
+}
+
+/**
+ * The original agent's chain in iptables-nft's `ip nat` (docs/migration.md): found, and removed when
+ * asked.
+ */
+export interface LegacyPort {
   /**
    * Which of these chains exist in iptables-nft's `ip nat` (the original agent's,
    * docs/migration.md).
@@ -126,4 +130,4 @@ export interface ConntrackPort {
  * Everything that touches the kernel, for reconcile and the CLI alike; a module that needs one
  * room of it takes that port.
  */
-export interface Kernel extends TablesPort, OthersPort, ConntrackPort {}
+export interface Kernel extends TablesPort, OthersPort, LegacyPort, ConntrackPort {}

@@ -3,7 +3,7 @@
 // in the kernel, so no flow goes out unmasqueraded meanwhile. Never fatal.
 import type { Logger } from 'pino';
 import { legacyChainsIn } from '../kernel/legacy-chain.js';
-import type { OthersPort } from '../kernel/ports.js';
+import type { LegacyPort } from '../kernel/ports.js';
 import type { ChainInfo } from '../nftables/types.js';
 import type { NodeEvents } from '../kubernetes/events.js';
 import type { AgentMetrics } from './metrics.js';
@@ -17,7 +17,7 @@ export interface LegacyOptions {
 }
 
 export interface LegacyDeps {
-  readonly kernel: OthersPort;
+  readonly kernel: LegacyPort;
   readonly options: LegacyOptions;
   readonly logger: Logger;
   /** Where `ipmasq_legacy_chain_present` is set; a one-shot --cleanup has none to serve. */

@@ -1,7 +1,7 @@
 // Each module takes the rooms of the Kernel port it uses (docs/design.md, "Data flow"): our tables
-// (TablesPort), everyone else's (OthersPort), conntrack (ConntrackPort), or the two it needs; only
-// the modules that hand each part its port take the whole Kernel. The type checker keeps a port
-// wide enough; this keeps it from being wider.
+// (TablesPort), everyone else's (OthersPort), the original's chain (LegacyPort), conntrack
+// (ConntrackPort), or the two it needs; only the modules that hand each part its port take the
+// whole Kernel. The type checker keeps a port wide enough; this keeps it from being wider.
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import t from 'tap';
@@ -30,6 +30,7 @@ t.test('the modules that use a room name its port', async (t) => {
     new RegExp(`\\b${port}\\b`).test(code(readFileSync(join(src, name), 'utf8')));
   // Spot checks that the scan above reads what it means to: each room has its takers.
   t.ok(uses('reconcile/conntrack.ts', 'ConntrackPort'), 'the flush: conntrack');
-  t.ok(uses('reconcile/legacy.ts', 'OthersPort'), "the original's chain: everyone else's");
+  t.ok(uses('reconcile/legacy.ts', 'LegacyPort'), "the original's chain: its own room");
+  t.notOk(uses('reconcile/legacy.ts', 'OthersPort'), "the original's chain: not everyone else's");
   t.ok(uses('reconcile/read-back.ts', 'TablesPort'), 'the read-back: our tables');
 });
