@@ -116,7 +116,8 @@ export async function main(
     if (options.mode === 'diff') return operator.diffCommand(options);
     if (options.mode === 'check') return operator.checkCommand(options);
     // Offline unless --live: the addon is used only then (it needs root in the node's namespace).
-    return operator.explainCommand(options, options.live ? async () => nftKernel : undefined);
+    const { explainCommand } = await import('./cli/explain.js');
+    return explainCommand(options, options.live ? async () => nftKernel : undefined);
   }
   if (options.mode === 'flows') {
     const { flowsCommand } = await import('./cli/flows.js');
