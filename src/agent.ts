@@ -13,7 +13,7 @@ import { libnftablesVersion, openCommitMonitor } from './kernel/addon.js';
 import { oursOrStandIn } from './nftables/ownership.js';
 import { MemoryPolicy } from './memory-policy.js';
 import { plan, usesApi, type AgentOptions } from './options.js';
-import { snatPorts } from './flows.js';
+import { snatPorts } from './nat-figures.js';
 import { NatSampler } from './reconcile/nat-sampler.js';
 import type { KubernetesSession } from './kubernetes/index.js';
 import { nftKernel } from './kernel/kernel.js';

@@ -22,7 +22,7 @@ import {
   mergedSources,
   snatPortsOfShapes,
   type FlowSource,
-} from '../flows.js';
+} from '../nat-figures.js';
 import { collectGarbage } from '../memory.js';
 import type { OthersPort, ConntrackPort } from '../kernel/ports.js';
 import { oursOrStandIn } from '../nftables/ownership.js';

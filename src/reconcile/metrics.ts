@@ -13,7 +13,7 @@ import {
   type MetricValue,
 } from 'prom-client';
 import { readConntrackHealth, type ConntrackHealth } from './conntrack-health.js';
-import type { Headroom } from '../flows.js';
+import type { Headroom } from '../nat-figures.js';
 import { DECISION_COUNTERS, podPolicyIndex } from '../nftables/objects.js';
 
 export type SyncResult = 'applied' | 'unchanged' | 'error';

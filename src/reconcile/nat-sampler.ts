@@ -7,7 +7,7 @@ import { familyOf } from '../cidr/index.js';
 import type { Logger } from 'pino';
 import type { AddressFamily } from '../config/types.js';
 import { errorText } from '../errors.js';
-import { headroomOf, type Headroom } from '../flows.js';
+import { headroomOf, type Headroom } from '../nat-figures.js';
 import type { ConntrackPort } from '../kernel/ports.js';
 
 /**
@@ -29,7 +29,7 @@ export interface NatSamplerDeps {
   readonly publish: (rows: readonly Headroom[]) => void;
   readonly intervalMs: number;
   readonly families: readonly AddressFamily[];
-  /** Source ports per translated address (flows.ts, snatPorts). */
+  /** Source ports per translated address (nat-figures.ts, snatPorts). */
   readonly ports: number;
   readonly budgetS?: number;
 }

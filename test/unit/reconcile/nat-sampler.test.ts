@@ -3,7 +3,7 @@
 // more than 2 % of one core over the interval spaces the next ones out, and that is said once.
 import { pino } from 'pino';
 import t from 'tap';
-import type { Headroom } from '../../../src/flows.js';
+import type { Headroom } from '../../../src/nat-figures.js';
 import type { Kernel } from '../../../src/kernel/ports.js';
 import type { NatSample, NatSampleRequest } from '../../../src/kernel/conntrack.js';
 import { NatSampler } from '../../../src/reconcile/nat-sampler.js';

@@ -1,4 +1,4 @@
-// The pure side of the NAT figures (src/flows.ts): protocol names, the ports a translation can use
+// The pure side of the NAT figures (src/nat-figures.ts): protocol names, the ports a translation can use
 // (from --to-ports, or from our rules' expressions), the headroom of a sample, and --flows's reading
 // of the addon's records, its text and JSON written in pieces.
 import { endianness } from 'node:os';
@@ -15,7 +15,7 @@ import {
   natProtocol,
   snatPorts,
   snatPortsOfShapes,
-} from '../../src/flows.js';
+} from '../../src/nat-figures.js';
 import type { NatRecords, NatSample } from '../../src/kernel/conntrack.js';
 
 t.test('protocols by family: ICMP is 1 for IPv4, 58 for IPv6', async (t) => {
