@@ -276,15 +276,15 @@ function commitWatch(
     ours: (name) => ours(name.slice(0, name.indexOf(' ')), name.slice(name.indexOf(' ') + 1)),
     unchanged: () => reconciler.kernelUnchanged(),
     requestSync: trigger,
-    elsewhere: (genId) => reconciler.noteCommitElsewhere(genId),
-    touched: (genId) => reconciler.noteCommitOurs(genId),
+    elsewhere: (genId) => reconciler.heard.elsewhere(genId),
+    touched: (genId) => reconciler.heard.ours(genId),
     unavailable: (err) =>
       logger.warn(
         { err: errorText(err) },
         'cannot hear nftables notifications: commits by others to our tables are found at the next resync or readiness probe',
       ),
   });
-  reconciler.hearCommitsBy(() => commits.hearNow());
+  reconciler.heard.hearBy(() => commits.hearNow());
   return commits;
 }
 

@@ -35,6 +35,8 @@ import { errorText } from '../errors.js';
 import type { TablesPort, OthersPort } from '../kernel/ports.js';
 import type { AgentMetrics, WriteFallbackReason } from './metrics.js';
 import { reportMismatch } from './fast-path.js';
+import { CommitSteps } from './commit-steps.js';
+import { ElementWriteAudit, type ElementAudit } from './element-audit.js';
 import { OtherAgentWatch } from './other-agent.js';
 import {
   compareStructure,
@@ -117,30 +119,6 @@ const breathe = () => new Promise<void>((resolve) => setImmediate(resolve));
  */
 export const CONVERGE_ROUNDS = 3;
 
-/** What the audit of an element-only write found (docs/writes.md, "The everyday edit"). */
-export type ElementAudit =
-  /** No element-only write waits for its audit. */
-  | 'none'
-  /** The kernel holds what the write meant. */
-  | 'agrees'
-  /** Another commit came since: not the write's to judge (the next sync reads back and repairs). */
-  | 'moved'
-  /** The kernel does not hold what the write meant, though nobody else committed: its fault. */
-  | 'differs';
-
-/** How many of our own commits besides the writes (the flush's held replies) are remembered. */
-const OWN_STEPS_KEPT = 64;
-/** `COUNT WHAT (first, …)`, or nothing when none: a part of an audit's difference. */
-function named(what: string, count: number, list: readonly string[]): string[] {
-  return count === 0
-    ? []
-    : [`${count} ${what} (${list.join(', ')}${count > list.length ? ', …' : ''})`];
-}
-
-/**
- * How many times the audit of one element-only write is tried when another commit was in its way.
- */
-const AUDIT_TRIES = 3;
 /**
  * How long a libnftables read of our tables may take while nftables' notifications are heard: on a
  * node whose other tools commit all the time, libnftables starts its listing again at every commit
@@ -160,9 +138,6 @@ const UNHEARD_AFTER_QUIET_MS = 10_000;
 /** A script's elements, reckoned from its length: the shortest element, `1.0.0.0/8, `, is 11. */
 const SCRIPT_BYTES_PER_ELEMENT = 11;
 
-/** How many other tools' commits elsewhere are remembered (kube-proxy commits often). */
-const ELSEWHERE_STEPS_KEPT = 1_024;
-
 /** Why the kernel refused a write, by the errno its message names: a label of the fallbacks. */
 export function refusalReason(err: NftError): WriteFallbackReason {
   const message = err.nftMessage;
@@ -173,8 +148,31 @@ export function refusalReason(err: NftError): WriteFallbackReason {
   return 'other';
 }
 
+/** What the commit watch tells the converger of nf_tables' notifications. */
+export interface HeardCommits {
+  /** How to drain the notifications now (commit-watch.ts hearNow); false while none can be heard. */
+  hearBy(drain: () => boolean): void;
+  /** A commit heard to name one of our tables, ours or another's. */
+  ours(genId: number): void;
+  /** Another tool's commit, heard, that named none of our tables. */
+  elsewhere(genId: number): void;
+}
+
 export class Converger {
   private readonly deps: ConvergeDeps;
+  /** The generation id's steps it can explain: its own, and others' heard (commit-steps.ts). */
+  private readonly commits = new CommitSteps();
+  /** The audit of the last element-only write, and of sets filled over netlink. */
+  private readonly audit: ElementWriteAudit;
+  /**
+   * What nf_tables' notifications tell it (commit-watch.ts): reads and writes are judged by the
+   * notifications `drain` reads (docs/writes.md, "Beside a busy node").
+   */
+  readonly heard: HeardCommits = {
+    hearBy: (drain) => this.commits.hearBy(drain),
+    ours: (genId) => this.commits.noteOurs(genId),
+    elsewhere: (genId) => this.commits.noteElsewhere(genId, this.verifiedGenId),
+  };
   /** Generation of our last write, or of the table adopted at start; 0 before either. */
   generation = 0;
   /** How the last write went: an element-only batch over netlink, or libnftables scripts. */
@@ -186,32 +184,10 @@ export class Converger {
    * then, or our write's own commit with no other commit around it. Undefined: not known now.
    */
   private verifiedGenId: number | undefined;
-  /** Our own commits that leave the tables' content as it was (held replies): before → after. */
-  private readonly ownSteps = new Map<number, number>();
-  /**
-   * Other tools' commits heard from nf_tables' notifications naming none of our tables: before →
-   * after. Trusted by readiness probes only (unchangedForProbe); every sync still reads our tables
-   * back when the generation moved, and finding them changed where these steps said not is a
-   * mismatch of that fast path (docs/observability.md, "HTTP").
-   */
-  private readonly elsewhereSteps = new Map<number, number>();
-  /**
-   * Commits heard to name one of our tables, by the generation id each made: on a busy node
-   * another tool's commit may land between the generation id read before a commit of ours and the
-   * commit itself, and then ours is the one step in between that named our tables.
-   */
-  private readonly touchedSteps = new Set<number>();
-  /** Our commits besides the writes whose step was not one alone: told apart when heard. */
-  private readonly pendingOwn: CommitStep[] = [];
   /** Families whose table this process has written: ours even if its comment was changed. */
   private readonly written = new Set<TableFamily>();
   /** The tables as this process last wrote them: what the kernel holds while nobody else wrote. */
   private readonly lastTables = new Map<TableFamily, Table>();
-  /**
-   * The last element-only write and the generation id after it, until its audit reads it back;
-   * `tries`: audits that found another commit in the way (at most AUDIT_TRIES).
-   */
-  private unaudited: { genId: number; edit: ElementEdit; tries: number } | undefined;
   /** The last audit found our own write wrong: its repair is not another's drift. */
   private ownFault = false;
   /**
@@ -226,47 +202,13 @@ export class Converger {
    */
   private rules: RuleFingerprints | undefined;
 
-  /**
-   * Drains nftables' notifications now (commit-watch.ts hearNow): others' commits that named none
-   * of our tables are noted (noteCommitElsewhere) before a read or a write is judged by them.
-   * False while nothing can be heard: then only our own steps explain the generation id.
-   */
-  private hear: () => boolean = () => false;
-
   constructor(deps: ConvergeDeps) {
     this.deps = deps;
-  }
-
-  /** Judges reads and writes by the notifications `hear` drains (docs/writes.md, "Beside a busy node"). */
-  hearCommitsBy(hear: () => boolean): void {
-    this.hear = hear;
-  }
-
-  /** oursAmong, once the notifications up to `after` are heard (drained again, briefly). */
-  private async heardOursAmong(before: number, after: number): Promise<boolean> {
-    for (let attempt = 0; attempt < 3; attempt++) {
-      if (!this.hear()) return false;
-      if (this.oursAmong(before, after)) return true;
-      await new Promise((resolve) => setTimeout(resolve, 1));
-    }
-    return false;
-  }
-
-  /**
-   * Whether every step of the generation id from `from` to `to` is ours or another tool's commit
-   * that named none of our tables. A commit's notification may come a moment after its generation
-   * id shows: drained again, briefly, before a step is taken as unexplained.
-   */
-  private async explained(from: number | undefined, to: number | undefined): Promise<boolean> {
-    if (from === undefined || to === undefined) return false;
-    if (this.leftAlone(from, to)) return true;
-    for (let attempt = 0; attempt < 3; attempt++) {
-      if (!this.hear()) return false;
-      this.settlePendingOwn();
-      if (this.leftAlone(from, to)) return true;
-      await new Promise((resolve) => setTimeout(resolve, 1));
-    }
-    return false;
+    this.audit = new ElementWriteAudit({
+      kernel: deps.kernel,
+      metrics: deps.metrics,
+      explained: (from, to) => this.commits.explained(from, to),
+    });
   }
 
   /**
@@ -290,27 +232,13 @@ export class Converger {
     if (found !== undefined && found > this.generation) this.generation = found;
   }
 
-  /**
-   * The generation id reached from `genId` through our own commits that left the tables as they
-   * were.
-   */
-  private pastOwnSteps(genId: number): number {
-    let at = genId;
-    for (let hop = 0; hop < OWN_STEPS_KEPT; hop++) {
-      const next = this.ownSteps.get(at);
-      if (next === undefined) break;
-      at = next;
-    }
-    return at;
-  }
-
   /** Whether the kernel is known to hold lastTables at generation id `genId`. */
   private knownAt(genId: number | undefined): boolean {
     return (
       genId !== undefined &&
       this.verifiedGenId !== undefined &&
       this.lastTables.size > 0 &&
-      this.pastOwnSteps(this.verifiedGenId) === genId
+      this.commits.pastOwn(this.verifiedGenId) === genId
     );
   }
 
@@ -324,35 +252,8 @@ export class Converger {
     if (this.verifiedGenId === undefined || this.lastTables.size === 0) return false;
     // Our own commits and others' that named none of our tables leave them as we knew them.
     const genId = await this.deps.kernel.generationId().catch(() => undefined);
-    return this.explained(this.verifiedGenId, genId);
+    return this.commits.explained(this.verifiedGenId, genId);
   }
-
-  /** A commit heard to name one of our tables, ours or another's (commit-watch.ts). */
-  noteCommitOurs(genId: number): void {
-    this.touchedSteps.add(genId);
-    for (const oldest of this.touchedSteps) {
-      if (this.touchedSteps.size <= ELSEWHERE_STEPS_KEPT) break;
-      this.touchedSteps.delete(oldest);
-    }
-  }
-
-  /**
-   * Whether the steps from `before` to `after` (one commit of ours among others') are ours and
-   * others' that named none of our tables: ours is the one that named our tables.
-   */
-  private oursAmong(before: number, after: number): boolean {
-    let touched = 0;
-    for (let at = before; at !== after; at = (at + 1) >>> 0) {
-      const next = (at + 1) >>> 0;
-      if (this.touchedSteps.has(next)) touched++;
-      else if (this.elsewhereSteps.get(at) !== next && this.ownSteps.get(at) !== next) return false;
-      if (touched > 1 || next - before > ELSEWHERE_STEPS_KEPT) return false;
-    }
-    return touched === 1;
-  }
-
-  /** When another tool's commit was last heard, or found around a write of ours. */
-  private heardElsewhereAt = -Infinity;
 
   /**
    * Whether a write of about `elements` elements is made unheard (kernel/addon.ts, committed):
@@ -363,55 +264,9 @@ export class Converger {
   private unheard(elements: number): boolean {
     return (
       elements >= UNHEARD_FROM &&
-      this.hear() &&
-      performance.now() - this.heardElsewhereAt >=
-        (this.deps.unheardAfterQuietMs ?? UNHEARD_AFTER_QUIET_MS)
+      this.commits.hear() &&
+      this.commits.quietMs() >= (this.deps.unheardAfterQuietMs ?? UNHEARD_AFTER_QUIET_MS)
     );
-  }
-
-  /** Another tool's commit, heard, that named none of our tables (commit-watch.ts). */
-  noteCommitElsewhere(genId: number): void {
-    this.heardElsewhereAt = performance.now();
-    this.elsewhereSteps.set((genId - 1) >>> 0, genId);
-    for (const oldest of this.elsewhereSteps.keys()) {
-      if (this.elsewhereSteps.size <= ELSEWHERE_STEPS_KEPT) break;
-      this.elsewhereSteps.delete(oldest);
-    }
-    // Followed on from where our tables were last known right, as the steps are heard: however
-    // many come before the next look (100 a second for a minute), the walk stays one step.
-    const verified = this.verifiedGenId;
-    if (verified === undefined) return;
-    const from = this.heardFrom?.verified === verified ? this.heardFrom.reached : verified;
-    if (this.pastOwnSteps(from) === (genId - 1) >>> 0)
-      this.heardFrom = { verified, reached: genId };
-  }
-
-  /**
-   * How far from `verified` (verifiedGenId then) the steps heard so far lead by our held replies
-   * and others' commits that named none of our tables.
-   */
-  private heardFrom: { verified: number; reached: number } | undefined;
-
-  /**
-   * Whether `to` is reached from `from` by our held replies and others' commits that named none of
-   * our tables.
-   */
-  private leftAlone(from: number, to: number | undefined): boolean {
-    if (this.walk(from, to)) return true;
-    const heard = this.heardFrom;
-    return heard !== undefined && heard.verified === from && this.walk(heard.reached, to);
-  }
-
-  /** The steps from `from` to `to`, one by one, as far as they are remembered. */
-  private walk(from: number, to: number | undefined): boolean {
-    let at = from;
-    for (let hop = 0; hop <= ELSEWHERE_STEPS_KEPT + OWN_STEPS_KEPT; hop++) {
-      if (at === to) return true;
-      const next = this.ownSteps.get(at) ?? this.elsewhereSteps.get(at);
-      if (next === undefined) return false;
-      at = next;
-    }
-    return false;
   }
 
   /**
@@ -421,7 +276,7 @@ export class Converger {
   private reachedElsewhere(genId: number | undefined): boolean {
     if (genId === undefined || this.verifiedGenId === undefined || this.lastTables.size === 0)
       return false;
-    return this.leftAlone(this.verifiedGenId, genId);
+    return this.commits.leftAlone(this.verifiedGenId, genId);
   }
 
   /**
@@ -452,7 +307,7 @@ export class Converger {
         (!audit &&
           this.verifiedGenId !== undefined &&
           this.lastTables.size > 0 &&
-          (await this.explained(this.verifiedGenId, genId)));
+          (await this.commits.explained(this.verifiedGenId, genId)));
       if (known && this.kernelKey === key) return wrote ? 'wrote' : 'in-place';
       // An audit while the notifications say nobody else touched our tables: over netlink,
       // object by object (a libnftables listing beside a busy writer may never end).
@@ -490,9 +345,9 @@ export class Converger {
    * of our tables came since the kernel was last known to hold them.
    */
   private async heardUntouched(genId: number | undefined): Promise<boolean> {
-    if (this.verifiedGenId === undefined || this.lastTables.size === 0 || !this.hear())
+    if (this.verifiedGenId === undefined || this.lastTables.size === 0 || !this.commits.hear())
       return false;
-    return this.explained(this.verifiedGenId, genId);
+    return this.commits.explained(this.verifiedGenId, genId);
   }
 
   /**
@@ -512,7 +367,7 @@ export class Converger {
       `the audit could not read them: ${errorText(err)}`,
     ]);
     const at = await kernel.generationId().catch(() => undefined);
-    if (!(await this.explained(genId, at))) return { verdict: 'moved', at };
+    if (!(await this.commits.explained(genId, at))) return { verdict: 'moved', at };
     if (differences.length === 0) {
       this.verifiedGenId = at;
       return { verdict: 'agrees', at };
@@ -531,7 +386,7 @@ export class Converger {
     try {
       const rules = await ruleFingerprints(this.deps.kernel, tables);
       const at = await this.deps.kernel.generationId().catch(() => undefined);
-      if (await this.explained(genId, at)) this.rules = rules;
+      if (await this.commits.explained(genId, at)) this.rules = rules;
     } catch {
       // Not taken: the netlink audit compares the rules' comments alone.
     }
@@ -558,7 +413,7 @@ export class Converger {
     // Or nothing but others' commits that named none of our tables (docs/writes.md, "Beside a
     // busy node"): our tables were the same at every step, so the listing is theirs at readAt.
     const readAt = await kernel.generationId().catch(() => undefined);
-    const stable = await this.explained(genId, readAt);
+    const stable = await this.commits.explained(genId, readAt);
     const owner = found.ip?.kind === 'ours' ? found.ip : undefined;
     const mark = owner?.mark;
     if (owner?.unreadableMark && !this.warnedUnreadable) {
@@ -621,7 +476,7 @@ export class Converger {
    */
   private async readFound(timed: Timed): Promise<{ found: KernelTables } | { unread: Seen }> {
     const { kernel, compileOptions, logger, metrics } = this.deps;
-    const hearing = this.hear();
+    const hearing = this.commits.hear();
     try {
       const found = await timed('readMs', () =>
         readTables(
@@ -709,7 +564,7 @@ export class Converger {
     const replacing = this.replaceNext;
     // Pinned to `base` (the kernel refuses it if anyone committed since) only while nothing can
     // be heard: with the notifications, another commit in between is judged by what it named.
-    const pin = this.hear() ? undefined : base;
+    const pin = this.commits.hear() ? undefined : base;
     const edit =
       !replacing && (found === undefined || keptLast) ? this.elementEdit(tables, pin) : undefined;
     const steps = edit ? [] : await this.steps(tables, found, asFound);
@@ -735,8 +590,7 @@ export class Converger {
     this.verifiedGenId = otherAgent.active ? undefined : chain;
     // An element-only write, or sets filled over netlink, audited by the whole compare.
     const audited = edit ?? fillAudit(steps, tables);
-    this.unaudited =
-      audited && chain !== undefined ? { genId: chain, edit: audited, tries: 0 } : undefined;
+    this.audit.expect(audited, chain);
     // An element-only write leaves every rule but the marked one's comment as it was.
     if (chain !== undefined && (!edit || this.rules === undefined))
       await this.takeRules(tables, chain);
@@ -773,10 +627,10 @@ export class Converger {
       const follows =
         before !== undefined &&
         after !== undefined &&
-        (await this.explained(chain, before)) &&
-        (alone || (await this.heardOursAmong(before, after)));
+        (await this.commits.explained(chain, before)) &&
+        (alone || (await this.commits.heardOursAmong(before, after)));
       chain = follows ? after : undefined;
-      if (!alone) this.heardElsewhereAt = performance.now();
+      if (!alone) this.commits.heardAround();
     }
     return chain;
   }
@@ -805,7 +659,7 @@ export class Converger {
     // the fault is ours (an order of parts the kernel cannot take): not drift, a fallback.
     // (Others' commits that named none of our tables, heard, change nothing of ours.)
     const now = await kernel.generationId().catch(() => undefined);
-    const othersCommitted = !(await this.explained(base, now));
+    const othersCommitted = !(await this.commits.explained(base, now));
     if (!replacing && !othersCommitted) {
       const reason = refusalReason(err);
       metrics.incWriteFallback(reason);
@@ -847,108 +701,34 @@ export class Converger {
 
   /** Whether an element-only write waits for its audit. */
   get auditDue(): boolean {
-    return this.unaudited !== undefined;
+    return this.audit.due;
   }
 
   /**
-   * The audit of the last element-only write, when nothing but our own commits came since: each set
-   * it changed read back over netlink and compared with the whole list the write meant (on a pool
-   * thread: the audit::AuditSet of the addon, which parses that list on its own rather than by the
-   * write's packing), and the chain it marked read for the new mark. Neither a libnftables call nor
-   * queued behind our writes: a write committed meanwhile makes it `moved`. A difference makes the
-   * next converge read back and write the tables from the whole compare.
+   * The audit of the last element-only write (element-audit.ts). A difference, or a read that
+   * failed, makes the next converge read back rather than trust the write, and a difference is our
+   * own fault: its repair is not another's drift.
    */
   async auditElementWrite(): Promise<{ verdict: ElementAudit; differences: string[] }> {
-    const { kernel, metrics } = this.deps;
-    const pending = this.unaudited;
-    this.unaudited = undefined;
-    if (pending === undefined) return { verdict: 'none', differences: [] };
-    const moved = () => {
-      // Tried again a little later (by then nftables' notifications may say whose commit it was),
-      // unless a newer write is to be audited instead.
-      if (this.unaudited === undefined && pending.tries + 1 < AUDIT_TRIES)
-        this.unaudited = { ...pending, tries: pending.tries + 1 };
-      return { verdict: 'moved' as const, differences: [] };
-    };
-    // Others' commits that named none of our tables (nftables' notifications) leave the write's
-    // sets alone: on a node whose other tools commit often, the write is audited all the same.
-    const at = await kernel.generationId().catch(() => undefined);
-    if (!(await this.explained(pending.genId, at))) return moved();
-    const differences: string[] = [];
     try {
-      for (const table of pending.edit.tables) {
-        const ref = { family: table.family, name: table.table };
-        for (const { set } of table.sets) {
-          metrics.incKernelReads();
-          const found = await kernel.auditSet(ref, set, set.elements);
-          if (found.missingCount === 0 && found.extraCount === 0) continue;
-          differences.push(
-            `set ${table.family} ${table.table} ${set.name}: holds ${found.held} elements, the write meant ${found.meant}; ` +
-              [
-                ...named('missing', found.missingCount, found.missing),
-                ...named('not meant', found.extraCount, found.extra),
-              ].join('; '),
-          );
-        }
-        const comments = await kernel.ruleComments(ref, table.chain);
-        if (!comments.includes(table.mark))
-          differences.push(
-            `chain ${table.family} ${table.table} ${table.chain}: no rule carries the write's mark`,
-          );
+      const result = await this.audit.run();
+      if (result.verdict === 'differs') {
+        this.verifiedGenId = undefined;
+        this.ownFault = true;
       }
+      return result;
     } catch (err) {
-      // Not audited: the next converge reads back rather than trust the write.
       this.verifiedGenId = undefined;
       throw err;
     }
-    const readAt = await kernel.generationId().catch(() => undefined);
-    if (!(await this.explained(at, readAt))) return moved();
-    if (differences.length === 0) return { verdict: 'agrees', differences };
-    this.verifiedGenId = undefined;
-    this.ownFault = true;
-    return { verdict: 'differs', differences };
   }
 
   /**
    * Another commit of ours besides the writes (the conntrack flush's held replies), which leaves
-   * the tables' content as it was: a step of exactly one is ours alone, and the kernel is still
-   * known to hold the tables past it.
+   * the tables' content as it was: the kernel is still known to hold the tables past it.
    */
   noteCommit(step: CommitStep): void {
-    const { before, after } = step;
-    if (before === undefined || after === undefined) return;
-    if (after !== (before + 1) >>> 0) {
-      // Others committed around it: told apart once their notifications are heard.
-      this.pendingOwn.push(step);
-      if (this.pendingOwn.length > OWN_STEPS_KEPT) this.pendingOwn.shift();
-      return;
-    }
-    this.ownOnly(before, after);
-  }
-
-  /** A step of ours that left our tables' content as it was. */
-  private ownOnly(before: number, after: number): void {
-    this.ownSteps.set(before, after);
-    for (const oldest of this.ownSteps.keys()) {
-      if (this.ownSteps.size <= OWN_STEPS_KEPT) break;
-      this.ownSteps.delete(oldest);
-    }
-  }
-
-  /**
-   * Our held replies' commits that others' came around, each the one step between its generation
-   * ids that named our tables: ours, and it left them as they were.
-   */
-  private settlePendingOwn(): void {
-    for (let i = this.pendingOwn.length - 1; i >= 0; i--) {
-      const { before, after } = this.pendingOwn[i]!;
-      if (before === undefined || after === undefined || !this.oursAmong(before, after)) continue;
-      this.pendingOwn.splice(i, 1);
-      for (let at = before; at !== after; at = (at + 1) >>> 0) {
-        const next = (at + 1) >>> 0;
-        if (this.touchedSteps.has(next)) this.ownOnly(at, next);
-      }
-    }
+    this.commits.noteOwn(step);
   }
 
   /**

@@ -18,7 +18,7 @@ import { newWriterId } from '../nftables/ownership.js';
 import { ConfigReader, type ClusterData } from './config-reader.js';
 import type { NodeEvents } from '../kubernetes/events.js';
 import { ConntrackFlush, type ConntrackFlushMode } from './conntrack.js';
-import { Converger, type Converged, type Timed } from './converge.js';
+import { Converger, type Converged, type HeardCommits, type Timed } from './converge.js';
 import type { Kernel } from '../kernel/ports.js';
 import { LegacyChain, type LegacyOptions } from './legacy.js';
 import type { AgentMetrics } from './metrics.js';
@@ -275,24 +275,15 @@ export class Reconciler {
 
   /**
    * For readiness: as kernelUnchanged, other tools' commits heard to name none of our tables
-   * aside (noteCommitElsewhere). Every sync still reads back after them.
+   * aside (`heard.elsewhere`). Every sync still reads back after them.
    */
   kernelUnchangedForProbe(): Promise<boolean> {
     return this.converger.unchangedForProbe();
   }
 
-  /** Another tool's commit, heard from nf_tables' notifications, that named none of our tables. */
-  /** Reads and writes judged by the notifications `hear` drains (commit-watch.ts hearNow). */
-  hearCommitsBy(hear: () => boolean): void {
-    this.converger.hearCommitsBy(hear);
-  }
-
-  noteCommitOurs(genId: number): void {
-    this.converger.noteCommitOurs(genId);
-  }
-
-  noteCommitElsewhere(genId: number): void {
-    this.converger.noteCommitElsewhere(genId);
+  /** What nf_tables' notifications tell the converger (commit-watch.ts). */
+  get heard(): HeardCommits {
+    return this.converger.heard;
   }
 
   /** Whether the last sync found, or made, the kernel hold our tables, and knows it. */

@@ -140,12 +140,12 @@ t.test(
   async (t) => {
     const kernel = new RefusingKernel();
     const { reconciler, metric, set } = setup(kernel);
-    reconciler.hearCommitsBy(() => true);
+    reconciler.heard.hearBy(() => true);
     await reconciler.sync();
     // Another tool commits to its own table, heard as such, right before each refusal.
     kernel.beforeCommit = () => {
       kernel.tamper({ family: 'ip', name: 'kube-proxy' });
-      reconciler.noteCommitElsewhere(kernel.genId);
+      reconciler.heard.elsewhere(kernel.genId);
     };
     set(['10.0.0.0/8', '192.0.2.0/24']);
     t.same(await reconciler.sync('config changed'), { ok: true }, 'converged');

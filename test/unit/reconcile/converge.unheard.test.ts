@@ -67,7 +67,7 @@ function setup(hearing: boolean, quietMs?: number) {
     writer: 'mix3e9s.k2f',
     ...(quietMs !== undefined ? { unheardAfterQuietMs: quietMs } : {}),
   });
-  if (hearing) reconciler.hearCommitsBy(() => true);
+  if (hearing) reconciler.heard.hearBy(() => true);
   const write = async (ipv4: string[]) => {
     current = config(ipv4);
     kernel.asked = [];
@@ -106,7 +106,7 @@ t.test('large writes unheard while nobody else commits; small ones heard', async
 t.test('not while another tool commits, nor without notifications', async (t) => {
   const busy = setup(true, 60_000);
   await busy.write(apart(3_000));
-  busy.reconciler.noteCommitElsewhere(123);
+  busy.reconciler.heard.elsewhere(123);
   t.same(
     await busy.write(apart(3_000, 1)),
     [{ via: 'edit', unheard: false }],
@@ -121,7 +121,7 @@ t.test('not while another tool commits, nor without notifications', async (t) =>
   );
   const quiet = setup(true, 0);
   await quiet.write(apart(3_000));
-  quiet.reconciler.noteCommitElsewhere(123);
+  quiet.reconciler.heard.elsewhere(123);
   t.same(
     await quiet.write(apart(3_000, 1)),
     [{ via: 'edit', unheard: true }],

@@ -169,7 +169,7 @@ t.test(
     t.ok(await reconciler.kernelUnchangedForProbe(), 'known after the write');
     kernel.tamper({ family: 'ip', name: 'other' });
     t.notOk(await reconciler.kernelUnchangedForProbe(), 'a commit not heard of: not known');
-    reconciler.noteCommitElsewhere(kernel.genId);
+    reconciler.heard.elsewhere(kernel.genId);
     t.ok(
       await reconciler.kernelUnchangedForProbe(),
       'heard to name none of ours: known for a probe',
@@ -188,7 +188,7 @@ t.test(
     kernel.tamper({ family: 'ip', name: 'ipmasq' }, (listing) =>
       listing.replace('10.0.0.0/8', '10.0.0.0/9'),
     );
-    reconciler.noteCommitElsewhere(kernel.genId);
+    reconciler.heard.elsewhere(kernel.genId);
     t.ok(await reconciler.kernelUnchangedForProbe(), 'the probe believes it');
     await reconciler.sync('periodic');
     t.equal(
@@ -215,11 +215,11 @@ t.test(
   async (t) => {
     const { kernel, reconciler, setConfig, metric } = setup();
     let hearing = true;
-    reconciler.hearCommitsBy(() => hearing);
+    reconciler.heard.hearBy(() => hearing);
     await reconciler.sync();
     for (let i = 0; i < 5; i++) {
       kernel.tamper({ family: 'ip', name: 'kube-proxy' });
-      reconciler.noteCommitElsewhere(kernel.genId);
+      reconciler.heard.elsewhere(kernel.genId);
     }
     setConfig({ ok: true, config: config(['10.0.0.0/8', '192.0.2.0/24']), warnings: [] });
     const reads = kernel.reads;
@@ -230,7 +230,7 @@ t.test(
     t.ok(reconciler.status(true).ready, 'ready');
     // Another commit elsewhere between the write's own steps is no doubt on it either.
     kernel.tamper({ family: 'ip', name: 'kube-proxy' });
-    reconciler.noteCommitElsewhere(kernel.genId);
+    reconciler.heard.elsewhere(kernel.genId);
     const dumps = kernel.chainDumps;
     const audits = kernel.audits.length;
     t.same(await reconciler.sync('periodic'), { ok: true });
@@ -260,10 +260,10 @@ t.test(
   'a set gone behind a lying notification: the netlink audit cannot read it, and our tables are written whole',
   async (t) => {
     const { kernel, reconciler, metric } = setup();
-    reconciler.hearCommitsBy(() => true);
+    reconciler.heard.hearBy(() => true);
     await reconciler.sync();
     kernel.tamper(ip, (listing) => listing.replace(/\tset nonmasq \{[^}]*\}\n/, ''));
-    reconciler.noteCommitElsewhere(kernel.genId);
+    reconciler.heard.elsewhere(kernel.genId);
     t.notMatch(kernel.tables.get('ip ipmasq'), /set nonmasq/, 'the set is gone');
     t.same(await reconciler.sync('periodic'), { ok: true }, 'converged');
     t.match(kernel.tables.get('ip ipmasq'), /set nonmasq/, 'written whole: the set is back');
@@ -275,11 +275,11 @@ t.test(
   'a minute of 100 commits a second elsewhere, heard: the periodic audit still needs no listing',
   async (t) => {
     const { kernel, reconciler } = setup();
-    reconciler.hearCommitsBy(() => true);
+    reconciler.heard.hearBy(() => true);
     await reconciler.sync();
     for (let i = 0; i < 6_000; i++) {
       kernel.tamper({ family: 'ip', name: 'kube-proxy' });
-      reconciler.noteCommitElsewhere(kernel.genId);
+      reconciler.heard.elsewhere(kernel.genId);
     }
     const reads = kernel.reads;
     const dumps = kernel.chainDumps;
@@ -295,11 +295,11 @@ t.test(
   'the netlink audit finds what a lying notification hid: a mismatch, and our tables written whole',
   async (t) => {
     const { kernel, reconciler, metric, logs } = setup();
-    reconciler.hearCommitsBy(() => true);
+    reconciler.heard.hearBy(() => true);
     await reconciler.sync();
     // A commit that changed our set, heard as if it named none of our tables.
     kernel.tamper(ip, (listing) => listing.replace('10.0.0.0/8', '10.0.0.0/9'));
-    reconciler.noteCommitElsewhere(kernel.genId);
+    reconciler.heard.elsewhere(kernel.genId);
     t.notMatch(kernel.tables.get('ip ipmasq'), /10\.0\.0\.0\/8/, 'tampered');
     const reads = kernel.reads;
     t.same(await reconciler.sync('periodic'), { ok: true });
@@ -331,7 +331,7 @@ t.test(
     t.equal(kernel.edits.length, 1, 'an element-only write');
     // Another tool commits elsewhere before the audit reads: heard, its step is left alone.
     kernel.tamper({ family: 'ip', name: 'kube-proxy' });
-    reconciler.noteCommitElsewhere(kernel.genId);
+    reconciler.heard.elsewhere(kernel.genId);
     const audits = kernel.audits.length;
     await reconciler.sync('periodic');
     t.ok(kernel.audits.length > audits, 'audited all the same');
