@@ -560,6 +560,20 @@ function churnGoals(churn: ChurnResult | undefined): Goal[] {
   ];
 }
 
+/**
+ * How each flow row was measured: one baseline is taken per round of each row (bench/dataplane.ts),
+ * so the rounds are read off the results, --quick's one as the full run's three.
+ */
+export function flowRoundsText(flows: {
+  baselines: readonly number[];
+  rows: readonly unknown[];
+}): string {
+  const rounds = flows.rows.length === 0 ? 0 : flows.baselines.length / flows.rows.length;
+  return rounds === 1
+    ? 'each from one round, without the table then with it'
+    : `each the median of ${rounds} rounds in turn, without the table then with it`;
+}
+
 /** The tables and figures the template (docs/bench.template.md) names, each by its {{name}}. */
 function values(r: BenchResults): Record<string, string> {
   const m = r.machine;
@@ -831,6 +845,7 @@ function values(r: BenchResults): Record<string, string> {
       ['compile + render', (row) => ms(b(row.cidrs)?.compileRenderMs)],
     ]),
     flowBaselineUs: fmt(r.flows.baselineUs),
+    flowRounds: flowRoundsText(r.flows),
     flowsMeasured: r.flows.date
       ? `Measured ${r.flows.date.slice(0, 16).replace('T', ' ')} UTC with \`npm run bench -- --only flows\`. `
       : '',

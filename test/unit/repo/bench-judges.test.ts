@@ -1,9 +1,11 @@
 // The bench's own judges (docs/performance.md): a figure is only as honest as the code that reads
 // it off the raw measurements. Here: which edits the edits-on-packets bench counts as seen, and
-// when (bench/edit-packets.ts), and the layout `auto` writes at the bench's sizes.
+// when (bench/edit-packets.ts), the layout `auto` writes at the bench's sizes, and how many rounds
+// the per-flow rows say they are the median of.
 import t from 'tap';
 import { judge, type Flow } from '../../../bench/edit-packets.js';
 import { autoLayoutOf } from '../../../bench/scripts.js';
+import { flowRoundsText } from '../../../bench/report.js';
 
 const MS = 1_000_000n;
 /** Flows every 2 ms from `fromMs` to `toMs`, masqueraded while `masqueraded(ms)` says so. */
@@ -51,3 +53,14 @@ t.test('the layout auto writes: interval up to 2 000 elements, concatenated abov
   t.equal(autoLayoutOf(1_999), 'interval', '1 999 CIDRs and 169.254.0.0/16: 2 000 elements');
   t.equal(autoLayoutOf(2_000), 'concat');
 });
+
+t.test(
+  "the per-flow rows' rounds, read off the baselines: one per round of each row",
+  async (t) => {
+    const rows = (n: number) => Array.from({ length: n }, () => ({}));
+    const baselines = (n: number) => Array.from({ length: n }, () => 7.5);
+    t.match(flowRoundsText({ rows: rows(30), baselines: baselines(90) }), /median of 3 rounds/);
+    t.match(flowRoundsText({ rows: rows(9), baselines: baselines(9) }), /each from one round/);
+    t.notMatch(flowRoundsText({ rows: rows(9), baselines: baselines(9) }), /median/);
+  },
+);
