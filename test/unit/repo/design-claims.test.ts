@@ -1,7 +1,8 @@
 // Sentences of docs/design.md that state a rule of the code, kept true: the files of src/ over 600
 // lines are the ones it names with why ("Data flow"), and no map in src/ is keyed by an object
 // (nor any object held weakly), and every libnftables call beside committed() only reads; server/
-// imports nothing of the agent but types; every mode takes its stage options from plan().
+// imports nothing of the agent but types; every mode takes its stage options from plan(); nothing
+// stores a ready flag.
 import { readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import t from 'tap';
@@ -134,4 +135,20 @@ t.test('every mode takes its stage options from plan(): no module reads them its
   }
   t.ok(seen > 20, `${seen} reads of AgentOptions found outside options.ts`);
   t.same(reads, [], 'none of them a stage option plan() maps');
+});
+
+t.test('readiness is derived, never stored: only agentStatus sets `ready`', async (t) => {
+  const sets = /\bready\s*(:|=(?![=>]))/;
+  for (const [name, text] of texts) {
+    if (name !== 'reconcile/status.ts') t.notMatch(text, sets, `${name}: sets no ready`);
+  }
+  const status = texts.get('reconcile/status.ts') ?? '';
+  const found = [...status.matchAll(new RegExp(sets, 'g'))].map((m) =>
+    status.slice(m.index, status.indexOf('\n', m.index)),
+  );
+  t.same(
+    found,
+    ['ready: boolean;', 'ready: reason === null,'],
+    'the type, and agentStatus deriving it',
+  );
 });
