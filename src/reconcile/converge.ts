@@ -47,7 +47,8 @@ import {
   type TransientObjects,
 } from '../nftables/listing.js';
 import { holds, olderRelease, readTables, type KernelTables } from './read-back.js';
-import { auditTables, ruleFingerprints, type RuleFingerprints } from './netlink-audit.js';
+import { auditTables, ruleFingerprints } from './netlink-audit.js';
+import { KnownTables } from './known-tables.js';
 import { nextGeneration, standInName, type WriteMark } from '../nftables/ownership.js';
 
 export interface ConvergeDeps {
@@ -171,23 +172,20 @@ export class Converger {
   readonly heard: HeardCommits = {
     hearBy: (drain) => this.commits.hearBy(drain),
     ours: (genId) => this.commits.noteOurs(genId),
-    elsewhere: (genId) => this.commits.noteElsewhere(genId, this.verifiedGenId),
+    elsewhere: (genId) => this.commits.noteElsewhere(genId, this.known.at),
   };
   /** Generation of our last write, or of the table adopted at start; 0 before either. */
   generation = 0;
   /** How the last write went: an element-only batch over netlink, or libnftables scripts. */
   lastWrite: 'netlink' | 'libnftables' | undefined;
-  /** Content key of what we last wrote or found right in the kernel. */
-  private kernelKey: string | undefined;
   /**
-   * Generation id of the namespace at which the kernel was last known to hold lastTables: read back
-   * then, or our write's own commit with no other commit around it. Undefined: not known now.
+   * What the kernel is known to hold of our tables (known-tables.ts): the tables last written or
+   * found in place, their content key, the generation id they were last known at (read back then,
+   * or our write's own commit with no other commit around it), each chain's rules then.
    */
-  private verifiedGenId: number | undefined;
+  private readonly known = new KnownTables();
   /** Families whose table this process has written: ours even if its comment was changed. */
   private readonly written = new Set<TableFamily>();
-  /** The tables as this process last wrote them: what the kernel holds while nobody else wrote. */
-  private readonly lastTables = new Map<TableFamily, Table>();
   /** The last audit found our own write wrong: its repair is not another's drift. */
   private ownFault = false;
   /**
@@ -196,11 +194,6 @@ export class Converger {
    * (docs/writes.md, "When a write fails"). Cleared by the next write that succeeds.
    */
   private replaceNext = false;
-  /**
-   * Each chain's rules as the kernel held them right after our last write or a read that found
-   * them in place (the netlink audit compares with them); undefined when not taken then.
-   */
-  private rules: RuleFingerprints | undefined;
 
   constructor(deps: ConvergeDeps) {
     this.deps = deps;
@@ -232,27 +225,24 @@ export class Converger {
     if (found !== undefined && found > this.generation) this.generation = found;
   }
 
-  /** Whether the kernel is known to hold lastTables at generation id `genId`. */
+  /** Whether the kernel is known to hold our last tables at generation id `genId`. */
   private knownAt(genId: number | undefined): boolean {
-    return (
-      genId !== undefined &&
-      this.verifiedGenId !== undefined &&
-      this.lastTables.size > 0 &&
-      this.commits.pastOwn(this.verifiedGenId) === genId
-    );
+    const since = this.known.since;
+    return genId !== undefined && since !== undefined && this.commits.pastOwn(since) === genId;
   }
 
   /** Whether the kernel was known to hold our tables when last looked at (false after a doubt). */
   get verified(): boolean {
-    return this.verifiedGenId !== undefined;
+    return this.known.at !== undefined;
   }
 
   /** Whether the namespace's generation id is where we last knew the kernel held our tables. */
   async unchangedSinceVerified(): Promise<boolean> {
-    if (this.verifiedGenId === undefined || this.lastTables.size === 0) return false;
+    const since = this.known.since;
+    if (since === undefined) return false;
     // Our own commits and others' that named none of our tables leave them as we knew them.
     const genId = await this.deps.kernel.generationId().catch(() => undefined);
-    return this.commits.explained(this.verifiedGenId, genId);
+    return this.commits.explained(since, genId);
   }
 
   /**
@@ -274,9 +264,9 @@ export class Converger {
    * left them alone.
    */
   private reachedElsewhere(genId: number | undefined): boolean {
-    if (genId === undefined || this.verifiedGenId === undefined || this.lastTables.size === 0)
-      return false;
-    return this.commits.leftAlone(this.verifiedGenId, genId);
+    const since = this.known.since;
+    if (genId === undefined || since === undefined) return false;
+    return this.commits.leftAlone(since, genId);
   }
 
   /**
@@ -284,7 +274,7 @@ export class Converger {
    * named none of our tables came since the kernel was last known to hold our tables.
    */
   async unchangedForProbe(): Promise<boolean> {
-    if (this.verifiedGenId === undefined) return false;
+    if (this.known.at === undefined) return false;
     return this.reachedElsewhere(await this.deps.kernel.generationId().catch(() => undefined));
   }
 
@@ -305,13 +295,12 @@ export class Converger {
       const known =
         this.knownAt(genId) ||
         (!audit &&
-          this.verifiedGenId !== undefined &&
-          this.lastTables.size > 0 &&
-          (await this.commits.explained(this.verifiedGenId, genId)));
-      if (known && this.kernelKey === key) return wrote ? 'wrote' : 'in-place';
+          this.known.since !== undefined &&
+          (await this.commits.explained(this.known.since, genId)));
+      if (known && this.known.key === key) return wrote ? 'wrote' : 'in-place';
       // An audit while the notifications say nobody else touched our tables: over netlink,
       // object by object (a libnftables listing beside a busy writer may never end).
-      if (!known && audit && this.kernelKey === key && (await this.heardUntouched(genId))) {
+      if (!known && audit && this.known.key === key && (await this.heardUntouched(genId))) {
         const { verdict, at } = await timed('readMs', () => this.auditByNetlink(genId));
         if (verdict === 'agrees') return wrote ? 'wrote' : 'in-place';
         if (verdict === 'differs') {
@@ -345,9 +334,9 @@ export class Converger {
    * of our tables came since the kernel was last known to hold them.
    */
   private async heardUntouched(genId: number | undefined): Promise<boolean> {
-    if (this.verifiedGenId === undefined || this.lastTables.size === 0 || !this.commits.hear())
-      return false;
-    return this.commits.explained(this.verifiedGenId, genId);
+    const since = this.known.since;
+    if (since === undefined || !this.commits.hear()) return false;
+    return this.commits.explained(since, genId);
   }
 
   /**
@@ -361,18 +350,18 @@ export class Converger {
   ): Promise<{ verdict: 'agrees' | 'differs' | 'moved'; at: number | undefined }> {
     const { kernel, logger, metrics } = this.deps;
     metrics.incKernelReads();
-    const tables = [...this.lastTables.values()];
+    const tables = [...this.known.tables.values()];
     // An object it cannot read (a set gone) is a difference too: the tables are written whole.
-    const differences = await auditTables(kernel, tables, this.rules).catch((err: unknown) => [
-      `the audit could not read them: ${errorText(err)}`,
-    ]);
+    const differences = await auditTables(kernel, tables, this.known.rules).catch(
+      (err: unknown) => [`the audit could not read them: ${errorText(err)}`],
+    );
     const at = await kernel.generationId().catch(() => undefined);
     if (!(await this.commits.explained(genId, at))) return { verdict: 'moved', at };
     if (differences.length === 0) {
-      this.verifiedGenId = at;
+      this.known.confirm(at);
       return { verdict: 'agrees', at };
     }
-    this.verifiedGenId = undefined;
+    this.known.doubt();
     reportMismatch(logger, metrics, 'commit-notifications', {
       generation: this.generation,
       difference: `the notifications heard since generation id ${genId} named no table of ours, yet over netlink: ${differences.slice(0, 3).join('; ')}`,
@@ -382,11 +371,11 @@ export class Converger {
 
   /** Each chain's rules as they are now, kept when nobody but us committed since `genId`. */
   private async takeRules(tables: readonly Table[], genId: number | undefined): Promise<void> {
-    this.rules = undefined;
+    this.known.takeRules(undefined);
     try {
       const rules = await ruleFingerprints(this.deps.kernel, tables);
       const at = await this.deps.kernel.generationId().catch(() => undefined);
-      if (await this.commits.explained(genId, at)) this.rules = rules;
+      if (await this.commits.explained(genId, at)) this.known.takeRules(rules);
     } catch {
       // Not taken: the netlink audit compares the rules' comments alone.
     }
@@ -438,7 +427,7 @@ export class Converger {
     // for a while rather than fight (other-agent.ts). Read again at every resync meanwhile.
     const verdict = same ? undefined : mark ? otherAgent.judge(mark) : 'drift';
     if (verdict === 'hold') {
-      this.verifiedGenId = undefined;
+      this.known.doubt();
       return 'held-back';
     }
     if (inPlace) return this.foundInPlace(asFound, mark, key, { stable, readAt, last });
@@ -450,16 +439,16 @@ export class Converger {
     // Or a change of ours refused because another commit came first: drift when that commit
     // left our tables other than we last wrote them (compared only then: it renders them).
     const changedUnder = () =>
-      this.lastTables.size > 0 && !holds(found, [...this.lastTables.values()]);
+      this.known.tables.size > 0 && !holds(found, [...this.known.tables.values()]);
     const drift =
-      verdict === 'drift' && !this.ownFault && (this.kernelKey === key || changedUnder());
+      verdict === 'drift' && !this.ownFault && (this.known.key === key || changedUnder());
     // The notifications said only others' tables changed, and ours did: a readiness probe
     // trusted them meanwhile. Not the drift's repair, which follows as ever: counted and
     // logged.
     if (drift && this.reachedElsewhere(readAt))
       reportMismatch(logger, metrics, 'commit-notifications', {
         generation: this.generation,
-        difference: `the notifications heard since generation id ${this.verifiedGenId} named no table of ours, yet ours changed by ${readAt}`,
+        difference: `the notifications heard since generation id ${this.known.at} named no table of ours, yet ours changed by ${readAt}`,
       });
     // Another tool committed, elsewhere: the kernel still holds exactly what this process last
     // wrote, as read at `base`. The change is worked out from that, as when nothing was
@@ -519,12 +508,10 @@ export class Converger {
     const { metrics, otherAgent } = this.deps;
     const { stable, readAt, last } = read;
     if (mark) otherAgent.inPlace(mark);
-    this.remember(asFound);
     this.lookForStandIns = false;
-    this.kernelKey = key;
     // While a conflict is open, always read: that our write stayed is how it ends.
-    this.verifiedGenId = stable && !otherAgent.active ? readAt : undefined;
-    if (this.verifiedGenId !== undefined && this.rules === undefined)
+    this.known.hold(asFound, key, stable && !otherAgent.active ? readAt : undefined);
+    if (this.known.at !== undefined && this.known.rules === undefined)
       await this.takeRules(asFound, readAt);
     metrics.setGeneration(this.generation);
     return stable || last ? 'in-place' : 'again'; // a commit came during the read: look again
@@ -579,20 +566,18 @@ export class Converger {
     this.ownFault = false;
     this.lookForStandIns = false;
     if (drift) metrics.incDriftRepairs();
-    this.remember(tables);
     for (const table of tables) this.written.add(table.family);
     otherAgent.wrote({ generation, hash: config.hash, writer });
     this.generation = generation;
-    this.kernelKey = key;
     metrics.setGeneration(generation);
     // While another agent writes our table, read back at every resync: that our write stayed is
     // how the conflict ends.
-    this.verifiedGenId = otherAgent.active ? undefined : chain;
+    this.known.hold(tables, key, otherAgent.active ? undefined : chain);
     // An element-only write, or sets filled over netlink, audited by the whole compare.
     const audited = edit ?? fillAudit(steps, tables);
     this.audit.expect(audited, chain);
     // An element-only write leaves every rule but the marked one's comment as it was.
-    if (chain !== undefined && (!edit || this.rules === undefined))
+    if (chain !== undefined && (!edit || this.known.rules === undefined))
       await this.takeRules(tables, chain);
     return chain !== undefined || otherAgent.active || last ? 'wrote' : 'around';
   }
@@ -652,7 +637,7 @@ export class Converger {
   ): Promise<'refused'> {
     const { kernel, logger, metrics } = this.deps;
     const { base, replacing, known, last } = write;
-    this.verifiedGenId = undefined;
+    this.known.doubt();
     this.lookForStandIns = true;
     if (!(err instanceof NftError) || err.kind !== 'error') throw err;
     // Refused by the kernel. With no other commit since what the change was worked out from,
@@ -689,9 +674,9 @@ export class Converger {
    * slice at a time).
    */
   private async holdsLast(found: KernelTables): Promise<boolean> {
-    if (this.lastTables.size === 0) return false;
+    if (this.known.tables.size === 0) return false;
     const last: Table[] = [];
-    for (const table of this.lastTables.values()) {
+    for (const table of this.known.tables.values()) {
       const sets: NamedSet[] = [];
       for (const set of table.sets) sets.push(await prerenderElements(set, table.family, breathe));
       last.push({ ...table, sets });
@@ -713,12 +698,12 @@ export class Converger {
     try {
       const result = await this.audit.run();
       if (result.verdict === 'differs') {
-        this.verifiedGenId = undefined;
+        this.known.doubt();
         this.ownFault = true;
       }
       return result;
     } catch (err) {
-      this.verifiedGenId = undefined;
+      this.known.doubt();
       throw err;
     }
   }
@@ -737,10 +722,10 @@ export class Converger {
    * elementEdit); else undefined.
    */
   private elementEdit(tables: readonly Table[], generation: number | undefined) {
-    if (tables.length !== this.lastTables.size) return undefined;
+    if (tables.length !== this.known.tables.size) return undefined;
     const edits = [];
     for (const table of tables) {
-      const old = this.lastTables.get(table.family);
+      const old = this.known.tables.get(table.family);
       const edit = old && elementEdit(table, old);
       if (!edit) return undefined;
       edits.push(edit);
@@ -756,7 +741,7 @@ export class Converger {
   private editSize(edit: ElementEdit): number {
     let count = 0;
     for (const table of edit.tables) {
-      const last = this.lastTables.get(table.family);
+      const last = this.known.tables.get(table.family);
       for (const { set, added, removed, refill } of table.sets) {
         const flushed = refill
           ? (last?.sets.find((s) => s.name === set.name)?.elements.length ?? 0)
@@ -767,18 +752,12 @@ export class Converger {
     return count;
   }
 
-  /** The kernel holds these tables (written, or found in place). */
-  private remember(tables: readonly Table[]): void {
-    this.lastTables.clear();
-    for (const table of tables) this.lastTables.set(table.family, table);
-  }
-
   /**
    * How each family's table is written, from what the kernel was found to hold (or is known to).
    */
   private plan(table: Table, found: KernelTables | undefined, asFound?: Table): Plan {
     if (this.replaceNext) return { kind: 'replace' };
-    const last = this.lastTables.get(table.family);
+    const last = this.known.tables.get(table.family);
     // New sets where the key changes, or where the change is cheaper made that way
     // (nftables/change.ts).
     const fromLast = (old: Table): Plan =>
