@@ -194,6 +194,13 @@ export class Converger {
    * (docs/writes.md, "When a write fails"). Cleared by the next write that succeeds.
    */
   private replaceNext = false;
+  /**
+   * Whether the next read looks for stand-ins too: at the first read, and after a write failed (an
+   * upgrade interrupted between its steps leaves one).
+   */
+  private lookForStandIns = true;
+  /** Whether the mark's unreadability was warned about (once per process). */
+  private warnedUnreadable = false;
 
   constructor(deps: ConvergeDeps) {
     this.deps = deps;
@@ -211,14 +218,6 @@ export class Converger {
   private contentKey(config: Config): string {
     return `${config.hash} ${JSON.stringify(this.deps.compileOptions)}`;
   }
-
-  /**
-   * Whether the next read looks for stand-ins too: at the first read, and after a write failed (an
-   * upgrade interrupted between its steps leaves one).
-   */
-  private lookForStandIns = true;
-  /** Whether the mark's unreadability was warned about (once per process). */
-  private warnedUnreadable = false;
 
   /** A restart continues the count from the generation our table carries. */
   private adoptGeneration(found: number | undefined): void {
