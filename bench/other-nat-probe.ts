@@ -1,9 +1,9 @@
 // Run inside a bench namespace by bench/other-nat.ts: the look at other tables' nat chains the agent
-// makes at start and at each resync (src/reconcile/nat-chains.ts), timed: the first look (wall time:
+// makes at start and at each resync (src/other-nat/chains.ts), timed: the first look (wall time:
 // it may print rules through a libnftables child) and the CPU of each later, idle one.
 import { nftKernel } from '../src/kernel/kernel.js';
-import { scanNatChains, type ListingCache, type NatScan } from '../src/reconcile/nat-chains.js';
-import { findingsOf, readLegacyNat } from '../src/reconcile/other-nat.js';
+import { scanNatChains, type ListingCache, type NatScan } from '../src/other-nat/chains.js';
+import { findingsOf, readLegacyNat } from '../src/other-nat/watch.js';
 
 const looks = Number(process.argv[2] ?? 50);
 const cache: ListingCache = new Map();

@@ -6,7 +6,7 @@ import type { LoadOptions } from './config/types.js';
 import type { WidestPodCIDR } from './kubernetes/pod-cidrs.js';
 import type { PortRange } from './decision.js';
 import type { ConntrackFlushMode } from './reconcile/flush-modes.js';
-import type { LegacyOptions } from './reconcile/legacy.js';
+import type { LegacyOptions } from './other-nat/legacy.js';
 
 export const logLevels = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 export type LogLevel = (typeof logLevels)[number];

@@ -5,7 +5,7 @@ import type { Logger } from 'pino';
 import { isStandIn, standInName, tableOwner } from '../nftables/ownership.js';
 import { renderDelete } from '../nftables/render.js';
 import type { LegacyPort, TablesPort } from '../kernel/ports.js';
-import { LegacyChain, type LegacyOptions } from '../reconcile/legacy.js';
+import { LegacyChain, type LegacyOptions } from '../other-nat/legacy.js';
 
 export interface CleanupDeps {
   readonly table: string;

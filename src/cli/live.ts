@@ -16,14 +16,14 @@ import type { Table } from '../nftables/types.js';
 import { objectDrift } from '../nftables/listing.js';
 import { oursOrStandIn, tableOwner } from '../nftables/ownership.js';
 import { POD_POLICY_MAP, podPolicyChainIndex, podPolicyPrefix } from '../nftables/objects.js';
-import { scanNatChains } from '../reconcile/nat-chains.js';
-import { verdictFor, type NatFlow, type OtherNatVerdict } from '../nat-rules.js';
+import { scanNatChains } from '../other-nat/chains.js';
+import { verdictFor, type NatFlow, type OtherNatVerdict } from '../other-nat/rules.js';
 import {
   findingsOf,
   readLegacyNat,
   shownRuleOf,
   type OtherNatFinding,
-} from '../reconcile/other-nat.js';
+} from '../other-nat/watch.js';
 import type { Config } from '../config/types.js';
 import type { Explanation } from '../explain.js';
 import { legacyChainsIn } from '../kernel/legacy-chain.js';

@@ -57,7 +57,7 @@ export const nftKernel: Kernel = {
   },
   async listRules(chains) {
     // A call per chain: libnftables 1.0.6 fills its cache for the last of several `list chain`
-    // commands only, and fails the others. Names are checked by the caller (nat-chains.ts).
+    // commands only, and fails the others. Names are checked by the caller (other-nat/chains.ts).
     // Reads only, beside our writes: never queued before one (docs/observability.md, "Other NAT on
     // the node").
     let text = '';
@@ -77,7 +77,7 @@ export const nftKernel: Kernel = {
     }
   },
   async legacyChains(names) {
-    // From the chain dump the look at other NAT makes too (reconcile/other-nat.ts).
+    // From the chain dump the look at other NAT makes too (other-nat/watch.ts).
     return legacyChainsIn(await nftChains(), names);
   },
   removeLegacyChain,

@@ -72,7 +72,7 @@ export class FakeKernel implements Kernel {
     return names.filter((name) => this.legacy.has(name));
   }
 
-  /** Every chain: the original agent's, in `ip nat`, without hooks or rules (nat-chains.ts is proven on the kernel). */
+  /** Every chain: the original agent's, in `ip nat`, without hooks or rules (other-nat/chains.ts is proven on the kernel). */
   async chains(): Promise<ChainInfo[]> {
     this.chainDumps++;
     const legacy = [...this.legacy.keys()].map((name) => ({ family: 'ip', table: 'nat', name }));

@@ -1,4 +1,4 @@
-// The look at other tables' NAT keeps two shortcuts (src/reconcile/nat-chains.ts): the last look is
+// The look at other tables' NAT keeps two shortcuts (src/other-nat/chains.ts): the last look is
 // reused while the namespace's generation id stands, and a chain is printed again only when its
 // rule handles change. Both are held here to the whole look: random commits to other tables' nat
 // chains in a real namespace, and after each the kept look equal to a fresh one.

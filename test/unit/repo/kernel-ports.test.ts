@@ -30,7 +30,7 @@ t.test('the modules that use a room name its port', async (t) => {
     new RegExp(`\\b${port}\\b`).test(code(readFileSync(join(src, name), 'utf8')));
   // Spot checks that the scan above reads what it means to: each room has its takers.
   t.ok(uses('reconcile/conntrack.ts', 'ConntrackPort'), 'the flush: conntrack');
-  t.ok(uses('reconcile/legacy.ts', 'LegacyPort'), "the original's chain: its own room");
-  t.notOk(uses('reconcile/legacy.ts', 'OthersPort'), "the original's chain: not everyone else's");
+  t.ok(uses('other-nat/legacy.ts', 'LegacyPort'), "the original's chain: its own room");
+  t.notOk(uses('other-nat/legacy.ts', 'OthersPort'), "the original's chain: not everyone else's");
   t.ok(uses('reconcile/read-back.ts', 'TablesPort'), 'the read-back: our tables');
 });

@@ -11,7 +11,7 @@ import type { Logger } from 'pino';
 import { escapeUnprintable } from '../cidr/index.js';
 import { errorText } from '../errors.js';
 import type { NodeEvents } from '../kubernetes/events.js';
-import { unmarkedTranslations } from '../nat-rules.js';
+import { unmarkedTranslations } from './rules.js';
 import type { OthersPort, TablesPort } from '../kernel/ports.js';
 import { libnftablesVersion } from '../kernel/addon.js';
 import {
@@ -24,9 +24,8 @@ import {
   type NatChain,
   type NatPosition,
   type NatScan,
-} from './nat-chains.js';
+} from './chains.js';
 import type { ChainRules, ListedRule } from '../nftables/types.js';
-import type { AgentMetrics } from './metrics.js';
 
 /** One chain that may translate what we leave alone, as reported. */
 export interface OtherNatFinding {
@@ -134,7 +133,7 @@ export function findingsOf(
 
 function findingOf(chain: NatChain): OtherNatFinding | undefined {
   // Names as the kernel holds them may carry anything but '\0': escaped for every display. A name
-  // with something to escape is never printed by libnftables (nat-chains.ts), so has no chainRules.
+  // with something to escape is never printed by libnftables (chains.ts), so has no chainRules.
   const table = escapeUnprintable(`${chain.family} ${chain.table}`);
   const where = {
     table,
@@ -179,7 +178,8 @@ const keyOf = (f: OtherNatFinding) =>
 export interface OtherNatDeps {
   readonly kernel: OthersPort & Pick<TablesPort, 'generationId'>;
   readonly logger: Logger;
-  readonly metrics?: AgentMetrics;
+  /** Where `ipmasq_other_nat_rules` is set (reconcile/metrics.ts). */
+  readonly metrics?: { setOtherNatRules(findings: readonly OtherNatFinding[]): void };
   readonly events?: NodeEvents;
   /** Our own tables (and their stand-ins), which are not looked at. */
   readonly ours: (family: string, table: string) => boolean;

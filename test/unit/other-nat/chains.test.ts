@@ -1,4 +1,4 @@
-// The look at other tables' NAT (src/reconcile/nat-chains.ts) prints with libnftables each chain its
+// The look at other tables' NAT (src/other-nat/chains.ts) prints with libnftables each chain its
 // base chains reach once per distinct content: four nat postrouting base chains sharing one jumped
 // chain (the red team's case, issue 51) cost one print, then none; a changed rule, a print of that
 // chain alone. Each base chain still gets the rules it reaches. A print waits for the caller (the
@@ -12,7 +12,7 @@ import {
   LOOK_TIME_MS,
   scanNatChains,
   type ListingCache,
-} from '../../../src/reconcile/nat-chains.js';
+} from '../../../src/other-nat/chains.js';
 import type { ChainInfo, RuleShape } from '../../../src/nftables/types.js';
 
 function fakeKernel() {

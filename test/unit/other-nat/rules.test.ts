@@ -2,7 +2,7 @@
 // reaches (reported), which only marked traffic does (kube-proxy's shapes: not reported), and what a
 // rule's own matches say of one flow. The listings are nft 1.0.6's and 1.1.x's own output.
 import t from 'tap';
-import { parseAddress } from '../../src/cidr/index.js';
+import { parseAddress } from '../../../src/cidr/index.js';
 import {
   parseListing,
   readRule,
@@ -11,7 +11,7 @@ import {
   unmarkedTranslations,
   verdictFor,
   type NatFlow,
-} from '../../src/nat-rules.js';
+} from '../../../src/other-nat/rules.js';
 
 const addr = (text: string) => parseAddress(text).addr;
 const v4 = (dst: string, extra: Partial<NatFlow> = {}): NatFlow => ({

@@ -7,7 +7,7 @@
 // carried to the rules after it; a verdict map may send the flow to any chain its elements name
 // (the kernel's elements, or an anonymous map's text), never for certain. Named sets are not looked
 // into. Pure.
-import { PROTOCOL_NUMBERS, protocolNumber } from './protocols.js';
+import { PROTOCOL_NUMBERS, protocolNumber } from '../protocols.js';
 import {
   familyOf,
   inRanges,
@@ -15,11 +15,11 @@ import {
   parseCidr,
   prefixRange,
   type Range,
-} from './cidr/index.js';
-import { interfaceListed } from './decision.js';
-import type { ChainRules, ListedRule } from './nftables/types.js';
+} from '../cidr/index.js';
+import { interfaceListed } from '../decision.js';
+import type { ChainRules, ListedRule } from '../nftables/types.js';
 
-export { parseRuleListing as parseListing } from './nftables/listing.js';
+export { parseRuleListing as parseListing } from '../nftables/listing.js';
 export type { ChainRules, ListedRule };
 
 /** A flow as far as it is known. A mark is known to be 0 where nothing says otherwise. */

@@ -1,12 +1,11 @@
 // The original agent's leftover chain in iptables-nft's `ip nat` table (docs/migration.md): found by
-// the look at other NAT (other-nat.ts) and warned about before the first sync's write, removed with --remove-legacy-chain only once our own table is
+// the look at other NAT (watch.ts) and warned about before the first sync's write, removed with --remove-legacy-chain only once our own table is
 // in the kernel, so no flow goes out unmasqueraded meanwhile. Never fatal.
 import type { Logger } from 'pino';
 import { legacyChainsIn } from '../kernel/legacy-chain.js';
 import type { LegacyPort } from '../kernel/ports.js';
 import type { ChainInfo } from '../nftables/types.js';
 import type { NodeEvents } from '../kubernetes/events.js';
-import type { AgentMetrics } from './metrics.js';
 
 /** Where to look for the original agent's chain, and whether to remove it. */
 export interface LegacyOptions {
@@ -21,7 +20,7 @@ export interface LegacyDeps {
   readonly options: LegacyOptions;
   readonly logger: Logger;
   /** Where `ipmasq_legacy_chain_present` is set; a one-shot --cleanup has none to serve. */
-  readonly metrics?: AgentMetrics;
+  readonly metrics?: { setLegacyChainPresent(present: boolean): void };
   readonly events?: NodeEvents;
 }
 
@@ -36,7 +35,7 @@ export class LegacyChain {
     this.removalPending = deps.options.remove;
   }
 
-  /** At each look at the namespace's chains (other-nat.ts), before the first sync's write too. */
+  /** At each look at the namespace's chains (watch.ts), before the first sync's write too. */
   observe(all: readonly ChainInfo[]): void {
     const { options, logger, metrics } = this.deps;
     const found = legacyChainsIn(all, options.chains);

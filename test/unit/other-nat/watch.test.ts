@@ -8,7 +8,7 @@ import t from 'tap';
 import type { Kernel } from '../../../src/kernel/ports.js';
 import type { ChainInfo, RuleShape } from '../../../src/nftables/types.js';
 import { AgentMetrics, OTHER_NAT_SERIES_MAX } from '../../../src/reconcile/metrics.js';
-import { MESSAGE_MAX, OtherNatWatch, WARNINGS_PER_LOOK } from '../../../src/reconcile/other-nat.js';
+import { MESSAGE_MAX, OtherNatWatch, WARNINGS_PER_LOOK } from '../../../src/other-nat/watch.js';
 
 /** Tables each with one nat postrouting base chain masquerading everything (a long rule apiece). */
 function kernelWith(tables: string[], chain = (i: number) => `post${i}`) {
