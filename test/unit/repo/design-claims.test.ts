@@ -2,15 +2,17 @@
 // lines are the ones it names with why ("Data flow"), and no map in src/ is keyed by an object
 // (nor any object held weakly), and every libnftables call beside committed() only reads; server/
 // imports nothing of the agent but types; every mode takes its stage options from plan(); nothing
-// stores a ready flag.
+// stores a ready flag; no static import from cli.ts or agent.ts reaches the API's modules or the
+// operator's commands; a key with a default is read only through keyValue.
 import { readFileSync } from 'node:fs';
-import { join, relative } from 'node:path';
+import { dirname, join, normalize, relative } from 'node:path';
 import t from 'tap';
 import ts from 'typescript';
 import { packageRoot } from '../../../harness/netns.js';
 import { srcModules } from '../../helpers/src-modules.js';
 import { parseArgs } from '../../../src/cli/flags.js';
 import { plan } from '../../../src/options.js';
+import { CONFIG_KEYS } from '../../../src/config/keys.js';
 
 const src = join(packageRoot, 'src');
 const design = readFileSync(join(packageRoot, 'docs', 'design.md'), 'utf8');
@@ -152,3 +154,69 @@ t.test('readiness is derived, never stored: only agentStatus sets `ready`', asyn
     'the type, and agentStatus deriving it',
   );
 });
+
+/** The modules of src/ a module's static value imports reach (no `import type`, no `import()`). */
+function loadedWith(root: string): Set<string> {
+  const seen = new Set([root]);
+  const todo = [root];
+  while (todo.length > 0) {
+    const module = todo.pop()!;
+    const text = texts.get(module) ?? '';
+    for (const m of text.matchAll(
+      /^(?:import|export)(?!\s+type\b)\b[^;'"]*?(?:from\s*)?['"](\.[^'"]+)['"]/gm,
+    )) {
+      const target = normalize(join(dirname(module), m[1]!)).replace(/\.js$/, '.ts');
+      if (texts.has(target) && !seen.has(target)) {
+        seen.add(target);
+        todo.push(target);
+      }
+    }
+  }
+  return seen;
+}
+
+t.test(
+  'the API and the operator commands load only when asked: no static import reaches them',
+  async (t) => {
+    const commands = ['cli/operator.ts', 'cli/explain.ts', 'cli/live.ts', 'cli/flows.ts'];
+    const asked = [...commands, 'cli/cleanup.ts', 'cli/cluster-config.ts', 'explain.ts', 'diff.ts'];
+    for (const root of ['cli.ts', 'agent.ts']) {
+      const loaded = [...loadedWith(root)];
+      t.ok(loaded.length > 20, `${root}: ${loaded.length} modules follow it`);
+      t.same(
+        loaded.filter((m) => m.startsWith('kubernetes/') && m !== 'kubernetes/pod-cidrs.ts'),
+        [],
+        `${root}: nothing of kubernetes/ but the flag's default (pod-cidrs.ts)`,
+      );
+      t.same(
+        loaded.filter((m) => asked.includes(m)),
+        [],
+        `${root}: no operator command`,
+      );
+    }
+    // The reader sees a dynamic import for what it is: cli.ts reaches the agent only through one.
+    t.notOk(loadedWith('cli.ts').has('agent.ts'), 'cli.ts loads the agent by import()');
+    t.ok(loadedWith('agent.ts').has('reconcile/reconciler.ts'), 'a static import is followed');
+    t.ok(loadedWith('cli/cluster-config.ts').has('kubernetes/index.ts'), 'and across folders');
+  },
+);
+
+t.test(
+  'a key with a default is read only through keyValue (docs/design.md, "Adding a config key")',
+  async (t) => {
+    const defaulted = Object.entries(CONFIG_KEYS)
+      .filter(([, spec]) => 'default' in spec)
+      .map(([name]) => name);
+    t.ok(defaulted.includes('cidrLimit') && defaulted.length >= 3, defaulted.join(', '));
+    const names = defaulted.join('|');
+    const direct = new RegExp(
+      `\\bkeys\\??\\.(${names})\\b|\\{[^}]*\\b(${names})\\b[^}]*\\}\\s*=\\s*[\\w.?]*keys\\b`,
+    );
+    t.match('if (n > config.keys.cidrLimit) return;', direct, 'the reader sees a read');
+    t.match('const { resyncInterval } = policy.keys;', direct, 'and a destructuring');
+    t.notMatch("keyValue(config.keys, 'cidrLimit')", direct, 'keyValue is no read');
+    for (const [name, text] of texts) {
+      if (name !== 'config/keys.ts') t.notMatch(text, direct, `${name}: through keyValue`);
+    }
+  },
+);

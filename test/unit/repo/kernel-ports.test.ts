@@ -34,3 +34,32 @@ t.test('the modules that use a room name its port', async (t) => {
   t.notOk(uses('other-nat/legacy.ts', 'OthersPort'), "the original's chain: not everyone else's");
   t.ok(uses('reconcile/read-back.ts', 'TablesPort'), 'the read-back: our tables');
 });
+
+/** Each room's methods, as `ports.ts` declares them. */
+function declared(ports: string): Map<string, string[]> {
+  const rooms = new Map<string, string[]>();
+  for (const m of ports.matchAll(/^export interface (\w+Port) \{\n([\s\S]*?)^\}/gm)) {
+    const members = [...code(m[2]!).matchAll(/^ {2}(\w+)\(/gm)].map((n) => n[1]!);
+    rooms.set(m[1]!, members.sort());
+  }
+  return rooms;
+}
+
+/** Each room's methods, as docs/design.md lists them ("Data flow": one bullet a room). */
+function listed(design: string): Map<string, string[]> {
+  const rooms = new Map<string, string[]>();
+  for (const m of design.matchAll(/^- `(\w+Port)`[^:]*:([\s\S]*?)(?=^- `|^\n)/gm)) {
+    // A parenthesis says what a method is for, and may name a flag or another thing in backticks.
+    const bare = m[2]!.replace(/\([^)]*\)/g, '');
+    rooms.set(m[1]!, [...bare.matchAll(/`(\w+)`/g)].map((n) => n[1]!).sort());
+  }
+  return rooms;
+}
+
+t.test("docs/design.md lists each room's methods as ports.ts declares them", async (t) => {
+  const ports = declared(readFileSync(join(src, 'kernel', 'ports.ts'), 'utf8'));
+  const design = listed(readFileSync(join(src, '..', 'docs', 'design.md'), 'utf8'));
+  t.same([...ports.keys()].sort(), ['ConntrackPort', 'LegacyPort', 'OthersPort', 'TablesPort']);
+  t.ok(ports.get('TablesPort')!.includes('apply'), 'the reader finds the methods');
+  t.same(Object.fromEntries(design), Object.fromEntries(ports), 'one bullet a room, every method');
+});
