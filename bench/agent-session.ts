@@ -261,6 +261,18 @@ export class AgentSession {
     return typeof value === 'number' ? value : undefined;
   }
 
+  /**
+   * Ends the agent and waits for it to exit, so that its commit monitor no longer listens (a bare
+   * `nft -f` measured after it pays for no notifications on its behalf, bench/whole.ts).
+   */
+  async stop(): Promise<void> {
+    if (this.agent.child.exitCode === null && this.agent.child.signalCode === null) {
+      this.agent.child.kill('SIGTERM');
+      await this.agent.exited;
+    }
+    this.close();
+  }
+
   close(): void {
     this.lines.close();
     this.poller.stdin.end();
