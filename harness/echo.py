@@ -10,8 +10,9 @@ serve PORT LIFETIME ADDRESS...
                       It also watches raw SCTP (132) and protocol 253 (RFC 3692, experiments) packets
                       and prints "seen PROTO TAG ADDRESS" for each: those need no reply.
 probe PROTO PORT TIMEOUT ATTEMPTS [--from SRC] DST...
-                      for each DST, send one probe from a new socket per attempt (a new source port,
-                      hence a new conntrack entry and a fresh NAT decision) and print one JSON line:
+                      for each DST, send one probe from a new socket per attempt (a source port no
+                      earlier probe of the run has: UDP sockets stay open until the run ends; hence a
+                      new conntrack entry and a fresh NAT decision) and print one JSON line:
                       {"dst", "address", "port"} or {"dst", "error"}. With --from, each socket is
                       bound to the local address SRC first (a second source on the same host).
 stream PROTO PORT INTERVAL DURATION DST [BIND]
@@ -251,10 +252,11 @@ def blast(port, count, dst):
     print(f"sent {count}", flush=True)
 
 
-def probe_once(proto, dst, port, timeout, source=None):
+def probe_once(proto, dst, port, timeout, source=None, kept=None):
     family = socket.AF_INET6 if ":" in dst else socket.AF_INET
     kind = socket.SOCK_DGRAM if proto == "udp" else socket.SOCK_STREAM
-    with socket.socket(family, kind) as sock:
+    sock = socket.socket(family, kind)
+    try:
         sock.settimeout(timeout)
         if source is not None:
             sock.bind((source, 0))
@@ -265,6 +267,14 @@ def probe_once(proto, dst, port, timeout, source=None):
             sock.connect((dst, port))
             sock.sendall(b"probe")
             data = sock.recv(256)
+    finally:
+        # A UDP socket stays open until the run ends, so that the kernel gives no later probe of
+        # the run its port: a probe on a port an earlier one used would find that probe's conntrack
+        # entry, and no new flow (nor NAT decision) would be made.
+        if proto == "udp" and kept is not None:
+            kept.append(sock)
+        else:
+            sock.close()
     address, seen_port = data.decode().split()
     return {"dst": dst, "address": address, "port": int(seen_port)}
 
@@ -298,15 +308,18 @@ def probe(proto, port, timeout, attempts, destinations):
     source = None
     if len(destinations) >= 2 and destinations[0] == "--from":
         source, destinations = destinations[1], destinations[2:]
+    kept = []
     for dst in destinations:
         result = {"dst": dst, "error": "no attempt made"}
         for _ in range(attempts):
             try:
-                result = probe_once(proto, dst, port, timeout, source)
+                result = probe_once(proto, dst, port, timeout, source, kept)
                 break
             except (OSError, ValueError) as err:
                 result = {"dst": dst, "error": f"{type(err).__name__}: {err}"}
         print(json.dumps(result), flush=True)
+    for sock in kept:
+        sock.close()
 
 
 def main(argv):

@@ -108,8 +108,13 @@ if (requireRoot(t)) {
       }
     return out;
   }
-  /** New flows, each from a socket of its own: n per decision and family. */
+  /**
+   * New flows, each from a socket of its own: n per decision and family. The node's conntrack
+   * table is emptied first: a probe whose source port an earlier call's probe had (the kernel may
+   * give it again once that socket closed) would find that probe's entry, and make no new flow.
+   */
   async function flows(n: Record<(typeof decisions)[number], number>): Promise<void> {
+    await inNetns(topo.node, 'conntrack', ['-F']);
     for (const family of ['ipv4', 'ipv6'] as const) {
       const { translated, exempt } = TARGETS[family];
       const once = { attempts: 1, timeoutMs: 3_000, from: POD[family] };
