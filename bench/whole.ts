@@ -5,7 +5,7 @@
 // run weighs on both. No agent is alive during a bare run: while any process on the host listens to
 // nf_tables' notifications (the agent's commit monitor, in whatever namespace), the kernel makes a
 // notification of every element of every commit in every namespace (its listener bitmap is one for
-// the host), which made bare `nft -f` of 100 000 elements 2–3× slower beside a running agent. So
+// the host), which made bare `nft -f` of 100 000 elements 1.5–2.7× slower beside a running agent. So
 // each run starts an agent of its own, measures its whole change, and stops it before bare `nft -f`.
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
