@@ -5,22 +5,12 @@ import { createRequire } from 'node:module';
 import t from 'tap';
 import { buildServer } from '../../../src/server/index.js';
 import { AgentMetrics } from '../../../src/reconcile/metrics.js';
+import { agentStatus, initialFacts } from '../../../src/reconcile/status.js';
 
 t.test('ajv and fast-json-stringify never load, whatever is asked', async (t) => {
   const app = await buildServer({
-    status: () => ({
-      alive: true,
-      lastWriteOk: true,
-      generation: 1,
-      configHash: null,
-      lastSyncTime: null,
-      lastError: null,
-      configError: null,
-      waiting: null,
-      nonMasqueradeCIDRs: { ipv4: 0, ipv6: 0 },
-      ready: true,
-      notReadyReason: null,
-    }),
+    // The status an agent answers with before its first sync.
+    status: () => agentStatus(initialFacts, true),
     metrics: new AgentMetrics(),
   });
   t.teardown(() => app.close());
